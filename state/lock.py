@@ -1,0 +1,65 @@
+"""Cross-process lock of one kind, plus its change generation.
+
+A kind's lock file `<kind>.lock` is locked with flock(2) around every write. Its first
+8 bytes hold a generation counter, bumped by each writer *after* the data file has been
+replaced, so that any process can tell with one pread whether its cache is stale.
+"""
+
+import fcntl
+import os
+import struct
+import threading
+
+_GEN = struct.Struct("<Q")
+
+
+class KindLock:
+    def __init__(self, path):
+        self.path = path
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        # flock is held per open file description, which all threads of this process
+        # share through _fd: a thread lock serializes them first.
+        self._threads = threading.RLock()
+        self._depth = 0
+
+    def __enter__(self):
+        self._threads.acquire()
+        if self._depth == 0:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX)
+            except BaseException:
+                self._threads.release()
+                raise
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        if self._depth == 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        self._threads.release()
+
+    def settled_generation(self, read_more=lambda: None):
+        """The generation (and whatever read_more() reads) while no writer is between
+        replacing the file and bumping the counter: a shared flock waits for it."""
+        with self._threads:
+            if self._depth == 0:
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+            try:
+                return self.generation(), read_more()
+            finally:
+                if self._depth == 0:
+                    fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def generation(self):
+        raw = os.pread(self._fd, _GEN.size, 0)
+        return _GEN.unpack(raw)[0] if len(raw) == _GEN.size else 0
+
+    def bump_generation(self):
+        """Called by the lock holder after it replaced the data file."""
+        gen = self.generation() + 1
+        os.pwrite(self._fd, _GEN.pack(gen), 0)
+        return gen
+
+    def close(self):
+        os.close(self._fd)

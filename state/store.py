@@ -1,0 +1,62 @@
+"""The state directory: one Collection per resource kind."""
+
+import os
+import threading
+
+from .collection import Collection
+from .lock import KindLock
+from .storage import AtomicJSONStorage
+
+
+class Store:
+    def __init__(self, directory):
+        self.directory = os.path.abspath(directory)
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        self._collections = {}
+        self._lock = threading.Lock()
+
+    def collection(self, kind, unique=()):
+        with self._lock:
+            coll = self._collections.get(kind)
+            if coll is None:
+                coll = Collection(self.directory, kind, unique)
+                self._collections[kind] = coll
+            else:
+                for fields in unique:
+                    coll.add_unique(fields)
+            return coll
+
+    def path_of(self, kind):
+        return os.path.join(self.directory, f"{kind}.json")
+
+    def kinds(self):
+        return sorted(name[:-5] for name in os.listdir(self.directory)
+                      if name.endswith(".json") and not name.startswith("."))
+
+    def private_path(self, name):
+        """A file of the state directory that is not a kind (keys, passwords)."""
+        return os.path.join(self.directory, name)
+
+    def read_private(self, name):
+        """Bytes of a private file (keys, generated passwords), or None."""
+        try:
+            with open(self.private_path(name), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write_private(self, name, data, exclusive=False):
+        """Write a private file atomically, mode 0600. With exclusive=True an existing
+        file wins and its content is returned instead (first start of several processes)."""
+        storage = AtomicJSONStorage(self.private_path(name))
+        lock = KindLock(self.private_path(f".{name}.lock"))
+        try:
+            with lock:
+                if exclusive:
+                    existing = self.read_private(name)
+                    if existing is not None:
+                        return existing
+                storage.write_bytes(data)
+                return data
+        finally:
+            lock.close()

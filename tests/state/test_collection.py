@@ -1,0 +1,143 @@
+import threading
+import time
+
+import pytest
+
+from state import ChangeWatch, DuplicateKey, NotFound, RevisionConflict, Store
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path)
+
+
+def test_records_carry_bookkeeping_and_revision_grows(store):
+    things = store.collection("things")
+    created = things.insert({"name": "a"})
+    assert created["revision"] == 1
+    assert created["created_at"] == created["updated_at"]
+    assert created["created_at"].endswith("Z")
+    updated = things.update(created["uuid"], {"name": "b", "revision": 99, "uuid": "x"})
+    assert updated["revision"] == 2
+    assert updated["uuid"] == created["uuid"]
+    assert updated["created_at"] == created["created_at"]
+    assert updated["updated_at"] > created["updated_at"]
+
+
+def test_compare_and_set_refuses_stale_revision(store):
+    things = store.collection("things")
+    rec = things.insert({"n": 0})
+    things.update(rec["uuid"], {"n": 1}, expect_revision=1)
+    with pytest.raises(RevisionConflict) as err:
+        things.update(rec["uuid"], {"n": 2}, expect_revision=1)
+    assert err.value.actual == 2
+    assert things.require(rec["uuid"])["n"] == 1
+
+
+def test_unique_keys_are_enforced_on_insert_and_update(store):
+    things = store.collection("things", unique=[("name", "project_id")])
+    a = things.insert({"name": "a", "project_id": "p1"})
+    things.insert({"name": "a", "project_id": "p2"})
+    with pytest.raises(DuplicateKey):
+        things.insert({"name": "a", "project_id": "p1"})
+    b = things.insert({"name": "b", "project_id": "p1"})
+    with pytest.raises(DuplicateKey):
+        things.update(b["uuid"], {"name": "a"})
+    with pytest.raises(DuplicateKey):
+        things.insert({"uuid": a["uuid"], "name": "c", "project_id": "p9"})
+    # the failed writes changed nothing, and a freed key can be taken again
+    assert things.count() == 3
+    things.delete(a["uuid"])
+    things.update(b["uuid"], {"name": "a"})
+
+
+def test_duplicate_inside_one_batch_is_refused_whole(store):
+    things = store.collection("things", unique=[("name",)])
+    with pytest.raises(DuplicateKey):
+        things.insert_many([{"name": "x"}, {"name": "y"}, {"name": "x"}])
+    assert things.count() == 0
+
+
+def test_delete_and_not_found(store):
+    things = store.collection("things")
+    rec = things.insert({})
+    assert things.delete(rec["uuid"])["uuid"] == rec["uuid"]
+    with pytest.raises(NotFound):
+        things.delete(rec["uuid"])
+    assert things.get(rec["uuid"]) is None
+
+
+def test_another_process_view_sees_writes(tmp_path):
+    """Two Store objects stand for two processes: each has its own cache."""
+    one, two = Store(tmp_path).collection("things"), Store(tmp_path).collection("things")
+    assert two.count() == 0
+    rec = one.insert({"name": "a"})
+    assert two.require(rec["uuid"])["name"] == "a"
+    one.update(rec["uuid"], {"name": "b"})
+    assert two.require(rec["uuid"])["name"] == "b"
+    two.insert({"name": "c"})       # must not reuse a doc id or drop one's write
+    assert one.count() == 2
+
+
+def test_default_order_is_creation_then_uuid(store):
+    things = store.collection("things")
+    made = [things.insert({"i": i})["uuid"] for i in range(50)]
+    assert [r["uuid"] for r in things.records()] == made
+
+
+def test_returned_records_do_not_alias_the_cache(store):
+    things = store.collection("things")
+    rec = things.insert({"name": "a"})
+    rec["name"] = "changed"
+    assert things.require(rec["uuid"])["name"] == "a"
+
+
+def test_files_are_private(store):
+    import os
+    import stat
+    store.collection("things").insert({})
+    mode = stat.S_IMODE(os.stat(store.path_of("things")).st_mode)
+    assert mode == 0o600
+    assert stat.S_IMODE(os.stat(store.directory).st_mode) & 0o077 == 0
+
+
+def test_private_file_exclusive_first_writer_wins(store):
+    assert store.write_private("key", b"one", exclusive=True) == b"one"
+    assert store.write_private("key", b"two", exclusive=True) == b"one"
+    assert store.read_private("key") == b"one"
+
+
+def test_watch_calls_subscriber_once_per_change(tmp_path):
+    writer = Store(tmp_path).collection("things")
+    watch = ChangeWatch(Store(tmp_path), rescan_seconds=0.5).start()
+    called = threading.Event()
+    calls = []
+
+    def on_change(kind):
+        calls.append(kind)
+        called.set()
+
+    try:
+        watch.subscribe("things", on_change)
+        writer.insert({"name": "a"})
+        assert called.wait(2.0)
+        time.sleep(0.7)     # past a re-scan: no second call for the same change
+        assert calls == ["things"]
+    finally:
+        watch.stop()
+
+
+def test_rescan_finds_change_without_events(tmp_path):
+    watch = ChangeWatch(Store(tmp_path), rescan_seconds=0.3)   # not started: no inotify
+    calls = []
+    watch.subscribe("things", calls.append)
+    Store(tmp_path).collection("things").insert({})
+    watch.start()
+    watch._observer.unschedule_all()       # make sure only the re-scan can see it
+    try:
+        deadline = time.monotonic() + 3
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert calls == ["things"]
+    finally:
+        watch.stop()
