@@ -51,6 +51,7 @@ class Snapshot:
         self.index = index      # uuid -> doc_id
         self._ordered = None
         self._unique = {}
+        self._grouped = {}
         self._lock = threading.Lock()
         self._next_doc_id = None
         self._latest_created = None
@@ -76,6 +77,17 @@ class Snapshot:
                 index = {tuple(r.get(f) for f in fields): r["uuid"] for r in self.table.values()}
                 self._unique[fields] = index
             return index
+
+    def grouped(self, field):
+        """{value of field: [records]}, built once per snapshot."""
+        with self._lock:
+            groups = self._grouped.get(field)
+            if groups is None:
+                groups = {}
+                for r in self.table.values():
+                    groups.setdefault(r.get(field), []).append(r)
+                self._grouped[field] = groups
+            return groups
 
     def next_doc_id(self):
         if self._next_doc_id is None:
@@ -146,6 +158,11 @@ class Collection:
             if all(r.get(k) == v for k, v in equals.items()):
                 return dict(r)
         return None
+
+    def by(self, field, value):
+        """Records whose `field` equals `value`, through an index kept per snapshot.
+        Read-only: do not mutate what it returns."""
+        return self.snapshot().grouped(field).get(value, [])
 
     def count(self):
         return len(self.snapshot().table)

@@ -1,0 +1,27 @@
+"""Assemble the WSGI application from every capability's routes."""
+
+from state import Store
+
+from . import system
+from .routing import Api
+from .wsgi import Middleware
+
+
+def capabilities():
+    """Every capability package that registers routes, in registration order."""
+    from appliance import iam
+    return [iam]
+
+
+def build_api(settings, store=None):
+    store = store or Store(settings["state_dir"])
+    api = Api(settings, store)
+    system.register(api)
+    for capability in capabilities():
+        capability.register(api)
+    return api
+
+
+def create_app(settings, store=None):
+    api = build_api(settings, store)
+    return Middleware(api.app), api

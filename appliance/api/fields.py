@@ -1,0 +1,244 @@
+"""Field types of a resource declaration.
+
+A type knows three things: its JSON Schema (used both to validate bodies and to publish
+the OpenAPI document), how to parse a query-string filter value, and how to turn stored
+values into what a client sees (references become paths).
+"""
+
+import re
+import uuid as uuidlib
+
+UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+
+
+class FilterError(ValueError):
+    pass
+
+
+class FieldType:
+    type_name = "value"
+
+    def schema(self):
+        raise TypeError(f"{type(self).__name__} must define schema()")
+
+    def parse_filter(self, text):
+        return text
+
+    def to_input(self, value):
+        """Normalize an accepted input form to the stored form."""
+        return value
+
+    def render(self, value):
+        return value
+
+
+class String(FieldType):
+    type_name = "string"
+
+    def __init__(self, max_length=255, min_length=None, pattern=None, format=None):
+        self.max_length, self.min_length = max_length, min_length
+        self.pattern, self.format = pattern, format
+
+    def schema(self):
+        s = {"type": "string"}
+        if self.max_length is not None:
+            s["maxLength"] = self.max_length
+        if self.min_length is not None:
+            s["minLength"] = self.min_length
+        if self.pattern is not None:
+            s["pattern"] = self.pattern
+        if self.format is not None:
+            s["format"] = self.format
+        return s
+
+
+class Text(String):
+    def __init__(self, max_length=65536):
+        super().__init__(max_length=max_length)
+
+
+class Integer(FieldType):
+    type_name = "integer"
+
+    def __init__(self, minimum=None, maximum=None):
+        self.minimum, self.maximum = minimum, maximum
+
+    def schema(self):
+        s = {"type": "integer"}
+        if self.minimum is not None:
+            s["minimum"] = self.minimum
+        if self.maximum is not None:
+            s["maximum"] = self.maximum
+        return s
+
+    def parse_filter(self, text):
+        try:
+            return int(text)
+        except ValueError:
+            raise FilterError("must be an integer") from None
+
+
+class Boolean(FieldType):
+    type_name = "boolean"
+
+    def schema(self):
+        return {"type": "boolean"}
+
+    def parse_filter(self, text):
+        lowered = text.lower()
+        if lowered in ("true", "false"):
+            return lowered == "true"
+        raise FilterError("must be true or false")
+
+
+class Enum(FieldType):
+    type_name = "enum"
+
+    def __init__(self, *values):
+        self.values = list(values)
+
+    def schema(self):
+        return {"type": "string", "enum": self.values}
+
+    def parse_filter(self, text):
+        if text not in self.values:
+            raise FilterError("must be one of " + ", ".join(self.values))
+        return text
+
+
+class UUID(FieldType):
+    type_name = "uuid"
+
+    def schema(self):
+        return {"type": "string", "format": "uuid", "pattern": UUID_RE.pattern}
+
+    def parse_filter(self, text):
+        if not UUID_RE.match(text):
+            raise FilterError("must be a UUID")
+        return text.lower()
+
+    def to_input(self, value):
+        return value.lower() if isinstance(value, str) and UUID_RE.match(value) else value
+
+
+class DateTime(FieldType):
+    type_name = "datetime"
+
+    def schema(self):
+        return {"type": "string", "format": "date-time"}
+
+
+class Reference(FieldType):
+    """A link to another resource: stored as its uuid, shown as its path, accepted as either."""
+    type_name = "reference"
+
+    def __init__(self, collection_path):
+        self.collection_path = collection_path.rstrip("/")
+        self._path_re = re.compile("^" + re.escape(self.collection_path) + r"/([^/]+)/?$")
+
+    def schema(self):
+        return {"type": "string", "pattern": r"^(%s/)?[0-9a-fA-F-]{36}$" % re.escape(
+            self.collection_path)}
+
+    def parse_filter(self, text):
+        return UUID().parse_filter(text)
+
+    def to_input(self, value):
+        if isinstance(value, str):
+            m = self._path_re.match(value)
+            if m:
+                value = m.group(1)
+            if UUID_RE.match(value):
+                return value.lower()
+        return value
+
+    def render(self, value):
+        return None if value is None else f"{self.collection_path}/{value}"
+
+
+class Object(FieldType):
+    type_name = "object"
+
+    def __init__(self, schema=None):
+        self._schema = schema or {"type": "object"}
+
+    def schema(self):
+        return dict(self._schema)
+
+    def parse_filter(self, text):
+        raise FilterError("cannot filter on an object")
+
+
+class List(FieldType):
+    """A list. A filter value matches a record whose list contains it."""
+    type_name = "list"
+
+    def __init__(self, items, max_items=None):
+        self.items = items
+        self.max_items = max_items
+
+    def schema(self):
+        s = {"type": "array", "items": self.items.schema()}
+        if self.max_items is not None:
+            s["maxItems"] = self.max_items
+        return s
+
+    def parse_filter(self, text):
+        return self.items.parse_filter(text)
+
+
+def Tags():
+    return List(String(max_length=255), max_items=64)
+
+
+class Field:
+    """One field of a resource.
+
+    read_only   set by the service; a client writing it gets 403
+    create_only writable on create, read-only afterwards
+    write_only  accepted, never returned (passwords)
+    hidden      stored, never in the API at all (next_refresh)
+    omit_unset  left out of a read when unset instead of rendered as null
+    """
+
+    def __init__(self, name, type, *, required=False, read_only=False, create_only=False,
+                 write_only=False, hidden=False, omit_unset=False, nullable=True,
+                 default=None, description="", filterable=True, sortable=True):
+        self.name = name
+        self.type = type
+        self.required = required
+        self.read_only = read_only
+        self.create_only = create_only
+        self.write_only = write_only
+        self.hidden = hidden
+        self.omit_unset = omit_unset
+        self.nullable = nullable and not required
+        self.default = default
+        self.description = description
+        self.filterable = filterable and not write_only and not hidden
+        self.sortable = sortable and not write_only and not hidden and not isinstance(
+            type, (Object, List))
+
+    def default_value(self):
+        return self.default() if callable(self.default) else self.default
+
+    def input_schema(self):
+        s = self.type.schema()
+        if self.nullable and "type" in s:
+            s["type"] = [s["type"], "null"]
+            if "enum" in s:
+                s["enum"] = s["enum"] + [None]
+        if self.description:
+            s = {**s, "description": self.description}
+        return s
+
+    def output_schema(self):
+        s = self.type.schema()
+        s.pop("pattern", None)
+        if self.type.type_name == "reference":
+            s = {"type": "string", "description": f"path under {self.type.collection_path}/"}
+        if not self.required or self.read_only:
+            s = {"anyOf": [s, {"type": "null"}]}
+        if self.description:
+            s["description"] = self.description
+        return s

@@ -1,0 +1,306 @@
+"""A resource declared once: fields, keys, policy. From the declaration come the CRUD
+routes, body validation, filters, rendering and the OpenAPI schemas (the writable fields,
+the create fields and the full read object kept apart, as Incus does).
+
+Capabilities subclass `Resource` and override the hooks (`prepare_create`,
+`prepare_update`, `check_delete`, `after_delete`) for their own rules.
+"""
+
+import uuid as uuidlib
+
+from .errors import BadRequest, Forbidden, NotFound
+from .fields import UUID_RE, DateTime, Field, UUID
+from .listing import check_project_filter, matches, parse_filters, sort_and_page
+from .routing import Reply
+from .validation import Validator
+
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+BOOKKEEPING_FIELDS = [
+    Field("uuid", UUID(), read_only=True, description="identifier; may be given on create"),
+    Field("created_at", DateTime(), read_only=True),
+    Field("updated_at", DateTime(), read_only=True),
+]
+
+
+class Action:
+    """`POST <item>/actions/<name>/invoke` (changes state) or `GET <item>/actions/<name>`."""
+
+    def __init__(self, name, handler, *, permission=None, method="POST", summary="",
+                 request_schema=None, response_schema=None, max_body=None, accepts=None,
+                 status=200):
+        self.name, self.handler, self.permission = name, handler, permission
+        self.method, self.summary = method, summary
+        self.request_schema, self.response_schema = request_schema, response_schema
+        self.max_body, self.accepts, self.status = max_body, accepts, status
+
+
+class Resource:
+    # service policy of the permission names: <service>.<policy>.<action>
+    def __init__(self, *, name, path, kind, service, policy, fields, unique=(),
+                 project_scoped=False, shared_projects=(), description="", actions=(),
+                 max_body=None, create_accepts=None):
+        self.name = name
+        self.path = path.rstrip("/")
+        self.kind = kind
+        self.service = service
+        self.policy = policy
+        self.fields = list(fields)
+        self.unique = [tuple(u) for u in unique]
+        self.project_scoped = project_scoped
+        # projects whose records every scoped caller may read (the admin project's
+        # shared repositories, for instance)
+        self.shared_projects = tuple(shared_projects)
+        self.description = description
+        self.actions = list(actions)
+        self.max_body = max_body
+        self.create_accepts = create_accepts
+        self.api = None
+        self._by_name = {f.name: f for f in BOOKKEEPING_FIELDS + self.fields}
+        self.create_validator = Validator(self.create_schema())
+        self.update_validator = Validator(self.update_schema())
+
+    # ---- declaration queries -----------------------------------------------------
+
+    def field(self, name):
+        return self._by_name.get(name)
+
+    def filterable_fields(self):
+        return [f for f in BOOKKEEPING_FIELDS + self.fields if f.filterable]
+
+    def visible_fields(self):
+        return [f for f in BOOKKEEPING_FIELDS[:1] + self.fields + BOOKKEEPING_FIELDS[1:]
+                if not f.write_only and not f.hidden]
+
+    def permission(self, action):
+        return f"{self.service}.{self.policy}.{action}"
+
+    def collection(self):
+        return self.api.store.collection(self.kind, unique=self.unique)
+
+    # ---- schemas -------------------------------------------------------------------
+
+    def create_schema(self):
+        writable = [f for f in self.fields if not f.read_only and not f.hidden]
+        props = {"uuid": {"type": "string", "format": "uuid", "pattern": UUID_RE.pattern}}
+        props.update({f.name: f.input_schema() for f in writable})
+        return {"type": "object", "properties": props, "additionalProperties": False,
+                "required": [f.name for f in writable if f.required]}
+
+    def update_schema(self):
+        writable = [f for f in self.fields
+                    if not f.read_only and not f.hidden and not f.create_only]
+        return {"type": "object", "properties": {f.name: f.input_schema() for f in writable},
+                "additionalProperties": False}
+
+    def read_schema(self):
+        fields = self.visible_fields()
+        return {"type": "object",
+                "properties": {f.name: f.output_schema() for f in fields},
+                "required": [f.name for f in fields if not f.omit_unset]}
+
+    # ---- registration --------------------------------------------------------------
+
+    def register(self, api):
+        self.api = api
+        api.store.collection(self.kind, unique=self.unique)
+        item = self.path + "/<uuid>"
+        common = {"tag": self.service, "resource": self}
+        ref = self.name
+        api.route("GET", self.path, self.list_handler, permission=self.permission("read"),
+                  summary=f"List {ref}s", response_schema={"type": "array", "items": {
+                      "$ref": f"#/components/schemas/{ref}"}},
+                  query_params=self.query_parameters(), **common)
+        api.route("POST", self.path, self.create_handler, permission=self.permission("create"),
+                  summary=f"Create a {ref}", status=201, max_body=self.max_body,
+                  accepts=self.create_accepts or ("application/json",),
+                  request_schema={"$ref": f"#/components/schemas/{ref}Create"},
+                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        api.route("GET", item, self.get_handler, permission=self.permission("read"),
+                  summary=f"Get a {ref}",
+                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        api.route("PUT", item, self.update_handler, permission=self.permission("update"),
+                  summary=f"Update a {ref} (only the fields sent)", max_body=self.max_body,
+                  request_schema={"$ref": f"#/components/schemas/{ref}Update"},
+                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        api.route("DELETE", item, self.delete_handler, permission=self.permission("delete"),
+                  summary=f"Delete a {ref}", status=204, **common)
+        for action in self.actions:
+            suffix = "/invoke" if action.method == "POST" else ""
+            api.route(action.method, f"{item}/actions/{action.name}{suffix}",
+                      self._action_endpoint(action),
+                      permission=action.permission or self.permission(action.name),
+                      summary=action.summary or f"{action.name} a {ref}",
+                      request_schema=action.request_schema,
+                      response_schema=action.response_schema, max_body=action.max_body,
+                      accepts=action.accepts or ("application/json",),
+                      status=action.status, **common)
+
+    def query_parameters(self):
+        return [f for f in self.filterable_fields()]
+
+    # ---- project scoping -----------------------------------------------------------
+
+    def visible_projects(self, call):
+        """None when the caller sees every project, else the set it may read."""
+        principal = call.principal
+        if not self.project_scoped or principal is None or principal.project_id is None:
+            return None
+        return {principal.project_id, *self.shared_projects}
+
+    def writable_project(self, call, project_id):
+        principal = call.principal
+        if not self.project_scoped or principal is None or principal.project_id is None:
+            return
+        if project_id != principal.project_id:
+            raise Forbidden(f"this token may only write in project {principal.project_id}")
+
+    def load_visible(self, call, uuid):
+        """The record, or 404 when it does not exist or the caller may not see it."""
+        record = self.collection().get(uuid.lower()) if UUID_RE.match(uuid) else None
+        visible = self.visible_projects(call)
+        if record is None or (visible is not None and record.get("project_id") not in visible):
+            raise NotFound(f"{self.name} {uuid} not found")
+        return record
+
+    # ---- rendering -----------------------------------------------------------------
+
+    def render(self, record, only=None):
+        out = {}
+        for f in self.visible_fields():
+            if only is not None and f.name not in only:
+                continue
+            value = record.get(f.name)
+            if value is None and f.omit_unset:
+                continue
+            out[f.name] = f.type.render(value)
+        return out
+
+    def projection(self, call):
+        wanted = call.query.getall("fields")
+        if not wanted:
+            return None
+        names = {f.name for f in self.visible_fields()}
+        unknown = sorted(set(wanted) - names)
+        if unknown:
+            raise BadRequest(f"unknown field(s) in fields: {', '.join(unknown)}")
+        return set(wanted)
+
+    # ---- input ---------------------------------------------------------------------
+
+    def _body_object(self, call):
+        body = call.body
+        if body is None:
+            body = {}
+        if not isinstance(body, dict):
+            raise BadRequest("body must be a JSON object")
+        return body
+
+    def _normalize(self, body, current=None):
+        """Unknown fields -> 400; read-only fields -> 403 (on update a read-only field
+        sent back unchanged is ignored, so a client may PUT what it read)."""
+        unknown = sorted(k for k in body if self.field(k) is None or self.field(k).hidden)
+        if unknown:
+            raise BadRequest(f"unknown field(s) for {self.name}: {', '.join(unknown)}")
+        clean = {}
+        for name, value in body.items():
+            field = self.field(name)
+            value = field.type.to_input(value)
+            locked = field.read_only or (current is not None and field.create_only)
+            if current is None and name == "uuid":
+                locked = False
+            if locked:
+                if current is not None and (name not in current or value == current.get(name)
+                                            or value == field.type.render(current.get(name))):
+                    continue
+                raise Forbidden(f"{name} is read-only")
+            clean[name] = value
+        return clean
+
+    # ---- hooks for subclasses ------------------------------------------------------
+
+    def prepare_create(self, call, record):
+        """Last checks and derived fields before insert; raise an ApiError to refuse."""
+        return record
+
+    def prepare_update(self, call, current, changes):
+        return changes
+
+    def check_delete(self, call, record):
+        """Raise Conflict when something still depends on the record."""
+
+    def after_delete(self, call, record):
+        pass
+
+    # ---- handlers ------------------------------------------------------------------
+
+    def list_handler(self, call):
+        visible = self.visible_projects(call)
+        check_project_filter(self, call, visible)
+        filters = parse_filters(self, call.query)
+        only = self.projection(call)
+        records = [r for r in self.collection().records()
+                   if (visible is None or r.get("project_id") in visible)
+                   and matches(r, filters)]
+        page = sort_and_page(self, records, call.query, _header_setter())
+        return [self.render(r, only) for r in page]
+
+    def create_handler(self, call):
+        body = self._normalize(self._body_object(call))
+        principal = call.principal
+        if (self.project_scoped and body.get("project_id") is None and principal is not None
+                and principal.project_id is not None):
+            body["project_id"] = principal.project_id
+        for f in self.fields:
+            if f.name not in body and f.default is not None:
+                body[f.name] = f.default_value()
+        self.create_validator.check(body)
+        if self.project_scoped:
+            self.writable_project(call, body.get("project_id"))
+        if "uuid" in body:
+            body["uuid"] = body["uuid"].lower()
+        else:
+            body["uuid"] = str(uuidlib.uuid4())
+        record = {f.name: None for f in self.fields if not f.omit_unset}
+        record.update(body)
+        record = self.prepare_create(call, record)
+        created = self.collection().insert(record)
+        location = f"{self.path}/{created['uuid']}"
+        return Reply(self.render(created), 201, {"Location": location})
+
+    def get_handler(self, call):
+        return self.render(self.load_visible(call, call.params["uuid"]), self.projection(call))
+
+    def update_handler(self, call):
+        current = self.load_visible(call, call.params["uuid"])
+        if self.project_scoped:
+            self.writable_project(call, current.get("project_id"))
+        changes = self._normalize(self._body_object(call), current)
+        self.update_validator.check(changes)
+        changes = self.prepare_update(call, current, changes)
+        # compare-and-set: a concurrent writer between our read and this write is a 409,
+        # not a silently lost update
+        updated = self.collection().update(current["uuid"], changes,
+                                           expect_revision=current["revision"])
+        return self.render(updated)
+
+    def delete_handler(self, call):
+        current = self.load_visible(call, call.params["uuid"])
+        if self.project_scoped:
+            self.writable_project(call, current.get("project_id"))
+        self.check_delete(call, current)
+        self.collection().delete(current["uuid"])
+        self.after_delete(call, current)
+        return Reply(None, 204)
+
+    def _action_endpoint(self, action):
+        def endpoint(call):
+            record = self.load_visible(call, call.params["uuid"])
+            if action.method == "POST" and self.project_scoped:
+                self.writable_project(call, record.get("project_id"))
+            return action.handler(call, record)
+        return endpoint
+
+
+def _header_setter():
+    import bottle
+    return bottle.response.set_header

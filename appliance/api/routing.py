@@ -1,0 +1,214 @@
+"""The route table and the one wrapper every route goes through.
+
+A route is registered with the permission it needs (`<service>.<policy>.<action>`, or
+PUBLIC for the few that need no token). The wrapper authenticates, checks the permission
+(deny by default: with no authenticator installed every non-public route answers 401),
+reads and parses the body within its size limit, calls the handler and maps every error
+to the JSON error body. Handlers are plain functions of a `Call`.
+"""
+
+import json
+import logging
+
+import bottle
+import yaml
+
+import state
+from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
+                     Unauthorized, UnsupportedMediaType)
+
+log = logging.getLogger("appliance.api")
+
+PUBLIC = "public"
+JSON = "application/json"
+FORM = "application/x-www-form-urlencoded"
+YAML = "application/yaml"
+_BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+class Reply:
+    def __init__(self, body=None, status=200, headers=None):
+        self.body, self.status, self.headers = body, status, headers or {}
+
+
+class Call:
+    """What a handler gets: the request, the caller, the parsed body."""
+
+    def __init__(self, api, route, request, params):
+        self.api = api
+        self.route = route
+        self.request = request
+        self.params = params
+        self.query = request.query
+        self.principal = None
+        self.body = None
+        self.content_type = None
+
+    @property
+    def store(self):
+        return self.api.store
+
+
+class Route:
+    def __init__(self, method, path, handler, permission, summary, request_schema,
+                 response_schema, status, max_body, accepts, tag, query_params, resource):
+        self.method = method
+        self.path = path
+        self.handler = handler
+        self.permission = permission
+        self.summary = summary
+        self.request_schema = request_schema
+        self.response_schema = response_schema
+        self.status = status
+        self.max_body = max_body
+        self.accepts = accepts
+        self.tag = tag
+        self.query_params = query_params or []
+        self.resource = resource
+
+    @property
+    def public(self):
+        return self.permission == PUBLIC
+
+    def __repr__(self):
+        return f"<Route {self.method} {self.path} {self.permission}>"
+
+
+def _media_type(header):
+    return (header or "").split(";", 1)[0].strip().lower()
+
+
+class Api:
+    def __init__(self, settings, store):
+        self.settings = settings
+        self.store = store
+        self.app = bottle.Bottle(catchall=False)
+        self.app.default_error_handler = self._bottle_error
+        self.routes = []
+        self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
+
+    # ---- registration ------------------------------------------------------------
+
+    def route(self, method, path, handler, *, permission, summary="", request_schema=None,
+              response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
+              query_params=None, resource=None):
+        if not permission:
+            raise ValueError(f"route {method} {path} declares no permission")
+        route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
+                      request_schema, response_schema, status,
+                      max_body or self.settings["max_body_bytes"], accepts,
+                      tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
+                      query_params, resource)
+        self.routes.append(route)
+        self.app.route(route.path, method, self._wrap(route))
+        return route
+
+    # ---- the wrapper -------------------------------------------------------------
+
+    def _wrap(self, route):
+        def endpoint(**params):
+            call = Call(self, route, bottle.request, params)
+            try:
+                result = self._serve(route, call)
+            except ApiError as e:
+                return self._error(e)
+            except state.NotFound as e:
+                return self._error(NotFound(str(e)))
+            except state.DuplicateKey as e:
+                what = route.resource.name if route.resource else e.kind
+                pairs = ", ".join(f"{f}={v!r}" for f, v in zip(e.fields, e.values))
+                return self._error(Conflict(f"a {what} with {pairs} already exists"))
+            except state.RevisionConflict as e:
+                return self._error(Conflict(str(e)))
+            except Exception:
+                log.exception("unhandled error in %s %s", route.method, route.path)
+                return self._error(ApiError("internal error; see the API log"))
+            return self._reply(route, result)
+        endpoint.__name__ = f"{route.method} {route.path}"
+        return endpoint
+
+    def _serve(self, route, call):
+        if not route.public:
+            if self.authenticate is None:
+                raise Unauthorized("no authentication is configured")
+            call.principal = self.authenticate(call.request)
+            if not call.principal.allows(route.permission):
+                raise Forbidden(f"permission {route.permission} is required")
+        elif self.authenticate is not None and call.request.get_header("Authorization"):
+            call.principal = self.authenticate(call.request, optional=True)
+        if route.method in _BODY_METHODS:
+            self._read_body(route, call)
+        return route.handler(call)
+
+    def _read_body(self, route, call):
+        request = call.request
+        length = request.content_length
+        if length > route.max_body:
+            raise PayloadTooLarge(f"body of {length} bytes exceeds the limit of "
+                                  f"{route.max_body} bytes")
+        raw = request.environ["wsgi.input"].read(length) if length > 0 else b""
+        if not raw.strip():
+            call.body = None
+            return
+        media = _media_type(request.content_type)
+        if media not in route.accepts and not (JSON in route.accepts and media.endswith("+json")):
+            raise UnsupportedMediaType(
+                f"Content-Type {media or '(none)'} is not supported here; send "
+                + " or ".join(route.accepts))
+        call.content_type = media
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest("body is not valid UTF-8") from None
+        if media == FORM:
+            call.body = {k: v for k, v in bottle.FormsDict(
+                bottle._parse_qsl(text)).allitems()}
+        elif media == YAML:
+            try:
+                call.body = yaml.safe_load(text)
+            except yaml.YAMLError as e:
+                raise BadRequest(f"body is not valid YAML: {str(e).splitlines()[0]}") from None
+        else:
+            try:
+                call.body = json.loads(text)
+            except ValueError as e:
+                raise BadRequest(f"body is not valid JSON: {e}") from None
+
+    # ---- responses ---------------------------------------------------------------
+
+    def _reply(self, route, result):
+        response = bottle.response
+        if not isinstance(result, Reply):
+            result = Reply(result, route.status)
+        response.status = result.status
+        for k, v in result.headers.items():
+            response.set_header(k, v)
+        if result.body is None and result.status == 204:
+            return b""
+        response.content_type = "application/json"
+        return json.dumps(result.body, separators=(",", ":")).encode()
+
+    def _error(self, error):
+        response = bottle.response
+        response.status = error.status
+        response.content_type = "application/json"
+        for k, v in error.headers.items():
+            response.set_header(k, v)
+        return json.dumps(error.body()).encode()
+
+    def _bottle_error(self, res):
+        """Errors raised by Bottle itself: no route (404), wrong method (405)."""
+        res.content_type = "application/json"
+        if res.status_code == 404:
+            error = NotFound(f"no such path: {bottle.request.path}")
+        elif res.status_code == 405:
+            allowed = res.headers.get("Allow", "")
+            error = ApiError(f"method {bottle.request.method} is not allowed on "
+                             f"{bottle.request.path}; allowed: {allowed}", 405,
+                             "MethodNotAllowed")
+        else:
+            error = ApiError(str(res.body or res.status_line), res.status_code)
+            if res.status_code >= 500:
+                log.error("bottle error %s: %s", res.status_code, res.exception)
+                error = ApiError("internal error; see the API log")
+        return json.dumps(error.body())

@@ -1,0 +1,64 @@
+"""Body validation with jsonschema (Draft 2020-12, the dialect of OpenAPI 3.1).
+
+The schema a resource publishes is the schema its bodies are checked against, so the two
+cannot drift. Messages name the field and the rule but never echo the value sent: a
+rejected value may be a secret, and error messages end up in logs.
+"""
+
+import jsonschema
+from jsonschema.exceptions import best_match
+
+from .errors import BadRequest
+
+_TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number",
+               "boolean": "a boolean", "object": "an object", "array": "a list",
+               "null": "null"}
+
+
+def _type_phrase(expected):
+    names = expected if isinstance(expected, list) else [expected]
+    return " or ".join(_TYPE_NAMES.get(n, n) for n in names)
+
+
+def describe(error):
+    where = ".".join(str(p) for p in error.absolute_path)
+    value = error.validator_value
+    rule = error.validator
+    if rule == "required":
+        missing = [r for r in value if r not in (error.instance or {})]
+        field = ".".join(filter(None, [where, missing[0] if missing else "?"]))
+        return f"{field}: required"
+    if rule == "additionalProperties":
+        allowed = set((error.schema.get("properties") or {}))
+        extra = sorted(set(error.instance) - allowed)
+        return f"{where or 'body'}: unknown field(s) {', '.join(extra)}"
+    messages = {
+        "type": lambda: f"must be {_type_phrase(value)}",
+        "maxLength": lambda: f"must be at most {value} characters long",
+        "minLength": lambda: f"must be at least {value} characters long",
+        "maximum": lambda: f"must be at most {value}",
+        "minimum": lambda: f"must be at least {value}",
+        "enum": lambda: "must be one of " + ", ".join(str(v) for v in value if v is not None),
+        "const": lambda: f"must be {value}",
+        "pattern": lambda: "has an invalid format",
+        "format": lambda: f"must be a valid {value}",
+        "maxItems": lambda: f"must have at most {value} items",
+        "minItems": lambda: f"must have at least {value} items",
+        "uniqueItems": lambda: "must not repeat items",
+        "minProperties": lambda: f"must have at least {value} keys",
+    }
+    text = messages.get(rule, lambda: "is not valid")()
+    return f"{where or 'body'}: {text}"
+
+
+class Validator:
+    def __init__(self, schema):
+        jsonschema.Draft202012Validator.check_schema(schema)
+        self.schema = schema
+        self._validator = jsonschema.Draft202012Validator(
+            schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+
+    def check(self, instance):
+        error = best_match(self._validator.iter_errors(instance))
+        if error is not None:
+            raise BadRequest(describe(error))

@@ -1,0 +1,35 @@
+"""WSGI layer around the Bottle app: one path form, one access-log line per request."""
+
+import logging
+import time
+
+access_log = logging.getLogger("appliance.access")
+
+
+class Middleware:
+    def __init__(self, app):
+        self.app = app
+
+    def __call__(self, environ, start_response):
+        started = time.perf_counter()
+        path = environ.get("PATH_INFO", "/")
+        # a collection with or without its trailing slash is the same resource
+        if len(path) > 1 and path.endswith("/"):
+            environ["PATH_INFO"] = path.rstrip("/") or "/"
+        seen = {}
+
+        def recording_start_response(status, headers, exc_info=None):
+            seen["status"] = status.split(" ", 1)[0]
+            return start_response(status, headers, exc_info)
+
+        size = 0
+        try:
+            for chunk in self.app(environ, recording_start_response):
+                size += len(chunk)
+                yield chunk
+        finally:
+            # the path only: query strings and bodies are never logged (they may
+            # carry passwords or secret values)
+            access_log.info('%s "%s %s" %s %d %.1fms', environ.get("REMOTE_ADDR", "-"),
+                            environ.get("REQUEST_METHOD"), path, seen.get("status", "-"),
+                            size, (time.perf_counter() - started) * 1000)

@@ -1,0 +1,32 @@
+"""First start: what must exist before any process serves (admin password, IAM seed).
+
+Idempotent and safe to run from several processes at once: every step goes through the
+store's locks, and a file that already exists wins.
+"""
+
+import secrets
+
+from state import Store
+
+ADMIN_PASSWORD_FILE = "admin-password"
+
+
+def admin_password(store, settings):
+    """The admin password: APPLIANCE_ADMIN_PASSWORD when set, else generated once and
+    kept in <state-dir>/admin-password (mode 0600). Returns (password, file or None)."""
+    if settings.get("admin_password"):
+        return settings["admin_password"], None
+    generated = secrets.token_urlsafe(18).encode()
+    stored = store.write_private(ADMIN_PASSWORD_FILE, generated, exclusive=True)
+    return stored.decode().strip(), store.private_path(ADMIN_PASSWORD_FILE)
+
+
+def bootstrap(settings):
+    """Prepare the state directory. Returns a line telling where the admin password is."""
+    store = Store(settings["state_dir"])
+    password, path = admin_password(store, settings)
+    from appliance.iam.seed import seed  # noqa: PLC0415 - IAM is optional at import time
+    seed(store, password)
+    if path:
+        return f"admin password of user 'admin' is in {path}"
+    return "admin password of user 'admin' is the value of APPLIANCE_ADMIN_PASSWORD"

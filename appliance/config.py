@@ -1,0 +1,82 @@
+"""Settings: defaults < config file (YAML) < APPLIANCE_* variables < command-line flags.
+
+Every key of DEFAULTS can be set in the file under its own name and overridden by the
+variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
+"""
+
+import os
+
+import yaml
+
+DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
+
+DEFAULTS = {
+    "state_dir": "./var",
+    "api_host": "127.0.0.1",
+    "api_port": 11010,
+    "api_threads": 8,
+    "dns_host": "127.0.0.1",
+    "dns_port": 5353,
+    "admin_password": None,
+    "max_body_bytes": 1024 * 1024,
+    "max_upload_bytes": 32 * 1024 * 1024,
+    "token_ttl": 3600,
+    "refresh_token_ttl": 86400,
+    "realm_uuid": None,
+    "mirror_url": None,
+    "mirror_username": None,
+    "mirror_password": None,
+    "repo_url": None,
+    "log_level": "INFO",
+}
+
+
+class ConfigError(Exception):
+    pass
+
+
+def _coerce(key, value):
+    default = DEFAULTS[key]
+    if value is None or default is None or isinstance(value, type(default)):
+        return value
+    if isinstance(default, bool):
+        return str(value).lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be an integer, not {value!r}") from None
+    return str(value)
+
+
+def load(config_file=None, environ=None, overrides=None):
+    """The effective settings as a dict. `overrides` are command-line values (None = unset)."""
+    environ = os.environ if environ is None else environ
+    settings = dict(DEFAULTS)
+    path = config_file or environ.get("APPLIANCE_CONFIG")
+    if path is None and os.path.exists(DEFAULT_CONFIG_FILE):
+        path = DEFAULT_CONFIG_FILE
+    if path:
+        try:
+            with open(path) as f:
+                loaded = yaml.safe_load(f) or {}
+        except OSError as e:
+            raise ConfigError(f"cannot read config file {path}: {e.strerror}") from None
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping")
+        unknown = sorted(set(loaded) - set(DEFAULTS))
+        if unknown:
+            raise ConfigError(f"unknown keys in {path}: {', '.join(unknown)}")
+        settings.update(loaded)
+    for key in DEFAULTS:
+        var = "APPLIANCE_" + key.upper()
+        if environ.get(var) not in (None, ""):
+            settings[key] = environ[var]
+    for key, value in (overrides or {}).items():
+        if value is not None:
+            settings[key] = value
+    settings = {k: _coerce(k, v) for k, v in settings.items()}
+    settings["state_dir"] = os.path.abspath(settings["state_dir"])
+    return settings

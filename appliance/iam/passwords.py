@@ -1,0 +1,38 @@
+"""Password hashing with scrypt (stdlib): slow on purpose, salted, constant-time compare.
+
+`verify` against a missing user still runs the KDF on a dummy hash, so an unknown user
+costs the same time as a wrong password.
+"""
+
+import base64
+import hashlib
+import hmac
+import os
+
+N, R, P = 2 ** 14, 8, 1
+_MAXMEM = 64 * 1024 * 1024
+
+
+def _kdf(password, salt, n=N, r=R, p=P):
+    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM)
+
+
+def hash_password(password):
+    salt = os.urandom(16)
+    digest = _kdf(password, salt)
+    b64 = base64.b64encode
+    return f"scrypt${N}${R}${P}${b64(salt).decode()}${b64(digest).decode()}"
+
+
+_DUMMY = hash_password("no such user, but the same amount of work")
+
+
+def verify(password, encoded):
+    """True when `password` matches `encoded`; `encoded=None` burns the same time."""
+    target = encoded or _DUMMY
+    try:
+        scheme, n, r, p, salt, digest = target.split("$")
+        candidate = _kdf(password, base64.b64decode(salt), int(n), int(r), int(p))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(candidate, base64.b64decode(digest)) and encoded is not None

@@ -1,0 +1,40 @@
+"""Permission names `<service>.<policy>.<action>` and wildcard matching.
+
+A granted permission matches a required one when each of its three parts is equal to the
+required part or is `*` (so `*.*.*` grants everything, `repo.*.read` every read of repo).
+Nothing else is a wildcard: `*` never matches part of a word.
+"""
+
+import re
+
+PART = r"(\*|[a-z][a-z0-9_]*)"
+NAME_PATTERN = rf"^{PART}\.{PART}\.{PART}$"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def is_valid(name):
+    return bool(_NAME.match(name))
+
+
+def grants(granted, required):
+    g, r = granted.split("."), required.split(".")
+    return len(g) == 3 and len(r) == 3 and all(a == "*" or a == b for a, b in zip(g, r))
+
+
+class Principal:
+    """The authenticated caller of one request."""
+
+    def __init__(self, user, project_id, permissions, claims=None):
+        self.user = user
+        self.project_id = project_id
+        self.permissions = frozenset(permissions)
+        self.claims = claims or {}
+
+    @property
+    def user_uuid(self):
+        return self.user["uuid"]
+
+    def allows(self, required):
+        if required in self.permissions or "*.*.*" in self.permissions:
+            return True
+        return any(grants(p, required) for p in self.permissions)

@@ -1,0 +1,216 @@
+"""IAM resources: users, organizations, projects, roles, permissions, the two kinds of
+binding, and clients."""
+
+from appliance.api.errors import BadRequest, Conflict
+from appliance.api.fields import Boolean, Enum, Field, Reference, String, Tags, Text
+from appliance.api.resource import Resource
+
+from . import builtin, passwords
+from .permissions import NAME_PATTERN
+
+USERNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
+NAME = r"^[A-Za-z0-9][A-Za-z0-9_. -]{0,254}$"
+
+
+def _require(api, kind, uuid, what):
+    if uuid is not None and api.store.collection(kind).get(uuid) is None:
+        raise BadRequest(f"{what} {uuid} does not exist")
+
+
+class Users(Resource):
+    def __init__(self):
+        super().__init__(
+            name="User", path="/v1/iam/users", kind="iam_users", service="iam", policy="user",
+            unique=[("username",)],
+            fields=[
+                Field("username", String(64, pattern=USERNAME), required=True, create_only=True),
+                Field("password", String(256, min_length=8), write_only=True,
+                      description="write-only; stored as a scrypt hash"),
+                Field("password_hash", String(512), hidden=True),
+                Field("first_name", String(255)), Field("last_name", String(255)),
+                Field("email", String(255, pattern=r"^[^@\s]+@[^@\s]+$")),
+                Field("type", Enum("user", "service", "anon"), default="user",
+                      nullable=False),
+                Field("description", Text(4096)),
+                Field("status", Enum("ACTIVE", "DISABLED"), default="ACTIVE",
+                      nullable=False, description="a DISABLED user cannot get tokens"),
+            ])
+
+    def prepare_create(self, call, record):
+        password = record.pop("password", None)
+        record["password_hash"] = passwords.hash_password(password) if password else None
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "password" in changes:
+            password = changes.pop("password")
+            changes["password_hash"] = passwords.hash_password(password) if password else None
+        if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
+            raise Conflict("the built-in admin user cannot be disabled")
+        return changes
+
+    def check_delete(self, call, record):
+        if record["username"] == builtin.ADMIN_USERNAME:
+            raise Conflict("the built-in admin user cannot be deleted")
+
+    def after_delete(self, call, record):
+        call.store.collection("iam_role_bindings").delete_where(
+            lambda b: b.get("user") == record["uuid"])
+
+
+class Organizations(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Organization", path="/v1/iam/organizations", kind="iam_organizations",
+            service="iam", policy="organization", unique=[("name",)],
+            fields=[Field("name", String(255, pattern=NAME), required=True),
+                    Field("description", Text(4096)), Field("tags", Tags())])
+
+    def check_delete(self, call, record):
+        if record["uuid"] == builtin.DEFAULT_ORGANIZATION:
+            raise Conflict("the built-in organization cannot be deleted")
+        users = call.store.collection("iam_projects").by("organization", record["uuid"])
+        if users:
+            raise Conflict(f"organization {record['name']} still has {len(users)} project(s)")
+
+
+class Projects(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Project", path="/v1/iam/projects", kind="iam_projects", service="iam",
+            policy="project", unique=[("name", "organization")],
+            fields=[
+                Field("name", String(255, pattern=NAME), required=True),
+                Field("description", Text(4096)),
+                Field("organization", Reference("/v1/iam/organizations"),
+                      default=builtin.DEFAULT_ORGANIZATION, nullable=False),
+                Field("status", Enum("ACTIVE"), read_only=True),
+                Field("tags", Tags()),
+            ])
+
+    def prepare_create(self, call, record):
+        _require(call.api, "iam_organizations", record["organization"], "organization")
+        record["status"] = "ACTIVE"
+        return record
+
+    def prepare_update(self, call, current, changes):
+        _require(call.api, "iam_organizations", changes.get("organization"), "organization")
+        return changes
+
+    def check_delete(self, call, record):
+        if record["uuid"] == builtin.ADMIN_PROJECT:
+            raise Conflict("the admin project cannot be deleted")
+
+    def after_delete(self, call, record):
+        call.store.collection("iam_role_bindings").delete_where(
+            lambda b: b.get("project") == record["uuid"])
+
+
+class Roles(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Role", path="/v1/iam/roles", kind="iam_roles", service="iam", policy="role",
+            unique=[("name",)],
+            fields=[Field("name", String(255, pattern=NAME), required=True),
+                    Field("description", Text(4096)),
+                    Field("builtin", Boolean(), read_only=True)])
+
+    def prepare_create(self, call, record):
+        record["builtin"] = False
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if current.get("builtin") and "name" in changes and changes["name"] != current["name"]:
+            raise Conflict(f"built-in role {current['name']} cannot be renamed")
+        return changes
+
+    def check_delete(self, call, record):
+        if record.get("builtin"):
+            raise Conflict(f"built-in role {record['name']} cannot be deleted")
+
+    def after_delete(self, call, record):
+        for kind in ("iam_role_bindings", "iam_permission_bindings"):
+            call.store.collection(kind).delete_where(lambda b: b.get("role") == record["uuid"])
+
+
+class Permissions(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Permission", path="/v1/iam/permissions", kind="iam_permissions",
+            service="iam", policy="permission", unique=[("name",)],
+            fields=[Field("name", String(255, pattern=NAME_PATTERN), required=True,
+                          create_only=True,
+                          description="<service>.<policy>.<action>; * matches a whole part"),
+                    Field("description", Text(4096))])
+
+    def after_delete(self, call, record):
+        call.store.collection("iam_permission_bindings").delete_where(
+            lambda b: b.get("permission") == record["uuid"])
+
+
+class PermissionBindings(Resource):
+    def __init__(self):
+        super().__init__(
+            name="PermissionBinding", path="/v1/iam/permission_bindings",
+            kind="iam_permission_bindings", service="iam", policy="permission_binding",
+            unique=[("role", "permission")],
+            fields=[Field("role", Reference("/v1/iam/roles"), required=True, create_only=True),
+                    Field("permission", Reference("/v1/iam/permissions"), required=True,
+                          create_only=True)])
+
+    def prepare_create(self, call, record):
+        _require(call.api, "iam_roles", record["role"], "role")
+        _require(call.api, "iam_permissions", record["permission"], "permission")
+        return record
+
+
+class RoleBindings(Resource):
+    def __init__(self):
+        super().__init__(
+            name="RoleBinding", path="/v1/iam/role_bindings", kind="iam_role_bindings",
+            service="iam", policy="role_binding", unique=[("user", "role", "project")],
+            fields=[Field("user", Reference("/v1/iam/users"), required=True, create_only=True),
+                    Field("role", Reference("/v1/iam/roles"), required=True, create_only=True),
+                    Field("project", Reference("/v1/iam/projects"), create_only=True,
+                          description="absent or null: a global binding")])
+
+    def prepare_create(self, call, record):
+        _require(call.api, "iam_users", record["user"], "user")
+        _require(call.api, "iam_roles", record["role"], "role")
+        _require(call.api, "iam_projects", record.get("project"), "project")
+        return record
+
+
+class Clients(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Client", path="/v1/iam/clients", kind="iam_clients", service="iam",
+            policy="client", unique=[("name",)],
+            fields=[Field("name", String(255, pattern=NAME), required=True),
+                    Field("description", Text(4096)),
+                    Field("secret", String(256, min_length=16), write_only=True,
+                          description="absent: a public client"),
+                    Field("secret_hash", String(512), hidden=True),
+                    Field("public", Boolean(), read_only=True)])
+
+    def prepare_create(self, call, record):
+        secret = record.pop("secret", None)
+        record["secret_hash"] = passwords.hash_password(secret) if secret else None
+        record["public"] = secret is None
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "secret" in changes:
+            secret = changes.pop("secret")
+            changes["secret_hash"] = passwords.hash_password(secret) if secret else None
+            changes["public"] = secret is None
+        return changes
+
+    def check_delete(self, call, record):
+        if record["uuid"] == builtin.DEFAULT_CLIENT:
+            raise Conflict("the default client cannot be deleted")
+
+
+def all_resources():
+    return [Users(), Organizations(), Projects(), Roles(), Permissions(), PermissionBindings(),
+            RoleBindings(), Clients()]

@@ -1,0 +1,58 @@
+"""First start of IAM: admin project, built-in roles and permissions, admin user, default
+client. Idempotent: run at every start, it adds only what is missing, and it never resets
+the admin password of an existing admin user."""
+
+from state import DuplicateKey, Store
+
+from . import builtin, passwords
+
+
+def _ensure(coll, record, **key):
+    existing = coll.find_one(**key)
+    if existing is not None:
+        return existing
+    try:
+        return coll.insert(record)
+    except DuplicateKey:        # another process seeded it in between
+        return coll.find_one(**key)
+
+
+def seed(store: Store, admin_password):
+    orgs = store.collection("iam_organizations", unique=[("name",)])
+    _ensure(orgs, {"uuid": builtin.DEFAULT_ORGANIZATION, "name": "default",
+                   "description": "built-in organization", "tags": []},
+            uuid=builtin.DEFAULT_ORGANIZATION)
+    projects = store.collection("iam_projects", unique=[("name", "organization")])
+    _ensure(projects, {"uuid": builtin.ADMIN_PROJECT, "name": "admin",
+                       "description": "the realm's own project: shared repositories live here",
+                       "organization": builtin.DEFAULT_ORGANIZATION, "status": "ACTIVE",
+                       "tags": []}, uuid=builtin.ADMIN_PROJECT)
+    clients = store.collection("iam_clients", unique=[("name",)])
+    _ensure(clients, {"uuid": builtin.DEFAULT_CLIENT, "name": "default",
+                      "description": "public client of the CLI and the API",
+                      "secret_hash": None, "public": True}, uuid=builtin.DEFAULT_CLIENT)
+    roles = store.collection("iam_roles", unique=[("name",)])
+    perms = store.collection("iam_permissions", unique=[("name",)])
+    pbindings = store.collection("iam_permission_bindings", unique=[("role", "permission")])
+    role_ids = {}
+    for name, (description, granted) in builtin.ROLES.items():
+        role = _ensure(roles, {"name": name, "description": description, "builtin": True},
+                       name=name)
+        role_ids[name] = role["uuid"]
+        for perm_name in granted:
+            perm = _ensure(perms, {"name": perm_name, "description": "built-in"},
+                           name=perm_name)
+            _ensure(pbindings, {"role": role["uuid"], "permission": perm["uuid"]},
+                    role=role["uuid"], permission=perm["uuid"])
+    users = store.collection("iam_users", unique=[("username",)])
+    admin = users.find_one(username=builtin.ADMIN_USERNAME)
+    if admin is None:
+        admin = _ensure(users, {
+            "username": builtin.ADMIN_USERNAME,
+            "password_hash": passwords.hash_password(admin_password),
+            "first_name": None, "last_name": None, "email": None, "type": "user",
+            "description": "built-in administrator", "status": "ACTIVE"},
+            username=builtin.ADMIN_USERNAME)
+    bindings = store.collection("iam_role_bindings", unique=[("user", "role", "project")])
+    _ensure(bindings, {"user": admin["uuid"], "role": role_ids["admin"], "project": None},
+            user=admin["uuid"], role=role_ids["admin"], project=None)

@@ -1,0 +1,14 @@
+"""One log format for every process: time, process name, level, message."""
+
+import logging
+import sys
+
+
+def setup(name, level="INFO"):
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(
+        f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    return logging.getLogger(name)

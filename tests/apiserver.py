@@ -1,0 +1,120 @@
+"""Test helpers: the real API app on a real Waitress server, and a raw HTTP client."""
+
+import http.client
+import json
+import socket
+import threading
+import urllib.parse
+
+import waitress
+
+from appliance import config
+from appliance.api.app import create_app
+from appliance.bootstrap import bootstrap
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Response:
+    def __init__(self, status, headers, raw):
+        self.status = status
+        self.headers = headers
+        self.raw = raw
+
+    @property
+    def json(self):
+        return json.loads(self.raw) if self.raw else None
+
+    def header(self, name):
+        return self.headers.get(name.lower())
+
+    def __repr__(self):
+        return f"<Response {self.status} {self.raw[:200]!r}>"
+
+
+class Client:
+    def __init__(self, host, port, token=None):
+        self.host, self.port, self.token = host, port, token
+
+    def request(self, method, path, body=None, *, raw=None, content_type=None, headers=None,
+                query=None, token=None):
+        hdrs = dict(headers or {})
+        tok = token if token is not None else self.token
+        if tok:
+            hdrs["Authorization"] = f"Bearer {tok}"
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        if content_type is not None:
+            hdrs["Content-Type"] = content_type
+        if query:
+            path += "?" + urllib.parse.urlencode(query, doseq=True)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        try:
+            conn.request(method, path, body=data, headers=hdrs)
+            resp = conn.getresponse()
+            return Response(resp.status, {k.lower(): v for k, v in resp.getheaders()},
+                            resp.read())
+        finally:
+            conn.close()
+
+    def get(self, path, **kw):
+        return self.request("GET", path, **kw)
+
+    def post(self, path, body=None, **kw):
+        return self.request("POST", path, body, **kw)
+
+    def put(self, path, body=None, **kw):
+        return self.request("PUT", path, body, **kw)
+
+    def delete(self, path, **kw):
+        return self.request("DELETE", path, **kw)
+
+    def with_token(self, token):
+        return Client(self.host, self.port, token)
+
+
+TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
+
+
+class ApiServer:
+    def __init__(self, state_dir, admin_password, **overrides):
+        self.settings = config.load(environ={}, overrides={
+            "state_dir": state_dir, "admin_password": admin_password,
+            "api_port": free_port(), **overrides})
+        self.host = "127.0.0.1"
+
+    def start(self):
+        bootstrap(self.settings)
+        self.app, self.api = create_app(self.settings)
+        self.server = waitress.create_server(self.app, host=self.host,
+                                             port=self.settings["api_port"], threads=4)
+        self.port = self.server.effective_port
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        return self
+
+    def stop(self):
+        self.server.close()
+        self.thread.join(timeout=5)
+
+    @property
+    def store(self):
+        return self.api.store
+
+    def client(self, token=None):
+        return Client(self.host, self.port, token)
+
+    def token_response(self, username, password, scope=""):
+        return self.client().post(TOKEN_PATH, {"grant_type": "password", "username": username,
+                                               "password": password, "scope": scope})
+
+    def login(self, username, password, scope=""):
+        resp = self.token_response(username, password, scope)
+        assert resp.status == 200, resp
+        return resp.json["access_token"]
