@@ -82,7 +82,7 @@ class Api:
     def __init__(self, settings, store):
         self.settings = settings
         self.store = store
-        self.app = bottle.Bottle(catchall=False)
+        self.app = bottle.Bottle()     # catchall stays on: escapes get _bottle_error
         self.app.default_error_handler = self._bottle_error
         self.routes = []
         self.authenticate = None    # installed by IAM: request -> Principal, or raises 401

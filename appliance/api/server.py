@@ -8,10 +8,13 @@ import waitress
 
 from appliance import config, logs
 from appliance.api.app import create_app
+from appliance.bootstrap import bootstrap
 
 
 def serve(settings):
     log = logs.setup("api", settings["log_level"])
+    # idempotent: the supervisor ran it already, but a unit may start the API alone
+    log.info(bootstrap(settings))
     app, _ = create_app(settings)
     server = waitress.create_server(
         app, host=settings["api_host"], port=settings["api_port"],

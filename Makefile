@@ -1,0 +1,43 @@
+# make run   set up .venv (and missing Debian packages when root), then start the appliance
+# make test  the same set-up, then the whole test suite
+# make bench the benchmarks under tests/bench (printed, never asserted)
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEBIAN_PACKAGES :=
+
+export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
+
+.PHONY: run test bench setup debs clean
+
+setup: debs $(STAMP)
+
+debs:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing Debian packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	  else echo "missing Debian packages (run as root to install):$$missing"; fi; \
+	fi
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+run: setup
+	$(VENV)/bin/appliance up
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m tests.bench
+
+clean:
+	rm -rf $(VENV) var

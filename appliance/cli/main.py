@@ -1,0 +1,607 @@
+"""Entry point of the `appliance` command.
+
+Shaped like HTTPie's core: `main()` is the thin process shell (real streams, Ctrl-C, the
+unexpected), `program(args, env)` does the work and returns an exit status, and everything it
+touches outside itself — streams, config dir, environment variables, HTTP, the password prompt,
+the clock — comes in through `Environment`, so tests run it without a terminal or a home dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import getpass
+import importlib
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable, Mapping, Sequence, TextIO
+
+from appliance import __version__
+from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
+from appliance.cli import output
+from appliance.cli.client import (
+    INTROSPECT_PATH,
+    LOGOUT_PATH,
+    MARKER_HEADER,
+    ApiClient,
+    Transport,
+    UrllibTransport,
+    api_path,
+    normalize_endpoint,
+)
+from appliance.cli.session import SessionStore, config_dir_from_environ, new_session, to_rfc3339
+
+DEFAULT_ENDPOINT = "http://127.0.0.1:11010"
+DEFAULT_TIMEOUT_SECONDS = 30.0
+DEFAULT_PAGE_SIZE = 100
+
+
+@dataclasses.dataclass
+class Environment:
+    stdin: TextIO
+    stdout: TextIO
+    stderr: TextIO
+    config_dir: Path
+    environ: Mapping[str, str]
+    transport: Transport
+    getpass: Callable[[str], str]
+    stdin_isatty: bool = False
+    stdout_isatty: bool = False
+    clock: Callable[[], float] = time.time
+
+    @classmethod
+    def from_process(cls) -> "Environment":
+        return cls(
+            stdin=sys.stdin,
+            stdout=sys.stdout,
+            stderr=sys.stderr,
+            config_dir=config_dir_from_environ(os.environ, Path.home()),
+            environ=os.environ,
+            transport=UrllibTransport(),
+            getpass=getpass.getpass,
+            stdin_isatty=bool(sys.stdin and sys.stdin.isatty()),
+            stdout_isatty=bool(sys.stdout and sys.stdout.isatty()),
+        )
+
+
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
+    env = env if env is not None else Environment.from_process()
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        return program(argv, env)
+    except KeyboardInterrupt:
+        env.stderr.write("\nerror: interrupted\n")
+        return ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        # `appliance list ... | head` closed our stdout; point it at /dev/null so the
+        # interpreter's final flush does not fail a second time.
+        if env.stdout is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitStatus.CLIENT_ERROR
+    except Exception as exc:
+        if env.environ.get("APPLIANCE_CLI_DEBUG"):
+            raise
+        env.stderr.write(
+            f"error: unexpected failure: {type(exc).__name__}: {exc}"
+            " (set APPLIANCE_CLI_DEBUG=1 for a traceback)\n"
+        )
+        return ExitStatus.CLIENT_ERROR
+
+
+def program(args: Sequence[str], env: Environment) -> int:
+    """Run one command; expected failures become `error: ...` on stderr and an exit status."""
+    args = list(args)
+    try:
+        supervisor_args = arguments_for_up(args)
+        if supervisor_args is not None:
+            return run_supervisor(supervisor_args)
+        parsed = parse_arguments(build_parser(env), args)
+        return int(parsed.handler(parsed, env))
+    except _ParserExit as exit_request:
+        return exit_request.status
+    except CliError as exc:
+        env.stderr.write(f"error: {exc.message}\n")
+        return int(exc.exit_status)
+
+
+# --- argument parsing -------------------------------------------------------------------------
+
+
+class _ParserExit(Exception):
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = int(status)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse writing to the injected streams and returning instead of calling sys.exit."""
+
+    def __init__(self, *args, env: Environment, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+        self.env = env
+
+    def _print_message(self, message, file=None):
+        if message:
+            (self.env.stderr if file is sys.stderr else self.env.stdout).write(message)
+
+    def exit(self, status=0, message=None):
+        if message:
+            self.env.stderr.write(message)
+        raise _ParserExit(status)
+
+    def error(self, message):
+        self.print_usage(sys.stderr)
+        self.exit(ExitStatus.USAGE_ERROR, f"error: {message}\n")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"  # argparse names the type in its error message
+positive_float.__name__ = "positive number"
+
+FIELDS_HELP = "body fields: key=value sets a string, key:=JSON a typed value (key:=3, key:=true, key:='[\"a\"]')"
+DATA_HELP = "JSON body: literal JSON, @FILE to read a file, - to read stdin; key=value fields override its keys"
+PATH_HELP = "API path, with or without /v1 (iam/users, /v1/iam/users/)"
+
+MAIN_DESCRIPTION = """\
+Command-line client of the appliance API.
+
+Log in once; the session (tokens and endpoint) is kept in ~/.config/appliance/session.json
+($XDG_CONFIG_HOME and $APPLIANCE_CLI_CONFIG_DIR move it). Then use the generic verbs on any
+API path: list, show, create, update, delete, action."""
+
+MAIN_EPILOG = f"""\
+examples:
+  appliance login --username admin
+  appliance list iam/users
+  appliance create iam/projects name=demo
+  appliance --json list dns/domains --all | jq '.[].name'
+
+{EXIT_CODES_HELP}"""
+
+
+def _common_options(env: Environment) -> ArgumentParser:
+    # SUPPRESS keeps a subcommand's unset option from overwriting one given before it, so
+    # `appliance --json list x` and `appliance list x --json` mean the same.
+    common = ArgumentParser(add_help=False, env=env)
+    group = common.add_argument_group("global options")
+    group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                       help="print the server's JSON unchanged (for scripts)")
+    group.add_argument("--endpoint", metavar="URL", default=argparse.SUPPRESS,
+                       help=f"API endpoint (login: default $APPLIANCE_ENDPOINT or {DEFAULT_ENDPOINT}; "
+                            "other commands: the endpoint of the session)")
+    group.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=argparse.SUPPRESS,
+                       help=f"seconds to wait for the API (default {DEFAULT_TIMEOUT_SECONDS:g})")
+    return common
+
+
+def build_parser(env: Environment) -> ArgumentParser:
+    common = _common_options(env)
+    parser = ArgumentParser(prog="appliance", description=MAIN_DESCRIPTION, epilog=MAIN_EPILOG,
+                            parents=[common], env=env)
+    parser.add_argument("--version", action="version", version=f"appliance {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
+                                     parser_class=functools.partial(ArgumentParser, env=env))
+
+    def command(name: str, summary: str, example: str, handler) -> ArgumentParser:
+        epilog = f"example:\n  {example}\n\nexit codes: 0 ok, 1 refused (4xx), 2 usage, 3 server error (5xx), " \
+                 "4 unreachable, 5 not logged in"
+        sub = commands.add_parser(name, help=summary, description=summary, epilog=epilog, parents=[common])
+        sub.set_defaults(handler=handler)
+        return sub
+
+    login = command("login", "log in and keep the session for later commands",
+                    "appliance login --endpoint http://127.0.0.1:11010 --username admin", cmd_login)
+    login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
+    login.add_argument("--password-stdin", action="store_true",
+                       help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")
+    login.add_argument("--project", metavar="UUID", help="scope the token to this project")
+
+    command("logout", "revoke the token and forget the session", "appliance logout", cmd_logout)
+    command("whoami", "show the logged-in user, project and permissions", "appliance whoami", cmd_whoami)
+
+    listing = command("list", "list a collection", "appliance list iam/users --filter status=ACTIVE --sort username",
+                      cmd_list)
+    listing.add_argument("path", metavar="PATH", help=PATH_HELP)
+    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
+                         help="equality filter; repeat a key for 'any of'")
+    listing.add_argument("--sort", metavar="KEY", help="sort by this field")
+    listing.add_argument("--desc", action="store_true", help="sort descending")
+    listing.add_argument("--limit", metavar="N", type=positive_int, help="page size")
+    listing.add_argument("--marker", metavar="UUID", help="start after this item")
+    listing.add_argument("--all", action="store_true",
+                         help=f"walk every page (pages of --limit, default {DEFAULT_PAGE_SIZE})")
+
+    show = command("show", "show one object", "appliance show iam/users/<uuid>", cmd_show)
+    show.add_argument("path", metavar="PATH/UUID", help=PATH_HELP)
+
+    create = command("create", "create an object in a collection",
+                     "appliance create iam/users username=alice password=s3cret tags:='[\"dev\"]'", cmd_create)
+    create.add_argument("path", metavar="PATH", help=PATH_HELP)
+    create.add_argument("fields", metavar="FIELD", nargs="*", help=FIELDS_HELP)
+    create.add_argument("--data", metavar="JSON|@FILE|-", help=DATA_HELP)
+
+    update = command("update", "change fields of an object (PUT, only the fields given)",
+                     "appliance update iam/users/<uuid> email=alice@example.org", cmd_update)
+    update.add_argument("path", metavar="PATH/UUID", help=PATH_HELP)
+    update.add_argument("fields", metavar="FIELD", nargs="*", help=FIELDS_HELP)
+    update.add_argument("--data", metavar="JSON|@FILE|-", help=DATA_HELP)
+
+    delete = command("delete", "delete an object", "appliance delete iam/users/<uuid>", cmd_delete)
+    delete.add_argument("path", metavar="PATH/UUID", help=PATH_HELP)
+
+    action = command("action", "invoke an action (POST .../actions/NAME/invoke) or read one (--get)",
+                     "appliance action repo/elements/<uuid> upgrade target=<uuid>", cmd_action)
+    action.add_argument("path", metavar="PATH/UUID", help=PATH_HELP)
+    action.add_argument("name", metavar="NAME", help="action name")
+    action.add_argument("fields", metavar="FIELD", nargs="*",
+                        help=FIELDS_HELP + "; with --get, key=value are query parameters")
+    action.add_argument("--data", metavar="JSON|@FILE|-", help=DATA_HELP)
+    action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
+
+    up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
+                             description="Start the appliance; arguments go to the supervisor. "
+                                         "Run `appliance up --help` for its options.",
+                             epilog="example:\n  appliance up --state-dir ./var --api-port 11010")
+    up.add_argument("argv", nargs=argparse.REMAINDER, help="supervisor arguments")
+    up.set_defaults(handler=lambda parsed, _env: run_supervisor(parsed.argv))
+    return parser
+
+
+GLOBAL_OPTIONS_WITH_VALUE = ("--endpoint", "--timeout")
+
+
+def arguments_for_up(args: list[str]) -> list[str] | None:
+    """What follows `up` when it is the command, else None.
+
+    Everything after `up` belongs to the supervisor, its own --help included; argparse cannot
+    hand over such a tail when it starts with an option, so `up` is found before parsing.
+    """
+    index = 0
+    while index < len(args):
+        token = args[index]
+        if token == "up":
+            return args[index + 1:]
+        if not token.startswith("-"):
+            return None
+        index += 2 if token in GLOBAL_OPTIONS_WITH_VALUE else 1
+    return None
+
+
+def parse_arguments(parser: ArgumentParser, args: list[str]) -> argparse.Namespace:
+    """parse_args, except that key=value fields may also follow options.
+
+    argparse stops filling a positional list at the first option, so
+    `create things --data @f size:=2` would reject `size:=2`; such leftovers are fields.
+    """
+    parsed, leftovers = parser.parse_known_args(args)
+    if leftovers:
+        takes_fields = isinstance(getattr(parsed, "fields", None), list)
+        if not takes_fields or any(item.startswith("-") for item in leftovers):
+            parser.error(f"unrecognized arguments: {' '.join(leftovers)}")
+        parsed.fields.extend(leftovers)
+    return parsed
+
+
+# --- shared helpers ---------------------------------------------------------------------------
+
+
+def _option(args: argparse.Namespace, name: str, default=None):
+    return getattr(args, name, default)
+
+
+def _timeout(args: argparse.Namespace) -> float:
+    return _option(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
+
+
+def _session_client(args: argparse.Namespace, env: Environment) -> ApiClient:
+    store = SessionStore(env.config_dir)
+    session = store.load()
+    if session is None:
+        raise NotLoggedIn("not logged in; run `appliance login`")
+    requested = _option(args, "endpoint")
+    # Never send the session's token to a server other than the one that issued it.
+    if requested and normalize_endpoint(requested) != session.endpoint:
+        raise NotLoggedIn(
+            f"the session is for {session.endpoint}, not {requested}; "
+            f"run `appliance login --endpoint {requested}`"
+        )
+    return ApiClient(session.endpoint, env.transport, _timeout(args), env.clock, session,
+                     on_session_change=store.save)
+
+
+def _emit(args: argparse.Namespace, env: Environment, data) -> None:
+    if _option(args, "json"):
+        if data is not None:
+            output.write_json(env.stdout, data)
+        return
+    text = output.render(data)
+    if text:
+        env.stdout.write(text + "\n")
+
+
+def split_field(item: str) -> tuple[str, bool, str]:
+    """`key=value` -> (key, False, value); `key:=json` -> (key, True, json)."""
+    index = item.find("=")
+    is_json = index > 0 and item[index - 1] == ":"
+    key = item[: index - 1] if is_json else item[:index]
+    if index < 0 or not key:
+        raise UsageError(f"expected key=value or key:=json, got {item!r}")
+    return key, is_json, item[index + 1:]
+
+
+def parse_fields(items: Sequence[str]) -> dict:
+    body = {}
+    for item in items:
+        key, is_json, raw = split_field(item)
+        if is_json:
+            try:
+                body[key] = json.loads(raw)
+            except ValueError as exc:
+                raise UsageError(f"{key}:= needs a JSON value ({exc}), got {raw!r}") from None
+        else:
+            body[key] = raw
+    return body
+
+
+def read_data(spec: str, env: Environment):
+    if spec == "-":
+        text, source = env.stdin.read(), "stdin"
+    elif spec.startswith("@"):
+        try:
+            text, source = Path(spec[1:]).read_text(encoding="utf-8"), spec[1:]
+        except OSError as exc:
+            raise UsageError(f"cannot read {spec[1:]}: {exc.strerror}") from None
+    else:
+        text, source = spec, "--data"
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} is not valid JSON: {exc}") from None
+
+
+def build_body(args: argparse.Namespace, env: Environment):
+    """The request body from --data and key=value fields, or None when neither was given."""
+    fields = parse_fields(args.fields)
+    if args.data is None:
+        return fields if args.fields else None
+    data = read_data(args.data, env)
+    if not fields:
+        return data
+    if not isinstance(data, dict):
+        raise UsageError("key=value fields can only be combined with a --data JSON object")
+    return {**data, **fields}
+
+
+def run_supervisor(argv: Sequence[str]) -> int:
+    try:
+        # Imported here: the supervisor pulls in the whole server side, which the client
+        # commands never need.
+        supervisor = importlib.import_module("appliance.supervisor")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("appliance.supervisor", "appliance"):
+            raise
+        raise CliError("`appliance up` is not available in this installation (no appliance.supervisor)") from None
+    return int(supervisor.main(list(argv)) or 0)
+
+
+# --- commands ---------------------------------------------------------------------------------
+
+
+def _read_password(args: argparse.Namespace, env: Environment, username: str, endpoint: str) -> str:
+    if args.password_stdin:
+        password = env.stdin.read().rstrip("\r\n")
+    elif env.environ.get("APPLIANCE_PASSWORD"):
+        password = env.environ["APPLIANCE_PASSWORD"]
+    elif env.stdin_isatty:
+        try:
+            password = env.getpass(f"Password for {username} at {endpoint}: ")
+        except EOFError:
+            password = ""
+    else:
+        # No terminal to prompt on: waiting for input nobody will type would hang scripts.
+        raise UsageError("no password: use --password-stdin or set APPLIANCE_PASSWORD")
+    if not password:
+        raise UsageError("empty password")
+    return password
+
+
+def cmd_login(args: argparse.Namespace, env: Environment) -> int:
+    endpoint = normalize_endpoint(
+        _option(args, "endpoint") or env.environ.get("APPLIANCE_ENDPOINT") or DEFAULT_ENDPOINT
+    )
+    username = args.username or env.environ.get("APPLIANCE_USERNAME") or "admin"
+    scope = ""
+    if args.project:
+        try:
+            scope = f"project:{uuid.UUID(args.project)}"
+        except ValueError:
+            raise UsageError(f"--project needs a project UUID, got {args.project!r}") from None
+    password = _read_password(args, env, username, endpoint)
+
+    client = ApiClient(endpoint, env.transport, _timeout(args), env.clock)
+    tokens = client.get_token(
+        {"grant_type": "password", "username": username, "password": password, "scope": scope}
+    )
+    session = new_session(endpoint, username, scope, tokens, env.clock())
+    store = SessionStore(env.config_dir)
+    store.save(session)
+
+    summary = {
+        "endpoint": endpoint,
+        "username": username,
+        "scope": scope,
+        "expires_at": to_rfc3339(session.expires_at),
+        "session_file": str(store.path),
+    }
+    if _option(args, "json"):
+        output.write_json(env.stdout, summary)
+    else:
+        where = f" in project {args.project}" if scope else ""
+        env.stdout.write(f"logged in to {endpoint} as {username}{where}; "
+                         f"token valid until {summary['expires_at']}\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
+    store = SessionStore(env.config_dir)
+    try:
+        session = store.load()
+    except NotLoggedIn:
+        store.delete()  # a damaged session file is as good as none
+        session = None
+    if session is None:
+        env.stderr.write("not logged in; nothing to do\n")
+        return ExitStatus.SUCCESS
+
+    # A refresh only to revoke the fresh token would be pointless: an expired token is dead already.
+    client = ApiClient(session.endpoint, env.transport, _timeout(args), env.clock,
+                       dataclasses.replace(session, refresh_token=None))
+    try:
+        client.request("POST", LOGOUT_PATH, body={})
+    except NotLoggedIn:
+        store.delete()
+        env.stdout.write(f"logged out of {session.endpoint} (the token had already expired or been revoked)\n")
+        return ExitStatus.SUCCESS
+    except CliError as exc:
+        store.delete()
+        raise CliError(
+            f"{exc.message}; the local session was removed, but the server did not confirm "
+            "that the token is revoked",
+            exc.exit_status,
+        ) from None
+    store.delete()
+    env.stdout.write(f"logged out of {session.endpoint}\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_whoami(args: argparse.Namespace, env: Environment) -> int:
+    client = _session_client(args, env)
+    identity = client.request("GET", INTROSPECT_PATH).payload()
+    if _option(args, "json"):
+        output.write_json(env.stdout, identity)
+    elif isinstance(identity, dict):
+        env.stdout.write(output.render_identity(identity, client.endpoint) + "\n")
+    else:
+        env.stdout.write(output.render(identity) + "\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_list(args: argparse.Namespace, env: Environment) -> int:
+    path = api_path(args.path, collection=True)
+    query: list[tuple[str, str]] = []
+    for item in args.filter:
+        key, is_json, value = split_field(item)
+        if is_json:
+            raise UsageError(f"--filter takes key=value, got {item!r}")
+        query.append((key, value))
+    if args.sort:
+        query.append(("sort_key", args.sort))
+    if args.sort or args.desc:
+        query.append(("sort_dir", "desc" if args.desc else "asc"))
+
+    client = _session_client(args, env)
+    next_marker = None
+    if args.all:
+        items = []
+        for page in client.iter_pages(path, query, args.limit or DEFAULT_PAGE_SIZE, args.marker):
+            items.extend(page)
+    else:
+        if args.limit:
+            query.append(("page_limit", str(args.limit)))
+        if args.marker:
+            query.append(("page_marker", args.marker))
+        response = client.request("GET", path, query=query)
+        items = response.payload()
+        next_marker = response.headers.get(MARKER_HEADER)
+
+    _emit(args, env, items)
+    if next_marker:
+        env.stderr.write(f"more items follow: add --all, or --marker {next_marker}\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_show(args: argparse.Namespace, env: Environment) -> int:
+    client = _session_client(args, env)
+    _emit(args, env, client.request("GET", api_path(args.path, collection=False)).payload())
+    return ExitStatus.SUCCESS
+
+
+def cmd_create(args: argparse.Namespace, env: Environment) -> int:
+    path = api_path(args.path, collection=True)
+    body = build_body(args, env)
+    client = _session_client(args, env)
+    response = client.request("POST", path, body={} if body is None else body)
+    _emit(args, env, response.payload())
+    return ExitStatus.SUCCESS
+
+
+def cmd_update(args: argparse.Namespace, env: Environment) -> int:
+    path = api_path(args.path, collection=False)
+    body = build_body(args, env)
+    if body is None:
+        raise UsageError("nothing to update: give key=value fields or --data")
+    client = _session_client(args, env)
+    _emit(args, env, client.request("PUT", path, body=body).payload())
+    return ExitStatus.SUCCESS
+
+
+def cmd_delete(args: argparse.Namespace, env: Environment) -> int:
+    path = api_path(args.path, collection=False)
+    client = _session_client(args, env)
+    payload = client.request("DELETE", path).payload()
+    if _option(args, "json") or payload is not None:
+        _emit(args, env, payload)
+    else:
+        env.stdout.write(f"deleted {path}\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_action(args: argparse.Namespace, env: Environment) -> int:
+    item = api_path(args.path, collection=False)
+    name = args.name.strip()
+    if not name or "/" in name or name in (".", ".."):
+        raise UsageError(f"invalid action name {args.name!r}")
+    if args.get:
+        if args.data is not None:
+            raise UsageError("--get sends no body; give key=value query parameters instead of --data")
+        query = []
+        for field in args.fields:
+            key, is_json, value = split_field(field)
+            if is_json:
+                raise UsageError(f"--get takes key=value query parameters, got {field!r}")
+            query.append((key, value))
+        client = _session_client(args, env)
+        payload = client.request("GET", f"{item}/actions/{name}", query=query).payload()
+    else:
+        body = build_body(args, env)
+        client = _session_client(args, env)
+        payload = client.request("POST", f"{item}/actions/{name}/invoke",
+                                 body={} if body is None else body).payload()
+    if payload is None and not _option(args, "json"):
+        env.stdout.write(f"{name}: done\n")
+    else:
+        _emit(args, env, payload)
+    return ExitStatus.SUCCESS
+
+
+if __name__ == "__main__":
+    sys.exit(main())

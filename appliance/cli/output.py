@@ -1,0 +1,113 @@
+"""Rendering: `--json` gives scripts the server's JSON untouched; people get tables.
+
+Tables hold only what fits on a line: identifying columns first, then a few scalar fields,
+long values cut. Anything cut is one `--json` away.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable, TextIO
+
+LEADING_COLUMNS = ("uuid", "name", "username", "status", "project_id")
+# Timestamps are on every object and rarely what one scans a list for.
+LOW_PRIORITY_COLUMNS = ("created_at", "updated_at")
+MAX_COLUMNS = 7
+TABLE_CELL_WIDTH = 40
+DETAIL_VALUE_WIDTH = 120
+ELLIPSIS = "..."
+
+
+def write_json(stream: TextIO, data: Any) -> None:
+    json.dump(data, stream, indent=2)
+    stream.write("\n")
+
+
+def is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return ", ".join(value)
+    if isinstance(value, (int, float)):
+        return str(value)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def truncate(text: str, width: int) -> str:
+    text = " ".join(text.split())  # a newline inside a cell would break the table
+    if len(text) <= width:
+        return text
+    return text[: width - len(ELLIPSIS)] + ELLIPSIS
+
+
+def choose_columns(rows: list[dict]) -> list[str]:
+    keys: list[str] = []
+    for row in rows:
+        for key in row:
+            if key not in keys:
+                keys.append(key)
+    scalar_keys = [key for key in keys if all(is_scalar(row.get(key)) for row in rows)]
+    leading = [key for key in LEADING_COLUMNS if key in scalar_keys]
+    others = [key for key in scalar_keys if key not in leading and key not in LOW_PRIORITY_COLUMNS]
+    low = [key for key in LOW_PRIORITY_COLUMNS if key in scalar_keys]
+    return (leading + others + low)[:MAX_COLUMNS]
+
+
+def render_table(rows: Iterable[Any]) -> str:
+    rows = list(rows)
+    if not rows:
+        return "(no items)"
+    if not all(isinstance(row, dict) for row in rows):
+        return "\n".join(truncate(format_value(row), TABLE_CELL_WIDTH * 2) for row in rows)
+    columns = choose_columns(rows) or ["uuid"]
+    cells = [[truncate(format_value(row.get(column)), TABLE_CELL_WIDTH) for column in columns] for row in rows]
+    headers = [column.upper() for column in columns]
+    widths = [max(len(header), *(len(line[index]) for line in cells)) for index, header in enumerate(headers)]
+    lines = [headers, *cells]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
+
+
+def render_details(item: dict) -> str:
+    if not item:
+        return "(empty)"
+    width = max(len(str(key)) for key in item)
+    return "\n".join(
+        f"{str(key).ljust(width)}  {truncate(format_value(value), DETAIL_VALUE_WIDTH)}".rstrip()
+        for key, value in item.items()
+    )
+
+
+def render(data: Any) -> str:
+    """The people's view of any payload: a list as a table, an object as key/value lines."""
+    if isinstance(data, list):
+        return render_table(data)
+    if isinstance(data, dict):
+        return render_details(data)
+    if data is None:
+        return ""
+    return format_value(data)
+
+
+def render_identity(introspection: dict, endpoint: str) -> str:
+    user = introspection.get("user_info") or {}
+    name = user.get("username") or user.get("name") or "?"
+    lines = [
+        f"endpoint     {endpoint}",
+        f"user         {name} ({user.get('uuid', '?')})",
+        f"project      {introspection.get('project_id') or '(unscoped)'}",
+    ]
+    permissions = introspection.get("permissions") or []
+    if permissions:
+        lines.append(f"permissions  {permissions[0]}")
+        lines.extend(f"             {permission}" for permission in permissions[1:])
+    else:
+        lines.append("permissions  (none)")
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""A resource declared only for the framework tests: one field of every type."""
+
+from appliance.api.fields import Boolean, Enum, Field, Integer, Object, Reference, String, Tags
+from appliance.api.resource import Action, Resource
+
+
+def echo_action(call, record):
+    return {"widget": record["uuid"], "got": call.body}
+
+
+def peek_action(call, record):
+    return {"name": record["name"]}
+
+
+class Widgets(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Widget", path="/v1/test/widgets", kind="test_widgets", service="test",
+            policy="widget", unique=[("name", "project_id")], project_scoped=True,
+            fields=[
+                Field("name", String(64, pattern=r"^[a-z][a-z0-9-]*$"), required=True),
+                Field("project_id", Reference("/v1/iam/projects"), required=True),
+                Field("size", Integer(0, 100), default=10, nullable=False),
+                Field("enabled", Boolean(), default=True, nullable=False),
+                Field("color", Enum("red", "green", "blue")),
+                Field("owner", Reference("/v1/iam/users")),
+                Field("spec", Object({"type": "object", "properties": {
+                    "kind": {"enum": ["plain"]}}, "required": ["kind"]})),
+                Field("tags", Tags()),
+                Field("status", Enum("NEW", "ACTIVE"), read_only=True),
+                Field("secret_note", String(64), omit_unset=True),
+                Field("serial", Integer(), create_only=True),
+            ],
+            actions=[Action("echo", echo_action), Action("peek", peek_action, method="GET")])
+
+    def prepare_create(self, call, record):
+        record["status"] = "NEW"
+        return record
+
+
+def register(api):
+    Widgets().register(api)
