@@ -250,12 +250,13 @@ class Resource:
         if (self.project_scoped and body.get("project_id") is None and principal is not None
                 and principal.project_id is not None):
             body["project_id"] = principal.project_id
+        if self.project_scoped:
+            # before validation: a caller writing into a foreign project learns nothing more
+            self.writable_project(call, body.get("project_id"))
         for f in self.fields:
             if f.name not in body and f.default is not None:
                 body[f.name] = f.default_value()
         self.create_validator.check(body)
-        if self.project_scoped:
-            self.writable_project(call, body.get("project_id"))
         if "uuid" in body:
             body["uuid"] = body["uuid"].lower()
         else:
