@@ -83,7 +83,8 @@ TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
 
 
 class ApiServer:
-    def __init__(self, state_dir, admin_password, **overrides):
+    def __init__(self, state_dir, admin_password, extra=None, **overrides):
+        self.extra = extra
         self.settings = config.load(environ={}, overrides={
             "state_dir": state_dir, "admin_password": admin_password,
             "api_port": free_port(), **overrides})
@@ -92,6 +93,8 @@ class ApiServer:
     def start(self):
         bootstrap(self.settings)
         self.app, self.api = create_app(self.settings)
+        if self.extra is not None:
+            self.extra(self.api)
         self.server = waitress.create_server(self.app, host=self.host,
                                              port=self.settings["api_port"], threads=4)
         self.port = self.server.effective_port
