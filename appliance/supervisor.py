@@ -1,0 +1,314 @@
+"""`appliance up`: prepare the state directory, then run the API and every daemon as child
+processes until SIGINT/SIGTERM.
+
+Children get the supervisor's effective settings as APPLIANCE_* variables, die with it
+(PR_SET_PDEATHSIG, even when it is SIGKILLed) and are restarted when they die, with an
+exponential back-off for one that keeps dying young. See docs/supervisor.md.
+"""
+
+import argparse
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from appliance import config, logs
+from appliance.bootstrap import bootstrap
+from daemons import DAEMONS, module_of
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+POLL_SECONDS = 0.1
+STABLE_SECONDS = 30.0          # a child up this long has its back-off forgotten
+BACKOFF_FIRST_SECONDS = 0.5    # wait before the 2nd quick restart in a row; doubles
+BACKOFF_MAX_SECONDS = 30.0
+STOP_GRACE_SECONDS = 5.0
+HEALTH_PROBE_SECONDS = 0.5
+
+PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+log = logging.getLogger("appliance.supervisor")
+_libc = ctypes.CDLL(None, use_errno=True)
+# The API is local: an http_proxy of the environment must not see the probes.
+_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def child_commands():
+    """(name, argv) of every child process, the API first."""
+    commands = [("api", [sys.executable, "-m", "appliance.api.server"])]
+    commands += [(name, [sys.executable, "-m", module_of(name)]) for name in DAEMONS]
+    return commands
+
+
+def child_environment(settings, config_file=None, environ=None):
+    """The environment that makes config.load() in a child return exactly `settings`.
+
+    Unset (None) settings cannot be written as variables, so the child also reads the
+    config file the supervisor read: the values it takes from there are the same ones."""
+    env = dict(os.environ if environ is None else environ)
+    for key in config.DEFAULTS:
+        env.pop("APPLIANCE_" + key.upper(), None)
+    for key, value in settings.items():
+        if key in config.DEFAULTS and value is not None:
+            env["APPLIANCE_" + key.upper()] = str(value)
+    env.pop("APPLIANCE_CONFIG", None)
+    if config_file:
+        env["APPLIANCE_CONFIG"] = os.path.abspath(config_file)
+    # Children import appliance/ and daemons/ from this tree whatever the cwd.
+    env["PYTHONPATH"] = os.pathsep.join(
+        [PROJECT_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def effective_config_file(config_file=None, environ=None):
+    """The config file config.load() reads for these arguments, or None."""
+    environ = os.environ if environ is None else environ
+    path = config_file or environ.get("APPLIANCE_CONFIG")
+    if path is None and os.path.exists(config.DEFAULT_CONFIG_FILE):
+        path = config.DEFAULT_CONFIG_FILE
+    return path or None
+
+
+def _die_with_parent(parent_pid):
+    """preexec_fn: SIGTERM this child when the supervisor dies, however it dies."""
+    def preexec():
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        # The parent may have died between fork and prctl: then nobody would signal us.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+    return preexec
+
+
+def describe_status(status):
+    if os.WIFSIGNALED(status):
+        return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with code {os.waitstatus_to_exitcode(status)}"
+
+
+class Child:
+    """One supervised process: its command, its current pid and its restart history."""
+
+    def __init__(self, name, argv):
+        self.name = name
+        self.argv = argv
+        self.process = None        # subprocess.Popen of the running instance, if any
+        self.started_at = None
+        self.quick_deaths = 0      # deaths in a row, each before STABLE_SECONDS of uptime
+        self.start_after = 0.0     # monotonic time before which it is not restarted
+
+    @property
+    def pid(self):
+        return None if self.process is None else self.process.pid
+
+    def restart_delay(self):
+        """The first quick death restarts at once; later ones wait longer and longer."""
+        if self.quick_deaths <= 1:
+            return 0.0
+        return min(BACKOFF_FIRST_SECONDS * 2 ** (self.quick_deaths - 2), BACKOFF_MAX_SECONDS)
+
+
+class Supervisor:
+    def __init__(self, settings, out=sys.stdout, config_file=None):
+        self.settings = settings
+        self.out = out
+        self.env = child_environment(settings, config_file)
+        self.children = [Child(name, argv) for name, argv in child_commands()]
+        self.stop_requested = False
+        self.api_announced = False
+        self._next_probe = 0.0
+
+    # -- running -------------------------------------------------------------------------
+
+    def run(self):
+        # Orphaned grandchildren are re-parented to us rather than to init, so that we can
+        # reap them and make sure none outlives `appliance up`.
+        _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        for child in self.children:
+            self.spawn(child)
+        while not self.stop_requested:
+            self.reap()
+            now = time.monotonic()
+            for child in self.children:
+                if child.pid is None and now >= child.start_after and not self.stop_requested:
+                    self.spawn(child)
+            self.announce_api_when_ready()
+            time.sleep(POLL_SECONDS)
+        self.shutdown()
+        return 0
+
+    def request_stop(self, signum, frame):
+        # Only a flag: the main loop notices it within POLL_SECONDS.
+        self.stop_requested = True
+
+    def spawn(self, child):
+        # Started from the main thread on purpose: PDEATHSIG fires when the forking
+        # *thread* exits, and the main thread lives exactly as long as the supervisor.
+        try:
+            child.process = subprocess.Popen(child.argv, env=self.env,
+                                             preexec_fn=_die_with_parent(os.getpid()))
+        except OSError as e:
+            child.process = None
+            child.quick_deaths += 1
+            child.start_after = time.monotonic() + max(child.restart_delay(), 1.0)
+            log.error("cannot start %s: %s", child.name, e)
+            return
+        child.started_at = time.monotonic()
+        log.info("started %s (pid %d)", child.name, child.pid)
+
+    def reap(self):
+        """Collect every exited child; schedule the restart of a supervised one."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = next((c for c in self.children if c.pid == pid), None)
+            if child is None:
+                log.debug("reaped adopted orphan %d (%s)", pid, describe_status(status))
+                continue
+            # We reaped it, not Popen: tell Popen, or it would wait for it again.
+            child.process.returncode = os.waitstatus_to_exitcode(status)
+            self.on_child_exit(child, status)
+
+    def on_child_exit(self, child, status):
+        uptime = time.monotonic() - child.started_at
+        child.process = None
+        if self.stop_requested:
+            return
+        child.quick_deaths = child.quick_deaths + 1 if uptime < STABLE_SECONDS else 1
+        delay = child.restart_delay()
+        child.start_after = time.monotonic() + delay
+        log.warning("%s %s after %.1f s; restarting in %.1f s",
+                    child.name, describe_status(status), uptime, delay)
+
+    # -- readiness -----------------------------------------------------------------------
+
+    def api_url(self, host=None):
+        host = host or self.settings["api_host"]
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.settings['api_port']}"
+
+    def announce_api_when_ready(self):
+        if self.api_announced or time.monotonic() < self._next_probe:
+            return
+        self._next_probe = time.monotonic() + HEALTH_PROBE_SECONDS
+        # A wildcard listen address is not one to connect to: probe loopback instead.
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
+            self.settings["api_host"], self.settings["api_host"])
+        try:
+            with _no_proxy.open(self.api_url(host) + "/v1/health",
+                                timeout=HEALTH_PROBE_SECONDS) as response:
+                ready = response.status == 200
+        except (urllib.error.URLError, OSError, ValueError):
+            return
+        if ready:
+            self.api_announced = True
+            print(f"appliance API is ready at {self.api_url()}", file=self.out, flush=True)
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def shutdown(self):
+        """SIGTERM every child, SIGKILL whatever is left after the grace period, reap all."""
+        log.info("stopping")
+        self.signal_all(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        while self.living_pids() and time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS / 2)
+            self.reap()
+        leftovers = self.living_pids()
+        if leftovers:
+            log.warning("killing processes that ignored SIGTERM: %s",
+                        " ".join(map(str, sorted(leftovers))))
+            self.signal_all(signal.SIGKILL)
+            # Bounded: a process stuck in the kernel (state D) dies only when it leaves it.
+            deadline = time.monotonic() + STOP_GRACE_SECONDS
+            while self.living_pids() and time.monotonic() < deadline:
+                time.sleep(POLL_SECONDS / 2)
+                self.reap()
+        log.info("stopped")
+
+    def living_pids(self):
+        """Our supervised children plus any orphans adopted as subreaper."""
+        pids = {c.pid for c in self.children if c.pid is not None}
+        return pids | set(children_of(os.getpid()))
+
+    def signal_all(self, signum):
+        for pid in self.living_pids():
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def children_of(pid):
+    """PIDs whose parent is `pid`, zombies excluded (they are gone but for the reaping)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command name may hold spaces and parentheses: fields start after the last ')'.
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == pid and state != "Z":
+            found.append(int(entry))
+    return found
+
+
+def run(settings, out=sys.stdout, config_file=None):
+    """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
+    try:
+        print(bootstrap(settings), file=out, flush=True)
+    except Exception:
+        log.exception("cannot prepare the state directory %s", settings["state_dir"])
+        return 1
+    supervisor = Supervisor(settings, out, config_file)
+    signal.signal(signal.SIGTERM, supervisor.request_stop)
+    signal.signal(signal.SIGINT, supervisor.request_stop)
+    return supervisor.run()
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(
+        prog="appliance up",
+        description="Run the API and every daemon in the foreground until SIGINT/SIGTERM.")
+    parser.add_argument("--state-dir", metavar="DIR",
+                        help="state directory (APPLIANCE_STATE_DIR; default ./var)")
+    parser.add_argument("--api-host", metavar="H",
+                        help="address the API listens on (APPLIANCE_API_HOST; default 127.0.0.1)")
+    parser.add_argument("--api-port", metavar="N", type=int,
+                        help="API port (APPLIANCE_API_PORT; default 11010)")
+    parser.add_argument("--dns-port", metavar="N", type=int,
+                        help="DNS port, UDP and TCP (APPLIANCE_DNS_PORT; default 5353)")
+    parser.add_argument("--config", metavar="FILE",
+                        help=f"config file (APPLIANCE_CONFIG; default {config.DEFAULT_CONFIG_FILE} if present)")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    overrides = {"state_dir": args.state_dir, "api_host": args.api_host,
+                 "api_port": args.api_port, "dns_port": args.dns_port}
+    try:
+        settings = config.load(config_file=args.config, overrides=overrides)
+    except config.ConfigError as e:
+        print(f"appliance up: {e}", file=sys.stderr)
+        return 2
+    logs.setup("supervisor", str(settings["log_level"]).upper())
+    return run(settings, config_file=effective_config_file(args.config))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,17 @@
+"""Agent daemon: will render configs onto this node's data plane.
+
+So far it only follows changes to configs; rendering comes in a later issue.
+"""
+
+import sys
+
+from daemons.base import Daemon, run
+
+
+class Agent(Daemon):
+    name = "agent"
+    kinds = ("config_configs",)
+
+
+if __name__ == "__main__":
+    sys.exit(run(Agent))

@@ -1,0 +1,149 @@
+"""daemons.base: reconcile on change, retry with back-off, prompt stop on signals."""
+
+import importlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from appliance import config
+from daemons import DAEMONS, module_of
+from daemons.base import Daemon
+from state import Store
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def settings_for(directory):
+    return dict(config.DEFAULTS, state_dir=str(directory))
+
+
+class Recorder(Daemon):
+    name = "recorder"
+    kinds = ("widgets",)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.calls = []
+        self.called = threading.Event()
+
+    def reconcile(self, kind):
+        self.calls.append((kind, time.monotonic()))
+        self.called.set()
+
+
+class Failing(Recorder):
+    retry_first_seconds = 0.1
+    failures_left = 10 ** 9
+
+    def reconcile(self, kind):
+        super().reconcile(kind)
+        if self.failures_left > 0:
+            self.failures_left -= 1
+            raise RuntimeError("backend unreachable")
+
+
+@pytest.fixture
+def store(tmp_path):
+    return Store(tmp_path)
+
+
+def started(daemon_cls, store, **attributes):
+    daemon = daemon_cls(settings_for(store.directory), store=store)
+    vars(daemon).update(attributes)
+    daemon.start()
+    assert daemon.called.wait(5), "no reconcile at start"
+    return daemon
+
+
+@pytest.mark.timeout(30)
+def test_reconcile_runs_within_100_ms_of_a_write(store):
+    daemon = started(Recorder, store)
+    try:
+        for _ in range(3):
+            daemon.called.clear()
+            count = len(daemon.calls)
+            store.collection("widgets").insert({"name": "w"})
+            written_at = time.monotonic()
+            assert daemon.called.wait(2)
+            kind, called_at = daemon.calls[count]
+            assert kind == "widgets"
+            assert called_at - written_at < 0.1
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.timeout(30)
+def test_failing_reconcile_backs_off_instead_of_spinning(store, caplog):
+    caplog.set_level(logging.ERROR, logger="daemons.recorder")
+    daemon = started(Failing, store)
+    try:
+        # Changes during the back-off must not cut it short.
+        for i in range(10):
+            store.collection("widgets").insert({"name": f"w{i}"})
+            time.sleep(0.1)
+        # 0.1 s doubling from the first call: calls at 0, 0.1, 0.3, 0.7 within ~1 s.
+        assert 3 <= len(daemon.calls) <= 6, daemon.calls
+        assert daemon._worker.is_alive()
+    finally:
+        daemon.stop()
+    assert "reconcile of widgets failed" in caplog.text
+    assert "backend unreachable" in caplog.text
+
+
+@pytest.mark.timeout(30)
+def test_success_after_failures_resets_the_back_off(store):
+    daemon = started(Failing, store, failures_left=2)
+    try:
+        deadline = time.monotonic() + 5
+        while len(daemon.calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(daemon.calls) == 3      # failed, failed, succeeded
+        daemon.called.clear()
+        store.collection("widgets").insert({"name": "after"})
+        written_at = time.monotonic()
+        assert daemon.called.wait(2)
+        assert daemon.calls[-1][1] - written_at < 0.1
+    finally:
+        daemon.stop()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_the_process_with_exit_code_0(tmp_path, signum):
+    config_file = tmp_path / "appliance.yaml"
+    config_file.write_text("{}\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update(APPLIANCE_STATE_DIR=str(tmp_path / "var"), APPLIANCE_CONFIG=str(config_file))
+    proc = subprocess.Popen([sys.executable, "-m", "daemons.dns"], cwd=ROOT, env=env,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stderr:
+            if "started; watching" in line:
+                break
+        else:
+            pytest.fail(f"daemon exited before starting: {proc.wait()}")
+        proc.send_signal(signum)
+        # ~1 s is the bound; the margin absorbs a loaded test machine.
+        assert proc.wait(timeout=2) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.parametrize("name", DAEMONS)
+def test_every_listed_daemon_has_a_module_and_a_unit(name):
+    module = importlib.import_module(module_of(name))
+    daemons = [obj for obj in vars(module).values()
+               if isinstance(obj, type) and issubclass(obj, Daemon) and obj is not Daemon]
+    assert [d.name for d in daemons] == [name]
+    assert daemons[0].kinds
+    unit = os.path.join(ROOT, "systemd", f"appliance-{name}.service")
+    with open(unit) as f:
+        assert f"-m {module_of(name)}\n" in f.read()

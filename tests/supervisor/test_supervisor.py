@@ -1,0 +1,254 @@
+"""`appliance up` as a real process tree: readiness, restarts, clean stop, first start."""
+
+import json
+import os
+import queue
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+from appliance import config
+from appliance.supervisor import Child, child_environment
+from daemons import DAEMONS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+UP = "import sys; from appliance.supervisor import main; sys.exit(main(sys.argv[1:]))"
+CHILD_MODULES = ["appliance.api.server"] + [f"daemons.{name}" for name in DAEMONS]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- /proc helpers: who is whose child, and is a pid still the process we saw ----------------
+
+def proc_stat(pid):
+    """(state, ppid, start time) of a process, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields[0], int(fields[1]), int(fields[19])
+
+
+def children_of(pid):
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            info = proc_stat(int(entry))
+            if info and info[1] == pid and info[0] != "Z":
+                found.append(int(entry))
+    return found
+
+
+def descendants_of(pid):
+    """{pid: start time} of every living descendant."""
+    found, todo = {}, [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            info = proc_stat(child)
+            if info:
+                found[child] = info[2]
+                todo.append(child)
+    return found
+
+
+def still_alive(pid, started):
+    info = proc_stat(pid)
+    # A zombie is dead; a pid with another start time was reused by someone else.
+    return info is not None and info[0] != "Z" and info[2] == started
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def child_of_module(parent, module):
+    """The pid of the child of `parent` running `python -m module`, or None."""
+    for pid in children_of(parent):
+        if module.encode() in cmdline(pid):
+            return pid
+    return None
+
+
+# -- the supervisor under test --------------------------------------------------------------
+
+class Up:
+    def __init__(self, tmp_path):
+        self.state_dir = tmp_path / "var"
+        self.api_port = free_port()
+        config_file = tmp_path / "appliance.yaml"
+        config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
+        env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+        self.stderr = open(tmp_path / "supervisor.log", "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", UP, "--state-dir", str(self.state_dir),
+             "--api-port", str(self.api_port), "--dns-port", str(free_port()),
+             "--config", str(config_file)],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.stderr)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.seen = []
+        self.known = {}   # every descendant ever seen: {pid: start time}, for the clean-up
+
+    def _read(self):
+        for raw in self.proc.stdout:
+            self.lines.put(raw.decode(errors="replace").rstrip("\n"))
+
+    def wait_line(self, startswith, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if line.startswith(startswith):
+                return line
+        pytest.fail(f"no line starting with {startswith!r} on stdout; saw {self.seen}\n"
+                    f"{self.log()}")
+
+    def wait_all_children(self, timeout=10):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pids = {m: child_of_module(self.proc.pid, m) for m in CHILD_MODULES}
+            if all(pids.values()):
+                self.tree()
+                return pids
+            time.sleep(0.05)
+        pytest.fail(f"children not all running: {pids}\n{self.log()}")
+
+    def tree(self):
+        """The living descendants of the supervisor, remembered for the clean-up."""
+        found = descendants_of(self.proc.pid)
+        self.known.update(found)
+        return found
+
+    def log(self):
+        self.stderr.flush()
+        with open(self.stderr.name, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.tree()
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid, started in self.known.items():   # never leave strays behind a failed test
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        self.stderr.close()
+
+
+@pytest.fixture
+def up(tmp_path):
+    running = Up(tmp_path)
+    yield running
+    running.close()
+
+
+@pytest.mark.timeout(60)
+def test_health_answers_and_url_is_printed(up):
+    line = up.wait_line("appliance API is ready at ")
+    url = line.rsplit(" ", 1)[1]
+    assert url == f"http://127.0.0.1:{up.api_port}"
+    with urllib.request.urlopen(url + "/v1/health", timeout=5) as response:
+        assert response.status == 200
+        assert json.load(response)["status"] == "ok"
+
+
+@pytest.mark.timeout(60)
+def test_killed_daemon_is_restarted_within_two_seconds(up):
+    victim = up.wait_all_children()["daemons.dns"]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    replacement = None
+    while time.monotonic() - killed_at < 2.0:
+        replacement = child_of_module(up.proc.pid, "daemons.dns")
+        if replacement not in (None, victim):
+            break
+        time.sleep(0.02)
+    assert replacement not in (None, victim), up.log()
+    assert "dns killed by SIGKILL" in up.log()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_stops_everything_and_exits_zero(up, signum):
+    up.wait_all_children()
+    tree = up.tree()
+    assert len(tree) >= len(CHILD_MODULES)
+    up.proc.send_signal(signum)
+    assert up.proc.wait(timeout=10) == 0, up.log()
+    survivors = [pid for pid, started in tree.items() if still_alive(pid, started)]
+    assert survivors == [], up.log()
+
+
+@pytest.mark.timeout(60)
+def test_sigkilled_supervisor_takes_its_children_along(up):
+    # PR_SET_PDEATHSIG: the children get SIGTERM from the kernel when the supervisor dies.
+    up.wait_all_children()
+    tree = up.tree()
+    up.proc.kill()
+    up.proc.wait()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        survivors = [pid for pid, started in tree.items() if still_alive(pid, started)]
+        if not survivors:
+            break
+        time.sleep(0.05)
+    assert survivors == [], up.log()
+
+
+@pytest.mark.timeout(60)
+def test_admin_password_line_and_file_mode(up):
+    line = up.wait_line("admin password of user 'admin' is in ")
+    path = line.rsplit(" ", 1)[1]
+    assert path == str(up.state_dir / "admin-password")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    with open(path) as f:
+        password = f.read().strip()
+    assert password
+    up.wait_line("appliance API is ready at ")
+    # "never logged": the password shows up nowhere in the output
+    assert password not in "\n".join(up.seen) + up.log()
+
+
+def test_children_load_exactly_the_supervisors_settings(tmp_path):
+    config_file = tmp_path / "appliance.yaml"
+    config_file.write_text("realm_uuid: from-the-file\napi_threads: 3\n")
+    outside = {"APPLIANCE_API_PORT": "1", "APPLIANCE_LOG_LEVEL": "DEBUG", "PATH": "/bin"}
+    settings = config.load(config_file=str(config_file), environ=outside,
+                           overrides={"api_port": 12345, "state_dir": str(tmp_path)})
+    env = child_environment(settings, str(config_file), environ=outside)
+    assert config.load(environ=env) == settings
+    assert env["PATH"] == "/bin"
+
+
+def test_restart_back_off_grows_and_is_capped():
+    child = Child("dns", ["true"])
+    delays = []
+    for deaths in range(1, 12):
+        child.quick_deaths = deaths
+        delays.append(child.restart_delay())
+    assert delays[0] == 0.0                       # the first death restarts at once
+    assert delays[1:5] == [0.5, 1.0, 2.0, 4.0]
+    assert max(delays) == delays[-1] == 30.0
