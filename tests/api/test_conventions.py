@@ -2,6 +2,7 @@
 
 import logging
 import threading
+import time
 import uuid
 
 import pytest
@@ -308,15 +309,33 @@ def test_registering_a_route_without_permission_fails(server):
         server.api.route("GET", "/v1/test/unguarded", lambda call: {}, permission=None)
 
 
-def test_one_access_log_line_per_request(admin, caplog):
+class Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def test_one_access_log_line_per_request(admin):
     mine = str(uuid.uuid4())
-    with caplog.at_level(logging.INFO, logger="appliance.access"):
+    access = logging.getLogger("appliance.access")
+    handler, level = Lines(), access.level
+    access.addHandler(handler)
+    access.setLevel(logging.INFO)
+    try:
         admin.get(f"{W}/{mine}", query={"name": "zzz"})
         admin.get(f"/v1/nothing/{mine}")
-    # the line is written once the response is out: a previous test's may come late
-    lines = [r.getMessage() for r in caplog.records
-             if r.name == "appliance.access" and mine in r.getMessage()]
-    assert len(lines) == 2
+        # the line is written once the response is out: give the second one a moment
+        deadline = time.monotonic() + 2
+        while sum(mine in line for line in handler.lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        access.removeHandler(handler)
+        access.setLevel(level)
+    lines = [line for line in handler.lines if mine in line]
+    assert len(lines) == 2, handler.lines
     assert f'"GET {W}/{mine}" 404' in lines[0]
     assert f'"GET /v1/nothing/{mine}" 404' in lines[1]
     assert "zzz" not in " ".join(lines)      # query strings are not logged
