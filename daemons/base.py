@@ -106,6 +106,14 @@ class Daemon:
                 self._due[kind] = self._retry_at.get(kind, 0.0)
             self._wake.notify_all()
 
+    def request_in(self, kind, seconds):
+        """Ask for a reconcile of `kind` after `seconds` (a per-record retry), unless one
+        is due sooner anyway."""
+        with self._wake:
+            when = time.monotonic() + seconds
+            self._due[kind] = min(self._due.get(kind, when), when)
+            self._wake.notify_all()
+
     def request_all(self):
         for kind in self.kinds:
             self.request(kind)

@@ -1,17 +1,27 @@
-"""Delivery daemon: will place the effective values of secrets under
-<state-dir>/data-plane/.
-
-So far it only follows changes to secrets; delivery comes in a later issue.
-"""
+"""Delivery daemon: keeps the data plane (`<state-dir>/data-plane/`) in step with the
+secret kinds. The logic is appliance.secret.delivery; this is its process shell."""
 
 import sys
 
+from appliance.dataplane import DataPlane
+from appliance.secret.delivery import SecretDelivery
 from daemons.base import Daemon, run
 
 
 class Delivery(Daemon):
     name = "delivery"
-    kinds = ("secret_secrets",)
+    kinds = SecretDelivery.kinds
+    tick_seconds = 30.0
+
+    def start(self):
+        self.secrets = SecretDelivery(self.store, DataPlane(self.settings["state_dir"]),
+                                      self.log)
+        return super().start()
+
+    def reconcile(self, kind):
+        retry_in = self.secrets.reconcile(kind)
+        if retry_in is not None:
+            self.request_in(kind, retry_in)
 
 
 if __name__ == "__main__":

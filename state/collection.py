@@ -213,6 +213,27 @@ class Collection:
             self._commit(snap, {uuid: new})
             return dict(new)
 
+    def update_many(self, updates):
+        """Compare-and-set of many records in one write: `updates` maps uuid to
+        (expected revision, changes). A record that moved on or is gone is skipped.
+        Returns {uuid: new record} for those written."""
+        with self.lock:
+            snap = self.snapshot()
+            stamp = None
+            written = {}
+            for uuid, (expected, changes) in updates.items():
+                current = snap.get(uuid)
+                if current is None or current["revision"] != expected:
+                    continue
+                stamp = stamp or self._stamp(snap)
+                new = {**current, **{k: v for k, v in changes.items() if k not in BOOKKEEPING}}
+                new["revision"] = current["revision"] + 1
+                new["updated_at"] = stamp
+                written[uuid] = new
+            if written:
+                self._commit(snap, written)
+            return {u: dict(r) for u, r in written.items()}
+
     def delete(self, uuid, expect_revision=None):
         with self.lock:
             snap = self.snapshot()

@@ -30,3 +30,26 @@ def fresh_server(tmp_path):
 @pytest.fixture(scope="module")
 def admin(server):
     return server.client(server.login("admin", ADMIN_PASSWORD))
+
+
+# ---- logs of the whole run, so that tests can grep them (no secret in any log) ----------
+
+import logging  # noqa: E402
+import tempfile  # noqa: E402
+
+RUN_LOG_DIR = tempfile.mkdtemp(prefix="appliance-test-logs-")
+# values handed to the API as secrets during the run; tests/secret/test_zz_logs.py greps
+SECRET_VALUES = set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def run_logs():
+    handler = logging.FileHandler(os.path.join(RUN_LOG_DIR, "in-process.log"))
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    loggers = [logging.getLogger(n) for n in ("appliance", "daemons", "state", "waitress")]
+    for lg in loggers:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+    yield RUN_LOG_DIR
+    for lg in loggers:
+        lg.removeHandler(handler)

@@ -141,3 +141,16 @@ def test_rescan_finds_change_without_events(tmp_path):
         assert calls == ["things"]
     finally:
         watch.stop()
+
+
+def test_update_many_skips_records_that_moved_on(store):
+    things = store.collection("things")
+    a, b, c = (things.insert({"n": i}) for i in range(3))
+    things.update(b["uuid"], {"n": 10})                   # b is now at revision 2
+    written = things.update_many({a["uuid"]: (1, {"n": 1}), b["uuid"]: (1, {"n": 11}),
+                                  c["uuid"]: (1, {"n": 2, "revision": 50}),
+                                  "missing": (1, {"n": 0})})
+    assert set(written) == {a["uuid"], c["uuid"]}
+    assert things.require(a["uuid"])["revision"] == 2
+    assert things.require(b["uuid"])["n"] == 10
+    assert things.require(c["uuid"])["revision"] == 2

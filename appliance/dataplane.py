@@ -1,0 +1,61 @@
+"""The data plane on this box: `<state-dir>/data-plane/`, where delivered values land.
+
+Directories 0700 and files 0600 (root only). A file is replaced atomically (temp file,
+fsync, rename, fsync of the directory), so a reader sees the old value or the new one.
+"""
+
+import os
+import secrets
+
+ROOT = "data-plane"
+
+
+class DataPlane:
+    def __init__(self, state_dir):
+        self.root = os.path.join(state_dir, ROOT)
+
+    def path(self, *parts):
+        return os.path.join(self.root, *parts)
+
+    def read(self, *parts):
+        try:
+            with open(self.path(*parts), "rb") as f:
+                return f.read().decode()
+        except (FileNotFoundError, NotADirectoryError, UnicodeDecodeError):
+            return None
+
+    def write(self, parts, text):
+        target = self.path(*parts)
+        directory = os.path.dirname(target)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        tmp = os.path.join(directory, f".{os.path.basename(target)}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, text.encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            os.unlink(tmp)
+            raise
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def remove(self, *parts):
+        """True when a file was there."""
+        try:
+            os.unlink(self.path(*parts))
+            return True
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
+    def names(self, *parts):
+        try:
+            return [n for n in os.listdir(self.path(*parts)) if not n.startswith(".")]
+        except (FileNotFoundError, NotADirectoryError):
+            return []

@@ -1,0 +1,131 @@
+"""Reconcile step of the delivery daemon for the four secret kinds (spec 3.1).
+
+Level-triggered and idempotent: told only which kind changed, it compares every record
+with the data plane and moves what differs:
+
+- a record with a value to deliver and not ACTIVE with that value in place
+  -> IN_PROGRESS, file written, -> ACTIVE; a failed write -> ERROR with a reason, retried
+  with back-off (per record: one broken record never holds back the others);
+- a record with nothing to deliver -> its file withdrawn, status NEW;
+- a file whose record is gone -> removed.
+
+Status moves are compare-and-set on the record's revision, so an API write that lands
+during a delivery (a rotation) is never overwritten by a stale ACTIVE: the change simply
+triggers the next pass. Values are never logged.
+"""
+
+import time
+
+from .crypto import DecryptionError, SecretBox
+from .resources import KINDS, effective_value
+
+FIRST_RETRY, MAX_RETRY = 0.5, 60.0
+
+
+class SecretDelivery:
+    kinds = tuple(KINDS)
+
+    def __init__(self, store, dataplane, log, clock=time.monotonic):
+        self.store = store
+        self.dataplane = dataplane
+        self.box = SecretBox(store)
+        self.log = log
+        self.clock = clock
+        self._retry = {}        # (kind, uuid) -> (monotonic time of next try, delay)
+
+    def folder(self, kind):
+        return ("secret", KINDS[kind].path.rsplit("/", 1)[1])
+
+    def _desired(self, kind, record):
+        opened = dict(record)
+        for name in KINDS[kind].sealed:
+            opened[name] = self.box.open(kind, record["uuid"], name, record.get(name))
+        return effective_value(kind, opened)
+
+    def reconcile(self, kind):
+        """One pass over `kind`. Returns seconds until a retry is due, or None."""
+        coll = self.store.collection(kind)
+        folder = self.folder(kind)
+        now = self.clock()
+        deliver, withdraw, broken = {}, [], {}
+        records = coll.records()
+        for record in records:
+            uuid = record["uuid"]
+            try:
+                desired = self._desired(kind, record)
+            except DecryptionError:
+                broken[uuid] = (record, "stored value cannot be decrypted with this "
+                                        "appliance's key")
+                continue
+            if desired is None:
+                withdraw.append(record)
+                continue
+            if record["status"] == "ACTIVE" and self.dataplane.read(*folder, uuid) == desired:
+                self._retry.pop((kind, uuid), None)
+                continue
+            due = self._retry.get((kind, uuid), (0, 0))[0]
+            if record["status"] == "ERROR" and due > now:
+                continue
+            deliver[uuid] = (record, desired)
+
+        self._withdraw(coll, folder, withdraw)
+        self._deliver(coll, kind, folder, deliver)
+        if broken:
+            self._fail(coll, {u: (r, reason) for u, (r, reason) in broken.items()})
+        live = {r["uuid"] for r in records}
+        for name in self.dataplane.names(*folder):
+            if name not in live:
+                self.dataplane.remove(*folder, name)
+                self.log.info("withdrew the value of deleted %s %s", kind, name)
+        for key in [k for k in self._retry if k[0] == kind and k[1] not in live]:
+            del self._retry[key]
+        pending = [when for (k, _), (when, _) in self._retry.items() if k == kind]
+        return max(min(pending) - self.clock(), 0.05) if pending else None
+
+    def _withdraw(self, coll, folder, records):
+        changes = {}
+        for record in records:
+            if self.dataplane.remove(*folder, record["uuid"]):
+                self.log.info("withdrew %s %s: nothing to deliver", coll.kind, record["uuid"])
+            self._retry.pop((coll.kind, record["uuid"]), None)
+            if record["status"] != "NEW" or record.get("status_reason"):
+                changes[record["uuid"]] = (record["revision"],
+                                           {"status": "NEW", "status_reason": None})
+        if changes:
+            coll.update_many(changes)
+
+    def _deliver(self, coll, kind, folder, pending):
+        if not pending:
+            return
+        started = coll.update_many({
+            uuid: (record["revision"], {"status": "IN_PROGRESS", "status_reason": None})
+            for uuid, (record, _) in pending.items() if record["status"] != "IN_PROGRESS"})
+        done, failed = {}, {}
+        for uuid, (record, desired) in pending.items():
+            current = started.get(uuid, record if record["status"] == "IN_PROGRESS" else None)
+            if current is None:
+                continue        # changed under us: the change brings another pass
+            try:
+                self.dataplane.write((*folder, uuid), desired)
+            except OSError as e:
+                failed[uuid] = (current, f"cannot write to the data plane: "
+                                         f"{e.strerror or type(e).__name__}")
+                continue
+            done[uuid] = (current["revision"], {"status": "ACTIVE", "status_reason": None})
+            self._retry.pop((kind, uuid), None)
+        if done:
+            coll.update_many(done)
+            self.log.info("delivered %d %s", len(done), kind)
+        if failed:
+            self._fail(coll, failed)
+
+    def _fail(self, coll, failed):
+        now = self.clock()
+        changes = {}
+        for uuid, (record, reason) in failed.items():
+            key = (coll.kind, uuid)
+            delay = min(self._retry.get(key, (0, FIRST_RETRY / 2))[1] * 2, MAX_RETRY)
+            self._retry[key] = (now + delay, delay)
+            changes[uuid] = (record["revision"], {"status": "ERROR", "status_reason": reason})
+            self.log.warning("%s %s: %s; retrying in %.1f s", coll.kind, uuid, reason, delay)
+        coll.update_many(changes)

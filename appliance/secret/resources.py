@@ -1,0 +1,241 @@
+"""Secret resources: opaque secrets, passwords, SSH keys, RSA keys.
+
+All four hold material the delivery daemon writes to the data plane, so they share one
+life cycle (every write returns the record to NEW; the daemon moves it on) and one rule:
+their sensitive fields are sealed in the store (crypto.SecretBox) and opened only to be
+returned to a caller holding the read permission.
+"""
+
+from appliance.api.errors import BadRequest
+from appliance.api.fields import UUID, Enum, Field, Integer, Object, String, Text
+from appliance.api.resource import Action, Resource
+
+from . import generate
+from .crypto import SecretBox
+
+VALUE_LIMIT = 10240
+STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
+CONSTRUCTOR_KINDS = ["plain"]
+CONSTRUCTOR = {"type": "object", "properties": {"kind": {"enum": CONSTRUCTOR_KINDS}},
+               "required": ["kind"], "additionalProperties": False}
+NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:/ -]{0,254}$"
+_OPENED = "__opened__"
+
+
+def common_fields():
+    return [
+        Field("name", String(255, pattern=NAME), required=True),
+        Field("project_id", UUID(), required=True, create_only=True),
+        Field("description", Text(4096)),
+    ]
+
+
+def status_fields():
+    return [
+        Field("status", Enum(*STATUSES), read_only=True,
+              description="NEW until delivered to the data plane, then ACTIVE"),
+        Field("status_reason", String(1024), read_only=True,
+              description="why the last delivery failed (status ERROR)"),
+    ]
+
+
+class SecretMaterial(Resource):
+    """Base of the four kinds: sealing, status reset, project existence."""
+    sealed = ()
+
+    def register(self, api):
+        super().register(api)
+        self.box = SecretBox(api.store)
+
+    def _seal(self, uuid, values):
+        for name in self.sealed:
+            if name in values:
+                values[name] = self.box.seal(self.kind, uuid, name, values[name])
+        return values
+
+    def opened(self, record):
+        out = dict(record)
+        for name in self.sealed:
+            out[name] = self.box.open(self.kind, record["uuid"], name, record.get(name))
+        out[_OPENED] = True
+        return out
+
+    def load_visible(self, call, uuid):
+        return self.opened(super().load_visible(call, uuid))
+
+    def render(self, record, only=None):
+        if not record.get(_OPENED):
+            record = self.opened(record)
+        return super().render(record, only)
+
+    def prepare_create(self, call, record):
+        project = record.get("project_id")
+        if call.store.collection("iam_projects").get(project) is None:
+            raise BadRequest(f"project_id: project {project} does not exist")
+        record["status"], record["status_reason"] = "NEW", None
+        return self._seal(record["uuid"], self.fill(call, record))
+
+    def prepare_update(self, call, current, changes):
+        changes = self.refill(call, current, changes)
+        changes["status"], changes["status_reason"] = "NEW", None
+        return self._seal(current["uuid"], changes)
+
+    # kind-specific: derive generated fields
+    def fill(self, call, record):
+        return record
+
+    def refill(self, call, current, changes):
+        return changes
+
+
+class Secrets(SecretMaterial):
+    sealed = ("value", "default_value")
+
+    def __init__(self):
+        super().__init__(
+            name="Secret", path="/v1/secret/secrets", kind="secret_secrets", service="secret",
+            policy="secret", project_scoped=True, unique=[("name", "project_id")],
+            description="an opaque value; delivered value = value, else default_value",
+            fields=common_fields() + [
+                Field("constructor", Object(CONSTRUCTOR), required=True,
+                      description="kind plain: the value is stored as given"),
+                Field("value", String(VALUE_LIMIT), omit_unset=True, filterable=False,
+                      description="null falls back to default_value"),
+                Field("default_value", String(VALUE_LIMIT), omit_unset=True,
+                      filterable=False, description="owned by a manifest; used while "
+                                                    "value is unset"),
+            ] + status_fields())
+
+
+class Passwords(SecretMaterial):
+    sealed = ("value",)
+    METHODS = ("AUTO_HEX", "AUTO_URL_SAFE", "MANUAL")
+
+    def __init__(self):
+        low, high = generate.PASSWORD_LENGTH
+        super().__init__(
+            name="Password", path="/v1/secret/passwords", kind="secret_passwords",
+            service="secret", policy="password", project_scoped=True,
+            unique=[("name", "project_id")],
+            description="a password generated once (AUTO_*) or set (MANUAL)",
+            fields=common_fields() + [
+                Field("constructor", Object(CONSTRUCTOR), default=lambda: {"kind": "plain"},
+                      nullable=False),
+                Field("method", Enum(*self.METHODS), default="AUTO_HEX", nullable=False),
+                Field("default_length", Integer(low, high), default=32, nullable=False,
+                      description=f"length of a generated value, {low} to {high}"),
+                Field("value", String(VALUE_LIMIT), filterable=False,
+                      description="generated for AUTO_*; required for MANUAL"),
+            ] + status_fields(),
+            actions=[Action("regenerate", self.regenerate,
+                            summary="Generate a new value (AUTO_* methods)")])
+
+    def fill(self, call, record):
+        if record["method"] == "MANUAL":
+            if not record.get("value"):
+                raise BadRequest("value: required for method MANUAL")
+        elif record.get("value") is not None:
+            raise BadRequest(f"value: generated for method {record['method']}; "
+                             "use method MANUAL to set it")
+        else:
+            record["value"] = generate.password(record["method"], record["default_length"])
+        return record
+
+    def refill(self, call, current, changes):
+        method = changes.get("method", current["method"])
+        length = changes.get("default_length", current["default_length"])
+        if method == "MANUAL":
+            if "value" in changes and not changes["value"]:
+                raise BadRequest("value: required for method MANUAL")
+            return changes
+        if "value" in changes:
+            raise BadRequest(f"value: generated for method {method}; "
+                             "use method MANUAL to set it")
+        # a generated value stays as it is unless what it was generated from changes
+        if method != current["method"] or length != current["default_length"]:
+            changes["value"] = generate.password(method, length)
+        return changes
+
+    def regenerate(self, call, record):
+        if record["method"] == "MANUAL":
+            raise BadRequest("method MANUAL: set a new value with PUT instead")
+        changes = {"value": generate.password(record["method"], record["default_length"]),
+                   "status": "NEW", "status_reason": None}
+        updated = self.collection().update(record["uuid"], self._seal(record["uuid"], changes))
+        return self.render(updated)
+
+
+class SshKeys(SecretMaterial):
+    sealed = ("private_key",)
+
+    def __init__(self):
+        super().__init__(
+            name="SshKey", path="/v1/secret/ssh_keys", kind="secret_ssh_keys",
+            service="secret", policy="ssh_key", project_scoped=True,
+            unique=[("name", "project_id")],
+            description="an SSH key pair generated by the service (OpenSSH format)",
+            fields=common_fields() + [
+                Field("algorithm", Enum("ed25519", "rsa"), default="ed25519",
+                      nullable=False, create_only=True),
+                Field("bits", Integer(2048, 4096), create_only=True,
+                      description="RSA only: 2048, 3072 or 4096 (default 3072)"),
+                Field("comment", String(255), create_only=True),
+                Field("public_key", Text(16384), read_only=True),
+                Field("fingerprint", String(128), read_only=True),
+                Field("private_key", Text(16384), read_only=True, filterable=False,
+                      description="OpenSSH private key; needs secret.ssh_key.read"),
+            ] + status_fields())
+
+    def fill(self, call, record):
+        if record["algorithm"] == "ed25519":
+            if record.get("bits") is not None:
+                raise BadRequest("bits: only for algorithm rsa")
+        else:
+            record["bits"] = record.get("bits") or 3072
+            if record["bits"] not in generate.RSA_BITS:
+                raise BadRequest("bits: must be one of 2048, 3072, 4096")
+        private, public, fingerprint = generate.ssh_key(record["algorithm"], record["bits"],
+                                                        record.get("comment"))
+        record.update(private_key=private, public_key=public, fingerprint=fingerprint)
+        return record
+
+
+class RsaKeys(SecretMaterial):
+    sealed = ("private_key",)
+
+    def __init__(self):
+        super().__init__(
+            name="RsaKey", path="/v1/secret/rsa_keys", kind="secret_rsa_keys",
+            service="secret", policy="rsa_key", project_scoped=True,
+            unique=[("name", "project_id")],
+            description="an RSA key pair generated by the service (PEM)",
+            fields=common_fields() + [
+                Field("bits", Integer(2048, 4096), default=2048, nullable=False,
+                      create_only=True, description="2048, 3072 or 4096"),
+                Field("public_key", Text(16384), read_only=True),
+                Field("private_key", Text(16384), read_only=True, filterable=False,
+                      description="PKCS#8 PEM; needs secret.rsa_key.read"),
+            ] + status_fields())
+
+    def fill(self, call, record):
+        if record["bits"] not in generate.RSA_BITS:
+            raise BadRequest("bits: must be one of 2048, 3072, 4096")
+        record["private_key"], record["public_key"] = generate.rsa_key_pem(record["bits"])
+        return record
+
+
+def all_resources():
+    return [Secrets(), Passwords(), SshKeys(), RsaKeys()]
+
+
+# what each kind delivers to the data plane, from an opened record
+def effective_value(kind, record):
+    if kind == "secret_secrets":
+        return record.get("value") if record.get("value") is not None else record.get(
+            "default_value")
+    if kind == "secret_passwords":
+        return record.get("value")
+    return record.get("private_key")
+
+
+KINDS = {r.kind: r for r in all_resources()}

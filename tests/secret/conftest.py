@@ -1,0 +1,74 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.apiserver import ApiServer
+from tests.conftest import ADMIN_PASSWORD, ROOT, RUN_LOG_DIR, SECRET_VALUES
+
+
+class DaemonProcess:
+    """A real daemon process (`python -m daemons.<name>`) over a state dir; its log goes
+    to the run's log directory."""
+
+    def __init__(self, name, state_dir):
+        self.name, self.state_dir = name, state_dir
+        self.proc = None
+        self.starts = 0
+
+    def start(self):
+        self.starts += 1
+        log = open(os.path.join(RUN_LOG_DIR, f"{self.name}-{os.getpid()}-"
+                                             f"{id(self)}-{self.starts}.log"), "wb")
+        env = dict(os.environ, PYTHONPATH=ROOT, APPLIANCE_STATE_DIR=self.state_dir,
+                   APPLIANCE_LOG_LEVEL="DEBUG")
+        self.proc = subprocess.Popen([sys.executable, "-m", f"daemons.{self.name}"],
+                                     cwd=ROOT, env=env, stdout=log, stderr=log)
+        log.close()
+        return self
+
+    def kill(self):
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def delivery(server):
+    daemon = DaemonProcess("delivery", server.settings["state_dir"]).start()
+    yield daemon
+    daemon.stop()
+
+
+def wait_for(predicate, timeout=10.0, interval=0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(interval)
+
+
+def remember(value):
+    """Note a secret value: the last test of the run greps every log for it."""
+    SECRET_VALUES.add(value)
+    return value
