@@ -8,6 +8,8 @@ Capabilities subclass `Resource` and override the hooks (`prepare_create`,
 
 import uuid as uuidlib
 
+from state import RevisionConflict
+
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_RE, DateTime, Field, UUID
 from .listing import check_project_filter, matches, parse_filters, sort_and_page
@@ -15,6 +17,7 @@ from .routing import Reply
 from .validation import Validator
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+UPDATE_ATTEMPTS = 5
 BOOKKEEPING_FIELDS = [
     Field("uuid", UUID(), read_only=True, description="identifier; may be given on create"),
     Field("created_at", DateTime(), read_only=True),
@@ -272,17 +275,24 @@ class Resource:
         return self.render(self.load_visible(call, call.params["uuid"]), self.projection(call))
 
     def update_handler(self, call):
-        current = self.load_visible(call, call.params["uuid"])
-        if self.project_scoped:
-            self.writable_project(call, current.get("project_id"))
-        changes = self._normalize(self._body_object(call), current)
-        self.update_validator.check(changes)
-        changes = self.prepare_update(call, current, changes)
-        # compare-and-set: a concurrent writer between our read and this write is a 409,
-        # not a silently lost update
-        updated = self.collection().update(current["uuid"], changes,
-                                           expect_revision=current["revision"])
-        return self.render(updated)
+        # compare-and-set against the revision the hooks saw. A PUT sets the fields it
+        # names, so when another writer (a daemon writing status) got in between, the same
+        # change is worked out again on the fresh record; only persistent contention is 409.
+        for attempt in range(UPDATE_ATTEMPTS):
+            current = self.load_visible(call, call.params["uuid"])
+            if self.project_scoped:
+                self.writable_project(call, current.get("project_id"))
+            changes = self._normalize(self._body_object(call), current)
+            self.update_validator.check(changes)
+            changes = self.prepare_update(call, current, changes)
+            try:
+                updated = self.collection().update(current["uuid"], changes,
+                                                   expect_revision=current["revision"])
+            except RevisionConflict:
+                if attempt == UPDATE_ATTEMPTS - 1:
+                    raise
+                continue
+            return self.render(updated)
 
     def delete_handler(self, call):
         current = self.load_visible(call, call.params["uuid"])

@@ -339,3 +339,15 @@ def test_one_access_log_line_per_request(admin):
     assert f'"GET {W}/{mine}" 404' in lines[0]
     assert f'"GET /v1/nothing/{mine}" 404' in lines[1]
     assert "zzz" not in " ".join(lines)      # query strings are not logged
+
+
+def test_put_racing_another_writer_is_applied_to_the_fresh_record(admin, server):
+    widgets = [r.resource for r in server.api.routes if r.path == W][0]
+    w = new(admin)
+    widgets.races_left = 2
+    resp = admin.put(f"{W}/{w['uuid']}", {"tags": ["race"], "color": "red"})
+    assert resp.status == 200, resp
+    assert resp.json["color"] == "red" and resp.json["status"] == "ACTIVE"
+    widgets.races_left = 10         # contention that never ends is a 409, not a lost write
+    assert_error(admin.put(f"{W}/{w['uuid']}", {"tags": ["race"]}), 409, "Conflict")
+    widgets.races_left = 0
