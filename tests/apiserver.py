@@ -98,12 +98,23 @@ class ApiServer:
         self.server = waitress.create_server(self.app, host=self.host,
                                              port=self.settings["api_port"], threads=4)
         self.port = self.server.effective_port
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.closing = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
         return self
 
+    def _run(self):
+        try:
+            self.server.run()
+        except (OSError, ValueError):
+            # close() from another thread pulls the sockets from under select(): expected
+            if not self.closing:
+                raise
+
     def stop(self):
+        self.closing = True
         self.server.close()
+        self.server.task_dispatcher.shutdown(timeout=5)
         self.thread.join(timeout=5)
 
     @property

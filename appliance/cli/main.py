@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import output
+from appliance.cli import groups, output
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -256,6 +256,10 @@ def build_parser(env: Environment) -> ArgumentParser:
                         help=FIELDS_HELP + "; with --get, key=value are query parameters")
     action.add_argument("--data", metavar="JSON|@FILE|-", help=DATA_HELP)
     action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
+
+    groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
+        "list": cmd_list, "show": cmd_show, "create": cmd_create, "update": cmd_update,
+        "delete": cmd_delete})
 
     up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
                              description="Start the appliance; arguments go to the supervisor. "
