@@ -18,6 +18,7 @@ from .validation import Validator
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 UPDATE_ATTEMPTS = 5
+OPERATIONS = ("list", "create", "get", "update", "delete")
 BOOKKEEPING_FIELDS = [
     Field("uuid", UUID(), read_only=True, description="identifier; may be given on create"),
     Field("created_at", DateTime(), read_only=True),
@@ -41,7 +42,8 @@ class Resource:
     # service policy of the permission names: <service>.<policy>.<action>
     def __init__(self, *, name, path, kind, service, policy, fields, unique=(),
                  project_scoped=False, shared_projects=(), description="", actions=(),
-                 max_body=None, create_accepts=None):
+                 max_body=None, create_accepts=None, operations=OPERATIONS):
+        self.operations = operations
         self.name = name
         self.path = path.rstrip("/")
         self.kind = kind
@@ -109,24 +111,34 @@ class Resource:
         item = self.path + "/<uuid>"
         common = {"tag": self.service, "resource": self}
         ref = self.name
-        api.route("GET", self.path, self.list_handler, permission=self.permission("read"),
-                  summary=f"List {ref}s", response_schema={"type": "array", "items": {
-                      "$ref": f"#/components/schemas/{ref}"}},
-                  query_params=self.query_parameters(), **common)
-        api.route("POST", self.path, self.create_handler, permission=self.permission("create"),
-                  summary=f"Create a {ref}", status=201, max_body=self.max_body,
-                  accepts=self.create_accepts or ("application/json",),
-                  request_schema={"$ref": f"#/components/schemas/{ref}Create"},
-                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
-        api.route("GET", item, self.get_handler, permission=self.permission("read"),
-                  summary=f"Get a {ref}",
-                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
-        api.route("PUT", item, self.update_handler, permission=self.permission("update"),
-                  summary=f"Update a {ref} (only the fields sent)", max_body=self.max_body,
-                  request_schema={"$ref": f"#/components/schemas/{ref}Update"},
-                  response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
-        api.route("DELETE", item, self.delete_handler, permission=self.permission("delete"),
-                  summary=f"Delete a {ref}", status=204, **common)
+        api.resources[self.path] = self
+        ops = self.operations
+        if "list" in ops:
+            api.route("GET", self.path, self.list_handler, permission=self.permission("read"),
+                      summary=f"List {ref}s", response_schema={"type": "array", "items": {
+                          "$ref": f"#/components/schemas/{ref}"}},
+                      query_params=self.query_parameters(), **common)
+        if "create" in ops:
+            api.route("POST", self.path, self.create_handler,
+                      permission=self.permission("create"), summary=f"Create a {ref}",
+                      status=201, max_body=self.max_body,
+                      accepts=self.create_accepts or ("application/json",),
+                      request_schema={"$ref": f"#/components/schemas/{ref}Create"},
+                      response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        if "get" in ops:
+            api.route("GET", item, self.get_handler, permission=self.permission("read"),
+                      summary=f"Get a {ref}",
+                      response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        if "update" in ops:
+            api.route("PUT", item, self.update_handler, permission=self.permission("update"),
+                      summary=f"Update a {ref} (only the fields sent)",
+                      max_body=self.max_body,
+                      request_schema={"$ref": f"#/components/schemas/{ref}Update"},
+                      response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
+        if "delete" in ops:
+            api.route("DELETE", item, self.delete_handler,
+                      permission=self.permission("delete"), summary=f"Delete a {ref}",
+                      status=204, **common)
         for action in self.actions:
             suffix = "/invoke" if action.method == "POST" else ""
             api.route(action.method, f"{item}/actions/{action.name}{suffix}",
@@ -196,7 +208,7 @@ class Resource:
             body = {}
         if not isinstance(body, dict):
             raise BadRequest("body must be a JSON object")
-        return body
+        return dict(body)
 
     def _normalize(self, body, current=None):
         """Unknown fields -> 400; read-only fields -> 403 (on update a read-only field
@@ -248,7 +260,13 @@ class Resource:
         return [self.render(r, only) for r in page]
 
     def create_handler(self, call):
-        body = self._normalize(self._body_object(call))
+        created = self.create_record(call, self._body_object(call))
+        location = f"{self.path}/{created['uuid']}"
+        return Reply(self.render(created), 201, {"Location": location})
+
+    def create_record(self, call, body):
+        """Validate and insert; the stored record. Also used in-process (Element Manager)."""
+        body = self._normalize(body)
         principal = call.principal
         if (self.project_scoped and body.get("project_id") is None and principal is not None
                 and principal.project_id is not None):
@@ -267,41 +285,46 @@ class Resource:
         record = {f.name: None for f in self.fields if not f.omit_unset}
         record.update(body)
         record = self.prepare_create(call, record)
-        created = self.collection().insert(record)
-        location = f"{self.path}/{created['uuid']}"
-        return Reply(self.render(created), 201, {"Location": location})
+        return self.collection().insert(record)
 
     def get_handler(self, call):
         return self.render(self.load_visible(call, call.params["uuid"]), self.projection(call))
 
     def update_handler(self, call):
+        return self.render(self.update_record(call, call.params["uuid"],
+                                              self._body_object(call)))
+
+    def update_record(self, call, uuid, body):
+        """Validate and apply a partial update; the stored record."""
         # compare-and-set against the revision the hooks saw. A PUT sets the fields it
         # names, so when another writer (a daemon writing status) got in between, the same
         # change is worked out again on the fresh record; only persistent contention is 409.
         for attempt in range(UPDATE_ATTEMPTS):
-            current = self.load_visible(call, call.params["uuid"])
+            current = self.load_visible(call, uuid)
             if self.project_scoped:
                 self.writable_project(call, current.get("project_id"))
-            changes = self._normalize(self._body_object(call), current)
+            changes = self._normalize(body, current)
             self.update_validator.check(changes)
             changes = self.prepare_update(call, current, changes)
             try:
-                updated = self.collection().update(current["uuid"], changes,
-                                                   expect_revision=current["revision"])
+                return self.collection().update(current["uuid"], changes,
+                                                expect_revision=current["revision"])
             except RevisionConflict:
                 if attempt == UPDATE_ATTEMPTS - 1:
                     raise
-                continue
-            return self.render(updated)
 
     def delete_handler(self, call):
-        current = self.load_visible(call, call.params["uuid"])
+        self.delete_record(call, call.params["uuid"])
+        return Reply(None, 204)
+
+    def delete_record(self, call, uuid):
+        current = self.load_visible(call, uuid)
         if self.project_scoped:
             self.writable_project(call, current.get("project_id"))
         self.check_delete(call, current)
         self.collection().delete(current["uuid"])
         self.after_delete(call, current)
-        return Reply(None, 204)
+        return current
 
     def _action_endpoint(self, action):
         def endpoint(call):

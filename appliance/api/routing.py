@@ -49,6 +49,23 @@ class Call:
         return self.api.store
 
 
+class SystemCall:
+    """A call made by the platform itself (the Element Manager materializing a manifest):
+    no HTTP request, an unscoped caller with every permission."""
+
+    def __init__(self, api, principal, body=None):
+        self.api = api
+        self.principal = principal
+        self.body = body
+        self.params = {}
+        self.query = bottle.FormsDict()
+        self.request = None
+
+    @property
+    def store(self):
+        return self.api.store
+
+
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
                  response_schema, status, max_body, accepts, tag, query_params, resource):
@@ -85,6 +102,7 @@ class Api:
         self.app = bottle.Bottle()     # catchall stays on: escapes get _bottle_error
         self.app.default_error_handler = self._bottle_error
         self.routes = []
+        self.resources = {}         # collection path -> Resource, for in-process use
         self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
 
     # ---- registration ------------------------------------------------------------

@@ -6,17 +6,20 @@ DEFAULT_CLIENT = "00000000-0000-0000-0000-000000000000"
 DEFAULT_ORGANIZATION = "00000000-0000-0000-0000-000000000000"
 ADMIN_USERNAME = "admin"
 
-# services whose resources live in projects; the owner of a project gets all of them
-PROJECT_SERVICES = ("secret", "repo", "em", "vs", "dns", "compute", "network", "config",
-                    "sqldb")
+# services whose resources live in projects; the owner of a project gets all of them.
+# Not the Element Manager's manifests and elements: they create resources in any project,
+# so they stay with admins; project owners get em's project resources (services) only.
+PROJECT_SERVICES = ("secret", "repo", "vs", "dns", "compute", "network", "config", "sqldb")
 SELF_SERVICE = ("iam.client.introspect", "iam.client.logout")
 
 ROLES = {
     "admin": ("everything, everywhere", ["*.*.*"]),
     "owner": ("every resource of the project it is bound to, uploads included",
-              [f"{s}.*.*" for s in PROJECT_SERVICES] + ["repo.repository.upload",
+              [f"{s}.*.*" for s in PROJECT_SERVICES] + ["em.service.*",
+                                                        "repo.repository.upload",
                                                         *SELF_SERVICE]),
     "reader": ("reads every resource of the project it is bound to",
-               [f"{s}.*.read" for s in PROJECT_SERVICES] + list(SELF_SERVICE)),
+               [f"{s}.*.read" for s in PROJECT_SERVICES] + ["em.service.read",
+                                                             *SELF_SERVICE]),
     "newcomer": ("nothing until bound to a role that grants something", []),
 }
