@@ -233,6 +233,10 @@ class Resource:
 
     # ---- hooks for subclasses ------------------------------------------------------
 
+    def link_value(self, shown, name):
+        """What a manifest link `...:name` gives for a record as shown to clients."""
+        return shown.get(name)
+
     def prepare_create(self, call, record):
         """Last checks and derived fields before insert; raise an ApiError to refuse."""
         return record

@@ -62,3 +62,9 @@ class Validator:
         error = best_match(self._validator.iter_errors(instance))
         if error is not None:
             raise BadRequest(describe(error))
+
+    def check_at(self, instance, where):
+        """As check, with the error's field path prefixed by `where`."""
+        error = best_match(self._validator.iter_errors(instance))
+        if error is not None:
+            raise BadRequest(f"{where}.{describe(error)}")

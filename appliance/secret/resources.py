@@ -106,6 +106,11 @@ class Secrets(SecretMaterial):
                                                     "value is unset"),
             ] + status_fields())
 
+    def link_value(self, shown, name):
+        if name == "value":
+            return effective_value(self.kind, shown)
+        return super().link_value(shown, name)
+
 
 class Passwords(SecretMaterial):
     sealed = ("value",)

@@ -1,0 +1,226 @@
+"""Reconcile step of the builder daemon for elements: declared state vs actual state.
+
+For each element, every resource of its manifest (in plan order) is rendered (links
+resolved against live records) and compared with its record:
+
+- missing            -> created with the uuid the element holds for it
+- declared fields differ -> updated (only the fields the manifest declares: an
+  operator-set secret value is not the manifest's and survives, spec 2.2 rule 4)
+- a link that cannot give its value yet (a secret with no value) -> the resource waits;
+  one log line `target state unavailable for <resource> by reason <field>`; resolved by
+  the next pass after the value is set
+- a resource no longer in the manifest -> deleted
+
+Once an element's manifest has been fully applied, a missing or altered resource is a
+repair: it is restored and reported in the element's `last_repair`. An element is ACTIVE
+when every resource is; IN_PROGRESS with a reason while some wait; ERROR with a reason
+when one is refused (re-invoking install/upgrade retries). Uninstalled elements have their
+resources deleted in reverse order, then disappear.
+"""
+
+import uuid as uuidlib
+
+import state
+from appliance.api.errors import ApiError
+from appliance.api.routing import SystemCall
+from appliance.iam.permissions import Principal
+
+from . import links
+from .manifest import build_plan
+
+SYSTEM = Principal({"uuid": "00000000-0000-0000-0000-000000000000", "username": "system"},
+                   None, ["*.*.*"])
+
+
+class Waiting(Exception):
+    pass
+
+
+class ElementBuilder:
+    def __init__(self, api, log):
+        self.api = api
+        self.store = api.store
+        self.log = log
+        self.call = SystemCall(api, SYSTEM)
+        self._plans = {}            # (manifest uuid, revision) -> Plan
+        self._announced = set()     # (element, resource, reason) already logged
+
+    def kinds(self):
+        return sorted({r.kind for r in self.api.resources.values()})
+
+    def reconcile_all(self):
+        for element in list(self.store.collection("em_elements").records()):
+            try:
+                self.reconcile(element)
+            except state.RevisionConflict:
+                pass            # changed while we worked: that change brings another pass
+
+    # ---- one element ---------------------------------------------------------------
+
+    def plan_of(self, element):
+        manifest = self.store.collection("em_manifests").get(element["manifest"])
+        if manifest is None:
+            return None
+        key = (manifest["uuid"], manifest["revision"])
+        if key not in self._plans:
+            self._plans[key] = self.api.resources["/v1/em/manifests"].plan(manifest)
+        return self._plans[key]
+
+    def reconcile(self, element):
+        elements = self.store.collection("em_elements")
+        if element["desired"] == "uninstalled":
+            return self._uninstall(element)
+        if element["status"] == "ERROR":
+            return None         # until the action is invoked again
+        plan = self.plan_of(element)
+        if plan is None:
+            return self._write(element, {"status": "ERROR",
+                                         "status_reason": "its manifest was deleted"})
+        repairing = element.get("applied") == element["manifest"]
+        current = element.get("resources") or {}
+        resources = {k: dict(v) for k, v in current.items()}
+        waiting, error, repaired = [], None, []
+        for entry in plan.entries:
+            slot = resources.setdefault(entry.key, {
+                "uuid": str(entry.body.get("uuid") or uuidlib.uuid4()).lower(),
+                "collection": entry.collection, "status": "PENDING", "reason": None})
+            blocked = [d for d in sorted(entry.depends_on)
+                       if resources.get(d, {}).get("status") != "ACTIVE"]
+            if blocked:
+                slot.update(status="WAITING", reason=f"waits for {blocked[0]}")
+                waiting.append(entry.key)
+                continue
+            try:
+                body = links.render(entry.body, self._resolver(element, plan, resources))
+            except links.Unavailable as u:
+                self._announce(element, entry, u.reason)
+                slot.update(status="WAITING", reason=f"{u.link} has no {u.reason}")
+                waiting.append(entry.key)
+                continue
+            try:
+                if self._apply(entry, slot, body) and repairing and slot["status"] == "ACTIVE":
+                    repaired.append(entry.key)
+            except (ApiError, state.StoreError) as e:
+                message = getattr(e, "message", str(e))
+                slot.update(status="ERROR", reason=message)
+                error = f"{entry.key}: {message}"
+                break
+            slot.update(status="ACTIVE", reason=None)
+            self._announced = {a for a in self._announced
+                               if a[:2] != (element["name"], entry.key)}
+        if error is None:
+            for key in [k for k in resources if k not in plan.by_key]:
+                self._delete(resources.pop(key))
+        return self._finish(element, plan, resources, waiting, error, repaired)
+
+    def _apply(self, entry, slot, body):
+        """Create or correct one record; True when something had to change."""
+        resource = self.api.resources[entry.collection]
+        record = resource.collection().get(slot["uuid"])
+        if record is None:
+            resource.create_record(self.call, {**body, "uuid": slot["uuid"]})
+            return True
+        changes = self._differences(resource, record, body)
+        if changes:
+            resource.update_record(self.call, slot["uuid"], changes)
+            return True
+        return False
+
+    @staticmethod
+    def _differences(resource, record, body):
+        shown = resource.render(record)
+        changes = {}
+        for name, wanted in body.items():
+            field = resource.field(name)
+            if name == "uuid" or field.write_only or field.create_only:
+                continue        # cannot be compared, or cannot change after create
+            if shown.get(name) != field.type.render(field.type.to_input(wanted)):
+                changes[name] = wanted
+        return changes
+
+    def _resolver(self, element, plan, resources):
+        def resolve(link):
+            if link.is_import:
+                slot = self._imported_slot(plan, link)
+            else:
+                slot = resources.get(link.key)
+            if slot is None:
+                raise links.Unavailable(link.text, "resource")
+            if not link.fields:
+                return slot["uuid"]
+            resource = self.api.resources[slot["collection"]]
+            record = resource.collection().get(slot["uuid"])
+            if record is None:
+                raise links.Unavailable(link.text, "resource")
+            value = resource.link_value(resource.render(record), link.fields[0])
+            for field in link.fields[1:]:
+                value = value.get(field) if isinstance(value, dict) else None
+            if value is None:
+                raise links.Unavailable(link.text, link.fields[-1])
+            return value
+        return resolve
+
+    def _imported_slot(self, plan, link):
+        imp = plan.imports.get(link.segments[1][1:])
+        source = self.store.collection("em_elements").find_one(name=imp["element"][1:])
+        if source is None:
+            return None
+        return (source.get("resources") or {}).get(links.parse_link(imp["link"]).key)
+
+    def _announce(self, element, entry, reason):
+        mark = (element["name"], entry.key, reason)
+        if mark not in self._announced:
+            self._announced.add(mark)
+            self.log.warning("target state unavailable for $%s.%s by reason %s",
+                             element["name"], entry.key, reason)
+
+    def _delete(self, slot):
+        resource = self.api.resources.get(slot["collection"])
+        if resource is None:
+            return
+        try:
+            resource.delete_record(self.call, slot["uuid"])
+        except ApiError as e:
+            if e.status != 404:
+                raise
+
+    def _finish(self, element, plan, resources, waiting, error, repaired):
+        if error:
+            status, reason = "ERROR", error
+        elif waiting:
+            status = "IN_PROGRESS"
+            reason = "waiting: " + "; ".join(
+                f"{k} ({resources[k]['reason']})" for k in waiting[:5])
+        else:
+            status, reason = "ACTIVE", None
+        changes = {"resources": resources, "status": status, "status_reason": reason}
+        if status == "ACTIVE":
+            changes["applied"] = element["manifest"]
+        if repaired:
+            changes["last_repair"] = {"resources": repaired, "at": state.format_time(
+                state.utcnow())}
+            self.log.warning("element %s: restored %s", element["name"], ", ".join(repaired))
+        if status == "ACTIVE" and element["status"] != "ACTIVE":
+            self.log.info("element %s %s is ACTIVE", element["name"], element["version"])
+        return self._write(element, changes)
+
+    def _write(self, element, changes):
+        if all(element.get(k) == v for k, v in changes.items()):
+            return element
+        return self.store.collection("em_elements").update(
+            element["uuid"], changes, expect_revision=element["revision"])
+
+    def _uninstall(self, element):
+        plan = self.plan_of(element)
+        resources = element.get("resources") or {}
+        order = [e.key for e in plan.entries] if plan else []
+        for key in reversed(order + [k for k in resources if k not in order]):
+            if key in resources:
+                try:
+                    self._delete(resources[key])
+                except ApiError as e:
+                    return self._write(element, {
+                        "status": "ERROR", "status_reason": f"uninstall of {key}: {e.message}"})
+        self.store.collection("em_elements").delete(element["uuid"])
+        self.log.info("element %s %s uninstalled", element["name"], element["version"])
+        return None

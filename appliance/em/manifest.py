@@ -1,0 +1,220 @@
+"""What a manifest is, and the plan it gives: every resource with its collection, body and
+the resources it depends on, in an order where each comes after what it links to.
+
+Everything here is checked without touching the store except for the registry of
+collections (`api.resources`): structure (JSON Schema, errors name the key path), versions
+and requirements, resource paths, body fields and the types of literal values, links
+(each named when wrong), exports, and cycles. What depends on installed elements
+(requirements met, imports exported) is checked at install time (actions.py).
+"""
+
+import re
+
+from appliance import versions
+from appliance.api.errors import BadRequest
+from appliance.api.validation import Validator
+
+from . import links
+
+NAME = r"^[a-z][a-z0-9_]{0,62}$"
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
+RESOURCE_PATH = re.compile(r"^\$core\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)$")
+ELEMENT_REF = r"^\$[a-z][a-z0-9_]{0,62}$"
+
+SCHEMA = {
+    "type": "object",
+    "required": ["name", "version", "resources"],
+    "additionalProperties": False,
+    "properties": {
+        "uuid": {"type": "string"},
+        "name": {"type": "string", "pattern": NAME},
+        "version": {"type": "string", "maxLength": 255},
+        "description": {"type": ["string", "null"], "maxLength": 4096},
+        "schema_version": {"type": "integer", "enum": [1]},
+        "api_version": {"type": "string", "enum": ["v1"]},
+        "requirements": {"type": ["object", "null"], "additionalProperties": {
+            "type": ["object", "null"], "additionalProperties": False,
+            "properties": {k: {"type": "string"}
+                           for k in ("from_version", "to_version", "version")}}},
+        "resources": {"type": "object", "additionalProperties": {
+            "type": "object", "additionalProperties": {"type": "object"}}},
+        "imports": {"type": ["object", "null"], "additionalProperties": {
+            "type": "object", "required": ["element", "link"], "additionalProperties": False,
+            "properties": {"element": {"type": "string", "pattern": ELEMENT_REF},
+                           "kind": {"enum": ["resource"]},
+                           "link": {"type": "string"}}}},
+        "exports": {"type": ["object", "null"], "additionalProperties": {
+            "type": "object", "required": ["link"], "additionalProperties": False,
+            "properties": {"link": {"type": "string"}, "kind": {"enum": ["resource"]}}}},
+    },
+}
+_STRUCTURE = Validator(SCHEMA)
+
+
+class Entry:
+    """One resource of the manifest."""
+
+    def __init__(self, key, collection, name, body, depends_on):
+        self.key = key                  # "secret.secrets.$db"
+        self.collection = collection    # "/v1/secret/secrets"
+        self.name = name
+        self.body = body
+        self.depends_on = depends_on    # keys of own resources it links to
+
+    def __repr__(self):
+        return f"<Entry {self.key}>"
+
+
+class Plan:
+    def __init__(self, manifest, entries):
+        self.manifest = manifest
+        self.name = manifest["name"]
+        self.version = versions.parse(manifest["version"])
+        self.entries = entries          # in creation order
+        self.by_key = {e.key: e for e in entries}
+        self.imports = manifest.get("imports") or {}
+        self.exports = manifest.get("exports") or {}
+        self.requirements = {
+            name: versions.constraints_from_requirement(req or {})
+            for name, req in (manifest.get("requirements") or {}).items()}
+
+
+def _fail(where, message):
+    raise BadRequest(f"{where}: {message}")
+
+
+def _own_key(plan_name, link, where):
+    """The key of a link to one of this manifest's own resources."""
+    if link.element not in (plan_name, "core"):
+        _fail(where, f"link {link.text} names element {link.element}; resources of "
+                     "other elements are reached through imports")
+    return link.key
+
+
+def build_plan(manifest, api):
+    if not isinstance(manifest, dict):
+        raise BadRequest("a manifest must be a mapping")
+    _STRUCTURE.check(manifest)
+    name = manifest["name"]
+    try:
+        versions.parse(manifest["version"])
+    except versions.VersionError as e:
+        _fail("version", str(e))
+    for req_name, req in (manifest.get("requirements") or {}).items():
+        try:
+            versions.constraints_from_requirement(req or {})
+        except versions.ConstraintFormatError as e:
+            _fail(f"requirements.{req_name}", str(e))
+    imports = manifest.get("imports") or {}
+    for imp_name, imp in imports.items():
+        try:
+            link = links.parse_link(imp["link"])
+        except links.LinkError as e:
+            _fail(f"imports.{imp_name}.link", str(e))
+        if link.fields or link.is_import:
+            _fail(f"imports.{imp_name}.link", "must name a resource (no :field, no imports)")
+
+    entries = {}
+    for path, named in manifest["resources"].items():
+        m = RESOURCE_PATH.match(path)
+        if not m:
+            _fail(f"resources.{path}", "a resource path is $core.<service>.<collection>")
+        collection = f"/v1/{m.group(1)}/{m.group(2)}"
+        resource = api.resources.get(collection)
+        if resource is None or "create" not in resource.operations:
+            _fail(f"resources.{path}", f"unknown resource path (no collection {collection}/)")
+        for res_name, body in named.items():
+            where = f"resources.{path}.{res_name}"
+            if not RESOURCE_NAME.match(res_name):
+                _fail(where, "a resource name is letters, digits, _ and -")
+            key = f"{m.group(1)}.{m.group(2)}.${res_name}"
+            depends = _check_body(resource, body, where, name, imports)
+            entries[key] = Entry(key, collection, res_name, body, depends)
+
+    for key, entry in entries.items():
+        missing = [d for d in entry.depends_on if d not in entries]
+        if missing:
+            where = f"resources.$core.{key.rsplit('.$', 1)[0]}.{entry.name}"
+            _fail(where, f"link to {missing[0]}: no such resource in this manifest")
+    for exp_name, exp in (manifest.get("exports") or {}).items():
+        try:
+            link = links.parse_link(exp["link"])
+        except links.LinkError as e:
+            _fail(f"exports.{exp_name}.link", str(e))
+        key = _own_key(name, link, f"exports.{exp_name}.link")
+        if link.fields or key not in entries:
+            _fail(f"exports.{exp_name}.link", f"{exp['link']} names no resource of this "
+                                              "manifest")
+    return Plan(manifest, _ordered(entries))
+
+
+def _check_body(resource, body, where, element, imports):
+    """Fields known and writable, literal values of the right type, links well formed.
+    Returns the own resources the body links to."""
+    depends = set()
+    for field_name, value in body.items():
+        field = resource.field(field_name)
+        at = f"{where}.{field_name}"
+        if field is None or field.hidden:
+            _fail(at, f"unknown field of {resource.name}")
+        if field.read_only and field_name != "uuid":
+            _fail(at, "read-only field")
+    for path, expr in _expressions(body, where):
+        for link in expr.links():
+            at = f"{where}.{'.'.join(path)}"
+            if link.is_import:
+                if link.element != element:
+                    _fail(at, f"link {link.text}: imports are named $<this element>.imports")
+                imp = link.segments[1][1:]
+                if imp not in imports:
+                    _fail(at, f"link {link.text}: no import {imp} in this manifest")
+            else:
+                depends.add(_own_key(element, link, at))
+    literal = {k: v for k, v in body.items() if not _has_expression(v)}
+    required = [f.name for f in resource.fields if f.required and f.name not in body
+                and f.default is None]
+    if required:
+        _fail(f"{where}.{required[0]}", "required")
+    for field_name, value in literal.items():
+        if field_name == "uuid":
+            continue
+        Validator({"type": "object", "properties": {
+            field_name: resource.field(field_name).input_schema()}}).check_at(
+                {field_name: value}, where)
+    return depends
+
+
+def _expressions(body, where):
+    try:
+        yield from links.expressions(body)
+    except links.LinkError as e:
+        _fail(where, str(e))
+
+
+def _has_expression(value):
+    try:
+        return any(True for _ in links.expressions(value))
+    except links.LinkError:
+        return True
+
+
+def _ordered(entries):
+    """Creation order: each resource after the ones it links to; a cycle is a 400 that
+    names it. Among free resources, manifest order is kept (stable and readable)."""
+    order, state = [], {}
+
+    def visit(key, trail):
+        if state.get(key) == "done":
+            return
+        if state.get(key) == "visiting":
+            cycle = trail[trail.index(key):] + [key]
+            raise BadRequest("resources: dependency cycle " + " -> ".join(cycle))
+        state[key] = "visiting"
+        for dep in sorted(entries[key].depends_on):
+            visit(dep, trail + [key])
+        state[key] = "done"
+        order.append(entries[key])
+
+    for key in entries:
+        visit(key, [])
+    return order

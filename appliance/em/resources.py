@@ -1,0 +1,231 @@
+"""Element Manager API: manifests (what to install) and elements (what is installed).
+
+Actions answer at once and leave the work to the builder daemon: install and upgrade
+check everything that can be checked now (the manifest's plan, requirements met, imports
+exported, no name clash) and record the element's desired state; uninstall checks that
+no installed element still requires it within range.
+"""
+
+import appliance
+from appliance import versions
+from appliance.api.errors import BadRequest, Conflict
+from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
+from appliance.api.resource import Action, Resource
+from appliance.api.routing import JSON, YAML
+
+from . import links
+from .manifest import NAME, build_plan
+
+MANIFEST_LIMIT = 32 * 1024 * 1024
+ELEMENT_STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
+# the platform itself: requirements on `core` are met by this appliance's version
+CORE = "core"
+
+
+def installed_elements(store):
+    return {e["name"]: e for e in store.collection("em_elements").records()
+            if e.get("desired") == "installed"}
+
+
+class Manifests(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Manifest", path="/v1/em/manifests", kind="em_manifests", service="em",
+            policy="manifest", unique=[("name", "version")],
+            max_body=MANIFEST_LIMIT, create_accepts=(JSON, YAML),
+            operations=("list", "create", "get", "delete"),
+            description="a manifest: POST it as JSON or as YAML (Content-Type: "
+                        "application/yaml)",
+            fields=[
+                Field("name", String(63, pattern=NAME), required=True, create_only=True),
+                Field("version", String(255), required=True, create_only=True),
+                Field("description", Text(4096)),
+                Field("schema_version", Integer(1, 1), default=1, nullable=False),
+                Field("api_version", Enum("v1"), default="v1", nullable=False),
+                Field("requirements", Object()),
+                Field("resources", Object(), required=True),
+                Field("imports", Object()),
+                Field("exports", Object()),
+            ],
+            actions=[
+                Action("validate", self.validate, method="GET",
+                       summary="Check the manifest against what is installed now"),
+                Action("install", self.install, summary="Install as a new element",
+                       max_body=MANIFEST_LIMIT),
+                Action("upgrade", self.upgrade, summary="Upgrade the installed element of "
+                                                        "this name to this manifest"),
+                Action("uninstall", self.uninstall,
+                       summary="Uninstall the element installed from this manifest"),
+            ])
+
+    @staticmethod
+    def content(record):
+        keys = ("name", "version", "description", "schema_version", "api_version",
+                "requirements", "resources", "imports", "exports")
+        return {k: record.get(k) for k in keys if record.get(k) is not None}
+
+    def plan(self, record):
+        return build_plan(self.content(record), self.api)
+
+    def prepare_create(self, call, record):
+        self.plan(record)           # a manifest that cannot be planned is never stored
+        return record
+
+    def check_delete(self, call, record):
+        for element in call.store.collection("em_elements").by("manifest", record["uuid"]):
+            raise Conflict(f"element {element['name']} was installed from this manifest")
+
+    # ---- install-time checks -------------------------------------------------------
+
+    def problems(self, store, plan, replacing=None):
+        """Requirements and imports against the installed elements: [(status, message)]."""
+        installed = installed_elements(store)
+        found = []
+        for name, constraints in plan.requirements.items():
+            element = installed.get(name)
+            if element is None and name == CORE:
+                have = versions.parse(appliance.__version__)
+            elif element is None:
+                found.append((409, f"requirement {name} ({versions.describe(constraints)}): "
+                                   f"element {name} is not installed"))
+                continue
+            else:
+                have = versions.parse(element["version"])
+            if not versions.satisfies(have, constraints):
+                found.append((409, f"requirement {name} ({versions.describe(constraints)}): "
+                                   f"installed version {have} does not satisfy it"))
+        for imp_name, imp in plan.imports.items():
+            source = imp["element"][1:]
+            element = installed.get(source)
+            if element is None:
+                found.append((400, f"import {imp_name}: element {source} is not installed"))
+                continue
+            wanted = links.parse_link(imp["link"]).segments
+            exported = {links.parse_link(e["link"]).segments
+                        for e in (element.get("exports") or {}).values()}
+            if wanted not in exported:
+                found.append((400, f"import {imp_name}: element {source} does not export "
+                                   f"{imp['link']}"))
+        return found
+
+    def _raise_first(self, problems):
+        if problems:
+            status, message = problems[0]
+            raise (Conflict if status == 409 else BadRequest)(message)
+
+    # ---- actions -------------------------------------------------------------------
+
+    def validate(self, call, record):
+        try:
+            plan = self.plan(record)
+        except BadRequest as e:
+            return {"valid": False, "errors": [e.message], "order": []}
+        errors = [m for _, m in self.problems(call.store, plan)]
+        return {"valid": not errors, "errors": errors, "order": [e.key for e in plan.entries]}
+
+    def install(self, call, record):
+        plan = self.plan(record)
+        elements = call.store.collection("em_elements")
+        existing = elements.find_one(name=plan.name)
+        if existing is not None:
+            if existing["desired"] == "installed" and existing["manifest"] == record["uuid"] \
+                    and existing["status"] == "ERROR":
+                return self._retry(call, existing)
+            raise Conflict(f"element {plan.name} is already installed at version "
+                           f"{existing['version']}; use upgrade")
+        self._raise_first(self.problems(call.store, plan))
+        element = elements.insert(self._element_fields(record, plan, {
+            "name": plan.name, "desired": "installed", "resources": {}, "applied": None,
+            "last_repair": None}))
+        return self.api.resources["/v1/em/elements"].render(element)
+
+    def upgrade(self, call, record):
+        plan = self.plan(record)
+        elements = call.store.collection("em_elements")
+        element = elements.find_one(name=plan.name)
+        if element is None or element["desired"] != "installed":
+            raise Conflict(f"element {plan.name} is not installed; use install")
+        if element["manifest"] == record["uuid"]:
+            if element["status"] == "ERROR":
+                return self._retry(call, element)
+            raise Conflict(f"element {plan.name} is already at version {element['version']}")
+        if element["version"] == record["version"]:
+            raise Conflict(f"element {plan.name} is already at version {record['version']}")
+        # dependents are not consulted: an upgrade may leave their range, after which
+        # they no longer hold this element against uninstall (spec 3.3 refuses only that)
+        self._raise_first(self.problems(call.store, plan))
+        updated = elements.update(element["uuid"], self._element_fields(record, plan, {}),
+                                  expect_revision=element["revision"])
+        return self.api.resources["/v1/em/elements"].render(updated)
+
+    def uninstall(self, call, record):
+        elements = call.store.collection("em_elements")
+        element = elements.find_one(name=record["name"])
+        if element is None or element["manifest"] != record["uuid"]:
+            raise Conflict(f"no element is installed from manifest {record['name']} "
+                           f"{record['version']}")
+        if element["desired"] == "uninstalled":
+            raise Conflict(f"element {record['name']} is already being uninstalled")
+        self._check_dependents(call.store, record["name"])
+        updated = elements.update(element["uuid"], {
+            "desired": "uninstalled", "status": "IN_PROGRESS", "status_reason": "uninstalling"},
+            expect_revision=element["revision"])
+        return self.api.resources["/v1/em/elements"].render(updated)
+
+    def _check_dependents(self, store, name):
+        """Refuse while another installed element requires `name` within range of its
+        installed version."""
+        have = versions.parse(installed_elements(store)[name]["version"])
+        for other in installed_elements(store).values():
+            requirements = other.get("requirements") or {}
+            if other["name"] == name or name not in requirements:
+                continue
+            constraints = versions.constraints_from_requirement(requirements[name] or {})
+            if versions.satisfies(have, constraints):
+                raise Conflict(f"cannot uninstall {name} {have}: element {other['name']} "
+                               f"{other['version']} requires {name} "
+                               f"({versions.describe(constraints)})")
+
+    def _element_fields(self, record, plan, extra):
+        return {**extra, "version": record["version"], "description": record.get("description"),
+                "manifest": record["uuid"], "status": "NEW", "status_reason": None,
+                "requirements": record.get("requirements") or {},
+                "imports": record.get("imports") or {}, "exports": record.get("exports") or {}}
+
+    def _retry(self, call, element):
+        """Re-invoking the action on an element in ERROR: the builder tries again."""
+        updated = call.store.collection("em_elements").update(
+            element["uuid"], {"status": "IN_PROGRESS", "status_reason": "retrying"},
+            expect_revision=element["revision"])
+        return self.api.resources["/v1/em/elements"].render(updated)
+
+
+class Elements(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Element", path="/v1/em/elements", kind="em_elements", service="em",
+            policy="element", unique=[("name",)], operations=("list", "get"),
+            description="an installed element; created, changed and removed through the "
+                        "actions of its manifest",
+            fields=[
+                Field("name", String(63), read_only=True),
+                Field("version", String(255), read_only=True),
+                Field("description", Text(4096), read_only=True),
+                Field("manifest", Reference("/v1/em/manifests"), read_only=True),
+                Field("status", Enum(*ELEMENT_STATUSES), read_only=True),
+                Field("status_reason", String(4096), read_only=True),
+                Field("desired", Enum("installed", "uninstalled"), read_only=True),
+                Field("resources", Object(), read_only=True,
+                      description="resource key -> {uuid, collection, status, reason}"),
+                Field("requirements", Object(), read_only=True),
+                Field("imports", Object(), read_only=True),
+                Field("exports", Object(), read_only=True),
+                Field("applied", UUID(), hidden=True),
+                Field("last_repair", Object(), read_only=True,
+                      description="the last resource restored after a change behind the "
+                                  "element's back"),
+            ])
+
+
+def all_resources():
+    return [Manifests(), Elements()]
