@@ -23,7 +23,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import groups, output
+from appliance.cli import em, groups, output
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -260,6 +260,8 @@ def build_parser(env: Environment) -> ArgumentParser:
     groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show, "create": cmd_create, "update": cmd_update,
         "delete": cmd_delete})
+
+    em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
 
     up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
                              description="Start the appliance; arguments go to the supervisor. "

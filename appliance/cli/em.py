@@ -1,0 +1,179 @@
+"""`appliance em ...`: install, upgrade and uninstall elements from manifest files.
+
+A manifest file (YAML or JSON) is read here and sent as JSON; if the same name and
+version were uploaded before, that manifest is used again. `--wait` follows the element
+until it is ACTIVE (or gone, for uninstall), printing each resource's status as it moves.
+"""
+
+import argparse
+import time
+
+import yaml
+
+from . import CliError, UsageError
+
+POLL_SECONDS = 0.2
+MANIFESTS = "/v1/em/manifests/"
+ELEMENTS = "/v1/em/elements/"
+
+
+def read_manifest(path):
+    try:
+        with open(path) as f:
+            manifest = yaml.safe_load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{path} is not valid YAML or JSON: {e}") from None
+    if not isinstance(manifest, dict) or "name" not in manifest or "version" not in manifest:
+        raise UsageError(f"{path} is not a manifest (a mapping with name and version)")
+    return manifest
+
+
+def upload(client, manifest):
+    found = client.request("GET", MANIFESTS, query=[
+        ("name", str(manifest["name"])), ("version", str(manifest["version"]))]).payload()
+    if found:
+        return found[0]["uuid"]
+    return client.request("POST", MANIFESTS, body=manifest).payload()["uuid"]
+
+
+def find_element(client, name):
+    found = client.request("GET", ELEMENTS, query=[("name", name)]).payload()
+    return found[0] if found else None
+
+
+def follow(client, env, name, timeout, until_gone=False):
+    """Print status moves of element `name` until ACTIVE (or gone); CliError on ERROR."""
+    started, seen = env.clock(), {}
+    while True:
+        element = find_element(client, name)
+        elapsed = env.clock() - started
+        if element is None:
+            if until_gone:
+                env.stderr.write(f"{name}: uninstalled ({elapsed:.1f} s)\n")
+                return None
+            raise CliError(f"element {name} disappeared")
+        moves = [("element", element["status"])] + [
+            (key, slot["status"]) for key, slot in sorted(element["resources"].items())]
+        for what, status in moves:
+            if seen.get(what) != status:
+                seen[what] = status
+                env.stderr.write(f"{name}: {what} {status} ({elapsed:.1f} s)\n")
+        env.stderr.flush()
+        if element["status"] == "ERROR":
+            raise CliError(f"element {name} is in ERROR: {element['status_reason']}")
+        if not until_gone and element["status"] == "ACTIVE" and \
+                element["desired"] == "installed":
+            return element
+        if elapsed > timeout:
+            raise CliError(f"element {name} is still {element['status']} after {timeout:g} s"
+                           f" ({element.get('status_reason') or 'no reason given'})")
+        time.sleep(POLL_SECONDS)
+
+
+def element_view(element):
+    """A show view: the element's fields, then one line per resource."""
+    head = {k: element.get(k) for k in ("uuid", "name", "version", "status", "status_reason",
+                                        "manifest", "last_repair")}
+    rows = [{"resource": key, "status": slot["status"], "uuid": slot["uuid"],
+             "reason": slot.get("reason") or "-"}
+            for key, slot in sorted(element["resources"].items())]
+    return head, rows
+
+
+def add_em_group(commands, common, make_parser):
+    em = commands.add_parser("em", help="install, upgrade, uninstall elements",
+                             description="the Element Manager", parents=[common])
+    verbs = em.add_subparsers(dest="verb", metavar="VERB", required=True,
+                              parser_class=make_parser)
+
+    def verb(name, summary, example, handler):
+        sub = verbs.add_parser(name, help=summary, description=summary, parents=[common],
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=f"example:\n  {example}")
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def wait_options(sub):
+        sub.add_argument("--wait", action="store_true",
+                         help="follow until done, printing each status move")
+        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS")
+
+    for name, summary in (("install", "install the element of a manifest file"),
+                          ("upgrade", "upgrade the installed element to a manifest file")):
+        sub = verb(name, summary, f"appliance em {name} app.yaml --wait", _install(name))
+        sub.add_argument("file", metavar="FILE", help="manifest, YAML or JSON")
+        wait_options(sub)
+    sub = verb("uninstall", "uninstall an element by name", "appliance em uninstall app --wait",
+               cmd_uninstall)
+    sub.add_argument("name", metavar="NAME")
+    wait_options(sub)
+    verb("list", "list installed elements", "appliance em list", cmd_list)
+    sub = verb("show", "an element with its resources and their statuses",
+               "appliance em show app", cmd_show)
+    sub.add_argument("name", metavar="NAME")
+
+
+def _client(args, env):
+    from .main import _session_client  # noqa: PLC0415 - import cycle
+    return _session_client(args, env)
+
+
+def _emit(args, env, data):
+    from .main import _emit as emit  # noqa: PLC0415
+    emit(args, env, data)
+
+
+def _install(action):
+    def handler(args, env):
+        manifest = read_manifest(args.file)
+        client = _client(args, env)
+        manifest_uuid = upload(client, manifest)
+        element = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/{action}/invoke",
+                                 body={}).payload()
+        if args.wait:
+            element = follow(client, env, manifest["name"], args.wait_timeout)
+        _emit(args, env, element)
+        return 0
+    return handler
+
+
+def cmd_uninstall(args, env):
+    client = _client(args, env)
+    element = find_element(client, args.name)
+    if element is None:
+        raise CliError(f"no element {args.name} is installed")
+    manifest_uuid = element["manifest"].rsplit("/", 1)[1]
+    result = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/uninstall/invoke",
+                            body={}).payload()
+    if args.wait:
+        follow(client, env, args.name, args.wait_timeout, until_gone=True)
+        env.stdout.write(f"uninstalled {args.name}\n")
+        return 0
+    _emit(args, env, result)
+    return 0
+
+
+def cmd_list(args, env):
+    client = _client(args, env)
+    elements = client.request("GET", ELEMENTS).payload()
+    _emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
+                                            "status_reason")} for e in elements]
+          if not getattr(args, "json", False) else elements)
+    return 0
+
+
+def cmd_show(args, env):
+    client = _client(args, env)
+    element = find_element(client, args.name)
+    if element is None:
+        raise CliError(f"no element {args.name} is installed")
+    if getattr(args, "json", False):
+        _emit(args, env, element)
+        return 0
+    head, rows = element_view(element)
+    _emit(args, env, head)
+    env.stdout.write("\n")
+    _emit(args, env, rows)
+    return 0
