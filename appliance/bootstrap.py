@@ -25,8 +25,10 @@ def bootstrap(settings):
     """Prepare the state directory. Returns a line telling where the admin password is."""
     store = Store(settings["state_dir"])
     password, path = admin_password(store, settings)
-    from appliance.iam.seed import seed  # noqa: PLC0415 - IAM is optional at import time
-    seed(store, password)
+    from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
+    from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
+    iam_seed(store, password)
+    vs_seed(store)
     if path:
         return f"admin password of user 'admin' is in {path}"
     return "admin password of user 'admin' is the value of APPLIANCE_ADMIN_PASSWORD"

@@ -20,6 +20,8 @@ GROUPS = {
             "collections": ["users", "organizations", "projects", "roles", "permissions",
                             "permission_bindings", "role_bindings", "clients"],
             "name_field": {"users": "username"}},
+    "vs": {"help": "values store: profiles, variables, values",
+           "collections": ["profiles", "variables", "values"]},
     "secret": {"help": "secrets, passwords, SSH and RSA keys",
                "collections": ["secrets", "passwords", "ssh_keys", "rsa_keys"],
                "waitable": True},

@@ -1,0 +1,268 @@
+"""Values Store resources: profiles, variables, values.
+
+A profile names a deployment scale; exactly one is active. A variable's `setter` says
+where its value comes from: a table of values per profile (`kind: profile`) or the value
+records bound to it (`kind: selector`). The variable's `value` is never stored: it is
+worked out on every read (values.variable_value), so it follows the active profile and
+the newest bound value without any write to the variable.
+"""
+
+from appliance.api.errors import BadRequest, Conflict, NotFound
+from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Text
+from appliance.api.resource import Action, Resource
+from appliance.iam.builtin import ADMIN_PROJECT
+
+from .values import PROFILES, VALUES, VARIABLES, NoValue, variable_value
+
+PROFILES_PATH = "/v1/vs/profiles"
+VARIABLES_PATH = "/v1/vs/variables"
+NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:/ -]{0,254}$"
+
+PROFILE_REF = Reference(PROFILES_PATH)
+PROFILE_SETTER = {
+    "type": "object",
+    "properties": {
+        "kind": {"const": "profile"},
+        "fallback_strategy": {"enum": ["ignore", "fail"]},
+        "profiles": {"type": "array", "maxItems": 256, "items": {
+            "type": "object",
+            "properties": {"profile": PROFILE_REF.schema(), "value": {}},
+            "required": ["profile", "value"], "additionalProperties": False}},
+    },
+    "required": ["kind", "profiles"], "additionalProperties": False,
+}
+SELECTOR_SETTER = {
+    "type": "object",
+    "properties": {"kind": {"const": "selector"},
+                   "selector_strategy": {"enum": ["latest"]}},
+    "required": ["kind"], "additionalProperties": False,
+}
+# `kind` is checked first so that a wrong kind is reported as such, not as a mismatch
+# against both shapes; if/then then picks the one shape that applies
+SETTER = {
+    "type": "object",
+    "properties": {"kind": {"enum": ["profile", "selector"]}},
+    "required": ["kind"],
+    "allOf": [
+        {"if": {"properties": {"kind": {"const": "profile"}}, "required": ["kind"]},
+         "then": PROFILE_SETTER},
+        {"if": {"properties": {"kind": {"const": "selector"}}, "required": ["kind"]},
+         "then": SELECTOR_SETTER},
+    ],
+}
+SETTER_DEFAULTS = {"profile": {"fallback_strategy": "ignore"},
+                   "selector": {"selector_strategy": "latest"}}
+
+
+class Setter(Object):
+    """The setter, normalized on input: defaults filled in, profiles as bare lowercase
+    uuids. Normalizing in the type (not in a hook) means a manifest that leaves the
+    defaults out compares equal to what is stored, so reconciling it rewrites nothing."""
+
+    def __init__(self):
+        super().__init__(SETTER)
+
+    def to_input(self, value):
+        if not isinstance(value, dict) or value.get("kind") not in SETTER_DEFAULTS:
+            return value        # left as sent for the schema to reject
+        value = {**SETTER_DEFAULTS[value["kind"]], **value}
+        if isinstance(value.get("profiles"), list):
+            value["profiles"] = [
+                {**e, "profile": PROFILE_REF.to_input(e["profile"])}
+                if isinstance(e, dict) and "profile" in e else e
+                for e in value["profiles"]]
+        return value
+
+
+class AnyJson(Object):
+    """Any JSON value at all: `{}` as JSON Schema accepts everything, null included."""
+    type_name = "any"
+
+    def schema(self):
+        return {}
+
+
+def common_fields():
+    return [
+        Field("name", String(255, pattern=NAME), required=True),
+        Field("description", Text(4096)),
+        Field("project_id", UUID(), required=True, create_only=True),
+    ]
+
+
+def check_project(call, record):
+    project = record.get("project_id")
+    if call.store.collection("iam_projects").get(project) is None:
+        raise BadRequest(f"project_id: project {project} does not exist")
+
+
+def visible_to(resource, call, record):
+    """Whether the caller may read `record` of `resource`: a reference to a record the
+    caller cannot see is answered as if it did not exist."""
+    visible = resource.visible_projects(call)
+    return record is not None and (visible is None or record.get("project_id") in visible)
+
+
+def reject_body(call):
+    if call.body not in (None, {}):
+        raise BadRequest("this action takes no parameters: send {} or no body")
+
+
+class Profiles(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Profile", path=PROFILES_PATH, kind=PROFILES, service="vs",
+            policy="profile", project_scoped=True, unique=[("name",)],
+            # profiles are global: every project's variables pick their values by them
+            shared_projects=(ADMIN_PROJECT,),
+            description="a deployment scale; the active one picks every profile "
+                        "variable's value",
+            fields=common_fields() + [
+                Field("profile_type", Enum("GLOBAL"), default="GLOBAL", nullable=False),
+                Field("active", Boolean(), read_only=True,
+                      description="true for the one active profile; change it with the "
+                                  "activate action"),
+            ],
+            actions=[Action("activate", self.activate,
+                            summary="Make this profile the active one")])
+
+    def prepare_create(self, call, record):
+        check_project(call, record)
+        record["active"] = False
+        return record
+
+    def activate(self, call, record):
+        reject_body(call)
+        # the active profile picks the values of every project's variables: switching it
+        # is for a caller who may write in the admin project, not for one project's owner
+        self.writable_project(call, ADMIN_PROJECT)
+        profiles = self.collection()
+        # Under the kind's lock the flags read are the flags overwritten: two concurrent
+        # activations are serialized, and both flips land in ONE atomic file write, so a
+        # crash leaves the old active profile or the new one, never two and never none.
+        with profiles.lock:
+            target = profiles.get(record["uuid"])
+            if target is None:
+                raise NotFound(f"{self.name} {record['uuid']} not found")
+            if target.get("active"):
+                return self.render(target)
+            flips = {r["uuid"]: (r["revision"], {"active": False})
+                     for r in profiles.by("active", True)}
+            flips[target["uuid"]] = (target["revision"], {"active": True})
+            written = profiles.update_many(flips)
+        return self.render(written[target["uuid"]])
+
+    def delete_record(self, call, uuid):
+        # activation takes the same lock: the profile cannot become active between the
+        # check below and the delete (the API and the Element Manager both come here)
+        with self.collection().lock:
+            return super().delete_record(call, uuid)
+
+    def check_delete(self, call, record):
+        if record.get("active"):
+            raise Conflict(f"profile {record['name']} is the active profile; activate "
+                           "another one first")
+        users = [v["name"] for v in call.store.collection(VARIABLES).records()
+                 if (v.get("setter") or {}).get("kind") == "profile"
+                 and any(e["profile"] == record["uuid"] for e in v["setter"]["profiles"])]
+        if users:
+            raise Conflict(f"profile {record['name']} is used by variable(s) "
+                           + ", ".join(sorted(users)[:10]))
+
+
+class Variables(Resource):
+    def __init__(self, profiles):
+        self.profiles = profiles
+        super().__init__(
+            name="Variable", path=VARIABLES_PATH, kind=VARIABLES, service="vs",
+            policy="variable", project_scoped=True, unique=[("name", "project_id")],
+            description="a named value: per profile, or the latest value bound to it",
+            fields=common_fields() + [
+                Field("setter", Setter(), required=True,
+                      description="kind profile: {fallback_strategy ignore|fail, profiles: "
+                                  "[{profile, value}]}; kind selector: "
+                                  "{selector_strategy latest}"),
+                Field("value", AnyJson(), read_only=True, filterable=False,
+                      description="the current value, worked out when read: the active "
+                                  "profile's entry, or the latest bound value"),
+            ])
+
+    def render(self, record, only=None):
+        out = super().render(record, only)
+        if only is None or "value" in only:
+            try:
+                out["value"] = variable_value(self.api.store, record)
+            except NoValue:
+                # fallback_strategy fail: a read must still answer; it shows that there
+                # is no value (and a manifest link through render sees none either)
+                out["value"] = None
+        return out
+
+    def prepare_create(self, call, record):
+        check_project(call, record)
+        self.check_profiles(call, record["setter"])
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "setter" in changes:
+            self.check_profiles(call, changes["setter"])
+            if (changes["setter"]["kind"] != "selector"
+                    and call.store.collection(VALUES).by("variable", current["uuid"])):
+                raise Conflict(f"variable {current['name']} has values bound to it; delete "
+                               "them before it stops being a selector")
+        return changes
+
+    def check_profiles(self, call, setter):
+        """400 when the setter names a profile that does not exist (for this caller), or
+        one profile twice."""
+        profiles = call.store.collection(PROFILES)
+        seen = set()
+        for i, entry in enumerate(setter.get("profiles") or ()):
+            uuid = entry["profile"]
+            if not visible_to(self.profiles, call, profiles.get(uuid)):
+                raise BadRequest(f"setter.profiles.{i}.profile: profile {uuid} does not "
+                                 "exist")
+            if uuid in seen:
+                raise BadRequest(f"setter.profiles.{i}.profile: profile {uuid} is listed "
+                                 "twice")
+            seen.add(uuid)
+
+    def after_delete(self, call, record):
+        # values are the variable's own history: they go with it
+        call.store.collection(VALUES).delete_where(
+            lambda v: v.get("variable") == record["uuid"])
+
+
+class Values(Resource):
+    def __init__(self, variables):
+        self.variables = variables
+        super().__init__(
+            name="Value", path="/v1/vs/values", kind=VALUES, service="vs", policy="value",
+            project_scoped=True,
+            description="a value bound to a selector variable; the latest one is the "
+                        "variable's value",
+            fields=common_fields() + [
+                Field("variable", Reference(VARIABLES_PATH), required=True, create_only=True,
+                      description="a variable with a selector setter, in the same project"),
+                Field("value", AnyJson(), required=True, filterable=False),
+            ])
+
+    def prepare_create(self, call, record):
+        check_project(call, record)
+        uuid = record["variable"]
+        variable = call.store.collection(VARIABLES).get(uuid)
+        if not visible_to(self.variables, call, variable):
+            raise BadRequest(f"variable: variable {uuid} does not exist")
+        if variable["setter"]["kind"] != "selector":
+            raise BadRequest(f"variable: variable {variable['name']} takes its value from "
+                             f"a {variable['setter']['kind']} setter, not from bound values")
+        if variable["project_id"] != record["project_id"]:
+            raise BadRequest(f"variable: variable {variable['name']} is in project "
+                             f"{variable['project_id']}, not in {record['project_id']}")
+        return record
+
+
+def all_resources():
+    profiles = Profiles()
+    variables = Variables(profiles)
+    return [profiles, variables, Values(variables)]
