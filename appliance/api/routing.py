@@ -11,6 +11,7 @@ import json
 import logging
 
 import bottle
+import orjson
 import yaml
 
 import state
@@ -204,7 +205,7 @@ class Api:
         if result.body is None and result.status == 204:
             return b""
         response.content_type = "application/json"
-        return json.dumps(result.body, separators=(",", ":")).encode()
+        return orjson.dumps(result.body)
 
     def _error(self, error):
         response = bottle.response

@@ -7,6 +7,8 @@ die at once. HS256 only: `alg: none` and every other algorithm are refused.
 
 import datetime
 import secrets
+import threading
+import time
 import uuid as uuidlib
 
 import jwt
@@ -23,9 +25,17 @@ class InvalidToken(Exception):
     pass
 
 
+CACHE_SIZE = 10000
+
+
 class TokenSigner:
     def __init__(self, store):
         self.key = store.write_private(KEY_FILE, secrets.token_bytes(64), exclusive=True)
+        # token -> claims of tokens that verified; checking a signature costs more than
+        # the rest of a request. Expiry is still checked on every use; revocation is
+        # checked by the caller on every request.
+        self._verified = {}
+        self._lock = threading.Lock()
 
     def issue(self, user_uuid, project_id, session, kind, ttl, now=None):
         now = now or datetime.datetime.now(datetime.timezone.utc)
@@ -36,6 +46,21 @@ class TokenSigner:
         return jwt.encode(claims, self.key, algorithm=ALGORITHM), format_time(expires)
 
     def verify(self, token, kind):
+        claims = self._verified.get(token)
+        if claims is not None:
+            if claims["exp"] <= time.time():
+                raise InvalidToken("token expired")
+            if claims.get("typ") != kind:
+                raise InvalidToken(f"not an {kind} token")
+            return claims
+        claims = self._verify(token, kind)
+        with self._lock:
+            if len(self._verified) >= CACHE_SIZE:
+                self._verified.clear()
+            self._verified[token] = claims
+        return claims
+
+    def _verify(self, token, kind):
         try:
             claims = jwt.decode(token, self.key, algorithms=[ALGORITHM], audience=AUDIENCE,
                                 issuer=ISSUER,

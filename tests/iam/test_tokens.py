@@ -195,3 +195,17 @@ def test_admin_user_cannot_be_deleted_or_disabled(admin):
 def test_user_validation(admin, body, word):
     resp = admin.post("/v1/iam/users", body)
     assert resp.status == 400 and word in resp.json["message"]
+
+
+def test_cached_verification_still_expires_and_revokes(server):
+    body = server.client().post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
+                                             "password": ADMIN_PASSWORD, "ttl": 2}).json
+    client = server.client(body["access_token"])
+    assert client.get("/v1/iam/users").status == 200     # now verified and cached
+    assert client.get("/v1/iam/users").status == 200
+    time.sleep(3.1)
+    assert client.get("/v1/iam/users").status == 401     # the cache does not outlive exp
+    fresh = server.client(server.login("admin", ADMIN_PASSWORD))
+    assert fresh.get("/v1/iam/users").status == 200
+    assert fresh.post(LOGOUT).status == 204
+    assert fresh.get("/v1/iam/users").status == 401      # nor a logout
