@@ -11,4 +11,7 @@ def setup(name, level="INFO"):
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    # watchdog logs every inotify event at DEBUG: noise that drowns a daemon's own lines
+    logging.getLogger("watchdog").setLevel(max(logging.INFO, logging.getLevelName(level)
+                                               if isinstance(level, str) else level))
     return logging.getLogger(name)

@@ -21,6 +21,9 @@ from .lock import KindLock
 from .storage import AtomicJSONStorage
 
 BOOKKEEPING = ("uuid", "created_at", "updated_at", "revision")
+# lock files (and their generation counters) live apart from the data files: the change
+# watch follows them there, where no rename ever happens (see watch.py)
+LOCK_DIR = ".locks"
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
@@ -108,7 +111,7 @@ class Collection:
         self.kind = kind
         self.unique = [("uuid",)] + [tuple(u) for u in unique if tuple(u) != ("uuid",)]
         self.storage = AtomicJSONStorage(os.path.join(directory, f"{kind}.json"), mode)
-        self.lock = KindLock(os.path.join(directory, f"{kind}.lock"))
+        self.lock = KindLock(os.path.join(directory, LOCK_DIR, f"{kind}.lock"))
         self._snapshot = None
         with self.lock:
             self.storage.remove_stale_temp_files()

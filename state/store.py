@@ -3,7 +3,7 @@
 import os
 import threading
 
-from .collection import Collection
+from .collection import LOCK_DIR, Collection
 from .lock import KindLock
 from .storage import AtomicJSONStorage
 
@@ -12,6 +12,7 @@ class Store:
     def __init__(self, directory):
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(self.directory, LOCK_DIR), mode=0o700, exist_ok=True)
         self._collections = {}
         self._lock = threading.Lock()
 
@@ -49,7 +50,7 @@ class Store:
         """Write a private file atomically, mode 0600. With exclusive=True an existing
         file wins and its content is returned instead (first start of several processes)."""
         storage = AtomicJSONStorage(self.private_path(name))
-        lock = KindLock(self.private_path(f".{name}.lock"))
+        lock = KindLock(os.path.join(self.directory, LOCK_DIR, f"private-{name}.lock"))
         try:
             with lock:
                 if exclusive:

@@ -1,9 +1,12 @@
 """Change watch: call subscribers within milliseconds of a write to a kind.
 
-watchdog (inotify here) reports the rename that every atomic write ends with; a periodic
-re-scan driven by `schedule` compares stat keys and covers any event that was lost. Each
-subscriber is called at most once per observed change, on one dispatcher thread, so a slow
-subscriber delays only later notifications, never the writer.
+Every write ends by bumping the generation counter in `.locks/<kind>.lock`; watchdog
+(inotify here) reports that modification at once. The data files are not watched: their
+atomic renames make watchdog hold events up to 0.5 s while it pairs the two halves of a
+move, and one held event delays every event queued behind it. A periodic re-scan driven
+by `schedule` compares keys and covers any event that was lost. Each subscriber is called
+at most once per observed change, on one dispatcher thread, so a slow subscriber delays
+only later notifications, never the writer.
 """
 
 import logging
@@ -15,6 +18,8 @@ import time
 import schedule
 from watchdog.events import FileSystemEventHandler
 from watchdog.observers import Observer
+
+from .collection import LOCK_DIR
 
 log = logging.getLogger("state.watch")
 
@@ -37,7 +42,8 @@ class ChangeWatch(FileSystemEventHandler):
 
     def start(self):
         self._observer = Observer()
-        self._observer.schedule(self, self.store.directory, recursive=False)
+        self._observer.schedule(self, os.path.join(self.store.directory, LOCK_DIR),
+                                recursive=False)
         self._observer.start()
         self._scheduler.every(self.rescan_seconds).seconds.do(self.rescan)
         for target in (self._dispatch, self._tick):
@@ -59,16 +65,13 @@ class ChangeWatch(FileSystemEventHandler):
         for kind in list(self._subscribers):
             self._pending.put(kind)
 
-    # watchdog callbacks (observer thread): only queue the kind
-    def on_any_event(self, event):
-        for path in (getattr(event, "dest_path", None), event.src_path):
-            if not path:
-                continue
-            name = os.path.basename(os.fsdecode(path))
-            if name.endswith(".json") and not name.startswith("."):
-                kind = name[:-5]
-                if kind in self._subscribers:
-                    self._pending.put(kind)
+    # watchdog callback (observer thread): only queue the kind
+    def on_modified(self, event):
+        name = os.path.basename(os.fsdecode(event.src_path))
+        if name.endswith(".lock"):
+            kind = name[:-5]
+            if kind in self._subscribers:
+                self._pending.put(kind)
 
     def _key(self, kind):
         coll = self.store.collection(kind)

@@ -7,7 +7,7 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam"]
+BENCHES = ["store", "api", "iam", "secret", "em"]
 
 
 def main(argv):
