@@ -154,3 +154,12 @@ def test_update_many_skips_records_that_moved_on(store):
     assert things.require(a["uuid"])["revision"] == 2
     assert things.require(b["uuid"])["n"] == 10
     assert things.require(c["uuid"])["revision"] == 2
+
+
+def test_file_order_is_default_order_even_for_batches(store):
+    things = store.collection("things")
+    things.insert_many([{"i": i} for i in range(200)])
+    things.insert({"i": "after"})
+    in_file = list(Store(store.directory).collection("things").snapshot().table.values())
+    assert in_file == sorted(in_file, key=lambda r: (r["created_at"], r["uuid"]))
+    assert [r["uuid"] for r in things.records()] == [r["uuid"] for r in in_file]
