@@ -1,28 +1,61 @@
-"""Builder daemon: keeps installed elements in their declared state (appliance.em.builder).
-It watches every kind a manifest can create, so a change behind an element's back, or a
-value a consumer waits for, is seen within milliseconds."""
+"""Builder daemon: repositories read into repo elements (appliance.repo.sync), installed
+repo elements handed to the Element Manager (appliance.repo.bridge), and elements kept in
+their declared state (appliance.em.builder).
+
+It watches every kind a manifest or a repository can touch, so a change is seen within
+milliseconds; one iteration is one tick (ITERATION_SECONDS), and every CHECK_EVERY
+iterations repositories are checked for a passed next_refresh (spec 2.3 rule 4). A pass
+is skipped when no watched kind changed and nothing is due.
+"""
 
 import sys
+import time
 
 from appliance.api.app import build_api
 from appliance.em.builder import ElementBuilder
+from appliance.repo.bridge import RepoBridge
+from appliance.repo.sync import CHECK_EVERY, RepositorySync
 from daemons.base import Daemon, run
+
+ITERATION_SECONDS = 1.0
 
 
 class Builder(Daemon):
     name = "builder"
     kinds = ("em_elements", "em_manifests")
-    tick_seconds = 10.0
+    tick_seconds = ITERATION_SECONDS
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
         # the same resources, validation and hooks as the API, used in-process
         self.api = build_api(self.settings, self.store)
         self.elements = ElementBuilder(self.api, self.log)
+        self.repositories = RepositorySync(self.api, self.log)
+        self.bridge = RepoBridge(self.api, self.log)
         self.kinds = tuple(self.elements.kinds())
+        self._world = None
+        self._last_periodic = time.monotonic()
+        self._refresh_at = None
+
+    def _world_key(self):
+        return tuple(self.store.collection(k).snapshot().key for k in self.kinds)
 
     def reconcile(self, kind):
+        now = time.monotonic()
+        periodic = now - self._last_periodic >= CHECK_EVERY * ITERATION_SECONDS
+        timer = self._refresh_at is not None and now >= self._refresh_at
+        world = self._world_key()
+        if world == self._world and not periodic and not timer:
+            return
+        if periodic:
+            self._last_periodic = now
+        wait = self.repositories.reconcile(periodic=periodic or timer)
+        self._refresh_at = None if wait is None else time.monotonic() + wait
+        self.bridge.reconcile()
         self.elements.reconcile_all()
+        self.bridge.reconcile()
+        # what the pass itself wrote wakes it once more, and that pass finds nothing to do
+        self._world = world
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from .wsgi import Middleware
 
 def capabilities():
     """Every capability package that registers routes, in registration order."""
-    from appliance import em, iam, secret, vs
-    return [iam, secret, vs, em]
+    from appliance import em, iam, repo, secret, vs
+    return [iam, secret, vs, em, repo]
 
 
 def build_api(settings, store=None):

@@ -53,7 +53,7 @@ def _operation(route):
         "summary": route.summary or f"{route.method} {route.path}",
         "tags": [route.tag],
         "responses": responses,
-        "x-permission": route.permission,
+        "x-permission": " | ".join(route.permissions),
     }
     if params:
         op["parameters"] = params

@@ -88,6 +88,11 @@ class Route:
     def public(self):
         return self.permission == PUBLIC
 
+    @property
+    def permissions(self):
+        """A route may accept any of several permissions (a tuple)."""
+        return self.permission if isinstance(self.permission, tuple) else (self.permission,)
+
     def __repr__(self):
         return f"<Route {self.method} {self.path} {self.permission}>"
 
@@ -151,8 +156,8 @@ class Api:
             if self.authenticate is None:
                 raise Unauthorized("no authentication is configured")
             call.principal = self.authenticate(call.request)
-            if not call.principal.allows(route.permission):
-                raise Forbidden(f"permission {route.permission} is required")
+            if not any(call.principal.allows(p) for p in route.permissions):
+                raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
         elif self.authenticate is not None and call.request.get_header("Authorization"):
             call.principal = self.authenticate(call.request, optional=True)
         if route.method in _BODY_METHODS:

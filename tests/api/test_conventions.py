@@ -300,8 +300,9 @@ def test_every_route_declares_a_permission(server):
             assert route.path in ("/", "/v1/health", "/v1/openapi.json") or \
                 route.path.endswith("/actions/get_token/invoke"), route
         else:
-            parts = route.permission.split(".")
-            assert len(parts) == 3 and all(parts), route
+            for permission in route.permissions:
+                parts = permission.split(".")
+                assert len(parts) == 3 and all(parts), route
 
 
 def test_registering_a_route_without_permission_fails(server):

@@ -7,7 +7,7 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam", "secret", "em"]
+BENCHES = ["store", "api", "iam", "secret", "em", "resolver"]
 
 
 def main(argv):

@@ -1,0 +1,120 @@
+"""Reconcile step of the builder daemon for repositories (spec 2.3 rules 3-4, 3.2).
+
+A NEW repository has its inventory read at once; so has one whose record changed with
+`next_refresh` passed (the refresh action sets it to now). Every CHECK_EVERY iterations
+all repositories are checked for a passed `next_refresh`. A read stores new elements
+(copy: full data; lazy: name and version), removes stale ones but never an installed or
+linked one, then ACTIVE with `next_refresh` scheduled (refresh_rate 0: never). An
+unreachable or invalid repository goes to ERROR with the reason and is retried with a
+back-off that doubles up to the refresh rate (or an hour).
+"""
+
+import datetime
+
+from appliance import versions
+from state import format_time, parse_time, utcnow
+
+from .drivers import DriverError, NginxDriver, BootstrapDriver, driver_for
+
+CHECK_EVERY = 10
+FIRST_RETRY, MAX_RETRY = 5, 3600
+AUTHORITATIVE = (NginxDriver, BootstrapDriver)   # their inventory decides what is stale
+
+
+class RepositorySync:
+    def __init__(self, api, log):
+        self.api = api
+        self.store = api.store
+        self.log = log
+        self._seen = {}       # uuid -> revision last handled
+        self._retry = {}      # uuid -> current back-off seconds
+
+    @property
+    def repositories(self):
+        return self.api.resources["/v1/repo/repositories"]
+
+    @property
+    def elements(self):
+        return self.api.resources["/v1/repo/elements"]
+
+    def reconcile(self, periodic=False):
+        """One pass; `periodic` on every CHECK_EVERY-th iteration of the daemon. Returns
+        seconds until the next scheduled refresh, or None."""
+        now = utcnow()
+        soonest = None
+        for repo in list(self.store.collection("repo_repositories").records()):
+            due_at = parse_time(repo["next_refresh"]) if repo.get("next_refresh") else None
+            changed = self._seen.get(repo["uuid"]) != repo["revision"]
+            due = due_at is not None and due_at <= now
+            if repo["status"] == "NEW" or (due and (changed or periodic)):
+                repo = self.sync(repo)
+                due_at = parse_time(repo["next_refresh"]) if repo.get("next_refresh") else None
+            self._seen[repo["uuid"]] = repo["revision"]
+            if due_at is not None:
+                wait = max((due_at - utcnow()).total_seconds(), 0.0)
+                soonest = wait if soonest is None else min(soonest, wait)
+        return soonest
+
+    def sync(self, repo):
+        coll = self.store.collection("repo_repositories")
+        try:
+            added, removed = self._read(repo)
+        except (DriverError, ValueError) as e:
+            delay = min(self._retry.get(repo["uuid"], FIRST_RETRY / 2) * 2,
+                        repo["refresh_rate"] or MAX_RETRY, MAX_RETRY)
+            self._retry[repo["uuid"]] = delay
+            self.log.warning("repository %s: %s; retrying in %d s", repo["name"], e, delay)
+            return coll.update(repo["uuid"], {
+                "status": "ERROR", "status_reason": str(e),
+                "next_refresh": format_time(utcnow() + datetime.timedelta(seconds=delay))})
+        self._retry.pop(repo["uuid"], None)
+        now = utcnow()
+        rate = repo["refresh_rate"]
+        self.log.info("repository %s: inventory read, %d added, %d removed", repo["name"],
+                      added, removed)
+        return coll.update(repo["uuid"], {
+            "status": "ACTIVE", "status_reason": None, "synced_at": format_time(now),
+            "next_refresh": format_time(now + datetime.timedelta(seconds=rate)) if rate
+            else None})
+
+    def _read(self, repo):
+        elements = self.store.collection("repo_elements")
+        stored = list(elements.by("repository", repo["uuid"]))
+        driver = driver_for(self.repositories.opened_spec(repo), stored)
+        found = driver.inventory()
+        existing = {(e["name"], e["version"]): e for e in stored}
+        new_records = []
+        for key in sorted(set(found) - set(existing)):
+            name, version = key
+            manifest, entry = None, found[key]
+            if repo["sync_mode"] == "copy":
+                manifest, entry = driver.element(name, version)
+            new_records.append({
+                "name": name, "version": version,
+                "description": (manifest or {}).get("description"),
+                "project_id": repo["project_id"], "repository": repo["uuid"],
+                "status": "AVAILABLE", "status_reason": None,
+                "installation_state": "UNINSTALLED", "manifest": manifest,
+                "specification": None, "inventory": entry, "element": None,
+                "development": not versions.parse(version).is_release})
+        created = elements.insert_many(new_records) if new_records else []
+        self._artifacts(driver, created)
+        stale = []
+        if isinstance(driver, AUTHORITATIVE):
+            stale = [e["uuid"] for key, e in existing.items() if key not in found
+                     and e["installation_state"] != "INSTALLED" and not e.get("element")]
+        if stale:
+            doomed = set(stale)
+            elements.delete_where(lambda e: e["uuid"] in doomed)
+            self.store.collection("repo_artifacts").delete_where(
+                lambda a: a["element"] in doomed)
+        return len(created), len(stale)
+
+    def _artifacts(self, driver, created):
+        from .inventory import artifacts    # noqa: PLC0415
+        rows = [{"element": e["uuid"], "project_id": e["project_id"], "urn": urn,
+                 "uri": driver.artifact_uri(e["name"], e["version"], urn.split(":", 1)[0],
+                                            file_name)}
+                for e in created for urn, file_name in artifacts(e.get("inventory") or {})]
+        if rows:
+            self.store.collection("repo_artifacts", unique=[("element", "urn")]).insert_many(rows)
