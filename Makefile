@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES :=
+DEBIAN_PACKAGES := nginx
 
 export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
 

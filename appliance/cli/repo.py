@@ -1,0 +1,263 @@
+"""`appliance repo ...` (repositories) and `appliance elements ...` (the marketplace).
+
+Elements are named as NAME or NAME==VERSION. Without a version, install picks what the
+resolver would: higher repository priority, then release over development, then higher
+version. `--wait` follows the status until the work is done, printing each move.
+"""
+
+import argparse
+import time
+
+from appliance.versions import VersionError, parse
+
+from . import CliError, UsageError
+
+REPOS = "/v1/repo/repositories/"
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+ELEMENTS = "/v1/repo/elements/"
+POLL_SECONDS = 0.2
+
+
+def _client(args, env):
+    from .main import _session_client  # noqa: PLC0415 - import cycle
+    return _session_client(args, env)
+
+
+def _emit(args, env, data):
+    from .main import _emit as emit  # noqa: PLC0415
+    emit(args, env, data)
+
+
+def find_repo(client, ref):
+    found = client.request("GET", REPOS, query=[("name", ref)]).payload()
+    if not found:
+        try:
+            return client.request("GET", REPOS + ref).payload()
+        except CliError:
+            raise CliError(f"no repository {ref!r}") from None
+    return found[0]
+
+
+def follow(client, env, path, done, timeout, field="status"):
+    started, last = env.clock(), None
+    while True:
+        obj = client.request("GET", path).payload()
+        elapsed = env.clock() - started
+        if obj.get(field) != last:
+            last = obj.get(field)
+            env.stderr.write(f"{obj.get('name', path)}: {last} ({elapsed:.1f} s)\n")
+            env.stderr.flush()
+        if done(obj):
+            return obj
+        if obj.get("status") == "ERROR":
+            raise CliError(f"{obj.get('name', path)} is in ERROR: {obj.get('status_reason')}")
+        if elapsed > timeout:
+            raise CliError(f"{obj.get('name', path)} is still {obj.get(field)} after "
+                           f"{timeout:g} s")
+        time.sleep(POLL_SECONDS)
+
+
+def _rank(element, priorities):
+    version = parse(element["version"])
+    return (priorities.get(element["repository"].rsplit("/", 1)[1], 0), version.is_release,
+            version)
+
+
+def pick(client, ref, installed=None):
+    """The element record named by NAME or NAME==VERSION."""
+    name, _, version = ref.partition("==")
+    query = [("name", name)] + ([("version", version)] if version else [])
+    found = client.request("GET", ELEMENTS, query=query).payload()
+    if installed is not None:
+        found = [e for e in found if (e["installation_state"] == "INSTALLED") == installed]
+    if not found:
+        raise CliError(f"no element {ref}" + (" installed" if installed else ""))
+    priorities = {r["uuid"]: r["priority"]
+                  for r in client.request("GET", REPOS).payload()}
+    return max(found, key=lambda e: _rank(e, priorities))
+
+
+def add_groups(commands, common, make_parser):
+    def group(name, summary):
+        parser = commands.add_parser(name, help=summary, description=summary, parents=[common])
+        return parser.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                     parser_class=make_parser)
+
+    def verb(verbs, name, summary, example, handler, wait=False):
+        sub = verbs.add_parser(name, help=summary, description=summary, parents=[common],
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=f"example:\n  {example}")
+        sub.set_defaults(handler=handler)
+        if wait:
+            sub.add_argument("--wait", action="store_true", help="follow until done")
+            sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS")
+        return sub
+
+    repo = group("repo", "element repositories")
+    add = verb(repo, "add", "add a repository",
+               "appliance repo add main --url http://10.0.0.5/repo --lazy --wait", cmd_add, True)
+    add.add_argument("name")
+    source = add.add_mutually_exclusive_group(required=True)
+    source.add_argument("--url", help="an HTTP(S) repository (driver nginx)")
+    source.add_argument("--dir", help="a local directory of manifests (driver bootstrap)")
+    source.add_argument("--database", action="store_true",
+                        help="elements uploaded through the API (driver database)")
+    add.add_argument("--username")
+    add.add_argument("--password-env", metavar="VAR",
+                     help="take the basic-auth password from this environment variable")
+    add.add_argument("--lazy", action="store_true", help="store names and versions only")
+    add.add_argument("--priority", type=int)
+    add.add_argument("--refresh-rate", type=int, metavar="SECONDS")
+    add.add_argument("--project", metavar="UUID",
+                     help="owning project (default: the token's project, else the admin "
+                          "project, whose repositories every project sees)")
+    verb(repo, "list", "list repositories", "appliance repo list", cmd_repo_list)
+    refresh = verb(repo, "refresh", "re-read a repository's inventory now",
+                   "appliance repo refresh main --wait", cmd_refresh, True)
+    refresh.add_argument("name")
+    upload = verb(repo, "upload", "upload a manifest to a database repository",
+                  "appliance repo upload uploads app.yaml", cmd_upload)
+    upload.add_argument("name")
+    upload.add_argument("file")
+
+    elements = group("elements", "the marketplace: elements of every visible repository")
+    available = verb(elements, "available", "latest version of each element",
+                     "appliance elements available --dev", cmd_available)
+    available.add_argument("--dev", action="store_true", help="include development versions")
+    versions = verb(elements, "versions", "every version of an element",
+                    "appliance elements versions app", cmd_versions)
+    versions.add_argument("name")
+    versions.add_argument("--dev", action="store_true")
+    install = verb(elements, "install", "install an element with its dependencies",
+                   "appliance elements install app==1.2.0 --wait", cmd_install, True)
+    install.add_argument("element", metavar="NAME[==VERSION]")
+    upgrade = verb(elements, "upgrade", "move an installed element to another version",
+                   "appliance elements upgrade app 1.3.0 --wait", cmd_upgrade, True)
+    upgrade.add_argument("name")
+    upgrade.add_argument("version")
+    uninstall = verb(elements, "uninstall", "uninstall an element",
+                     "appliance elements uninstall app --wait", cmd_uninstall, True)
+    uninstall.add_argument("name")
+
+
+def cmd_add(args, env):
+    if args.url:
+        spec = {"kind": "nginx", "url": args.url}
+        if args.username:
+            spec["username"] = args.username
+        if args.password_env:
+            if args.password_env not in env.environ:
+                raise UsageError(f"${args.password_env} is not set")
+            spec["password"] = env.environ[args.password_env]
+    elif args.dir:
+        spec = {"kind": "bootstrap", "manifests_dir": args.dir}
+    else:
+        spec = {"kind": "database"}
+    body = {"name": args.name, "driver_spec": spec, "sync_mode": "lazy" if args.lazy else "copy"}
+    for key, value in (("priority", args.priority), ("refresh_rate", args.refresh_rate),
+                       ("project_id", args.project)):
+        if value is not None:
+            body[key] = value
+    client = _client(args, env)
+    if "project_id" not in body and not (client.session.scope or "").startswith("project:"):
+        body["project_id"] = ADMIN_PROJECT
+    repo = client.request("POST", REPOS, body=body).payload()
+    if args.wait:
+        repo = follow(client, env, REPOS + repo["uuid"], lambda r: r["status"] == "ACTIVE",
+                      args.wait_timeout)
+    _emit(args, env, repo)
+    return 0
+
+
+def cmd_repo_list(args, env):
+    repos = _client(args, env).request("GET", REPOS).payload()
+    _emit(args, env, repos if getattr(args, "json", False) else [
+        {k: r.get(k) for k in ("uuid", "name", "status", "priority", "sync_mode",
+                               "synced_at")} | {"driver": r["driver_spec"]["kind"]}
+        for r in repos])
+    return 0
+
+
+def cmd_refresh(args, env):
+    client = _client(args, env)
+    repo = find_repo(client, args.name)
+    before = repo.get("synced_at")
+    client.request("POST", f"{REPOS}{repo['uuid']}/actions/refresh/invoke", body={})
+    if args.wait:
+        repo = follow(client, env, REPOS + repo["uuid"],
+                      lambda r: r.get("synced_at") != before and r["status"] == "ACTIVE",
+                      args.wait_timeout, field="synced_at")
+    _emit(args, env, repo)
+    return 0
+
+
+def cmd_upload(args, env):
+    from .em import read_manifest  # noqa: PLC0415
+    manifest = read_manifest(args.file)
+    client = _client(args, env)
+    repo = find_repo(client, args.name)
+    element = client.request("POST", f"{REPOS}{repo['uuid']}/actions/upload/invoke", body={
+        "element_name": str(manifest["name"]), "element_version": str(manifest["version"]),
+        "manifest": manifest, "description": manifest.get("description")}).payload()
+    _emit(args, env, element)
+    return 0
+
+
+def _rows(elements):
+    return [{k: e.get(k) for k in ("name", "version", "status", "installation_state",
+                                   "development", "uuid")} for e in elements]
+
+
+def cmd_available(args, env):
+    query = [] if args.dev else [("development", "false")]
+    elements = _client(args, env).request("GET", ELEMENTS, query=query).payload()
+    latest = {}
+    for e in elements:
+        try:
+            key = parse(e["version"])
+        except VersionError:
+            continue
+        if e["name"] not in latest or key > parse(latest[e["name"]]["version"]):
+            latest[e["name"]] = e
+    _emit(args, env, _rows(sorted(latest.values(), key=lambda e: e["name"])))
+    return 0
+
+
+def cmd_versions(args, env):
+    query = [("name", args.name)] + ([] if args.dev else [("development", "false")])
+    elements = _client(args, env).request("GET", ELEMENTS, query=query).payload()
+    _emit(args, env, _rows(sorted(elements, key=lambda e: parse(e["version"]))))
+    return 0
+
+
+def _finish(args, env, client, element, done):
+    if args.wait:
+        element = follow(client, env, ELEMENTS + element["uuid"], done, args.wait_timeout)
+    _emit(args, env, element)
+    return 0
+
+
+def cmd_install(args, env):
+    client = _client(args, env)
+    element = pick(client, args.element, installed=False)
+    result = client.request("POST", f"{ELEMENTS}{element['uuid']}/actions/install/invoke",
+                            body={}).payload()
+    return _finish(args, env, client, result, lambda e: e["status"] == "ACTIVE")
+
+
+def cmd_upgrade(args, env):
+    client = _client(args, env)
+    current = pick(client, args.name, installed=True)
+    target = pick(client, f"{args.name}=={args.version}")
+    result = client.request("POST", f"{ELEMENTS}{current['uuid']}/actions/upgrade/invoke",
+                            body={"target": target["uuid"]}).payload()
+    return _finish(args, env, client, result, lambda e: e["status"] == "ACTIVE")
+
+
+def cmd_uninstall(args, env):
+    client = _client(args, env)
+    current = pick(client, args.name, installed=True)
+    result = client.request("POST", f"{ELEMENTS}{current['uuid']}/actions/uninstall/invoke",
+                            body={}).payload()
+    return _finish(args, env, client, result,
+                   lambda e: e["status"] == "AVAILABLE" and not e.get("element"))

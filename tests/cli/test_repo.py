@@ -1,0 +1,68 @@
+"""`appliance repo ...` and `appliance elements ...` against the real API and builder."""
+
+import pytest
+import yaml
+
+from tests.apiserver import ApiServer
+from tests.conftest import ADMIN_PASSWORD
+from tests.repo.conftest import manifest, write_manifest
+from tests.secret.conftest import DaemonProcess
+
+from .conftest import Cli
+
+
+@pytest.fixture(scope="module")
+def real_api(tmp_path_factory):
+    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
+    builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
+    yield srv
+    builder.stop()
+    srv.stop()
+
+
+@pytest.fixture
+def cli(real_api, tmp_path):
+    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
+    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
+    return cli
+
+
+def test_marketplace_round_trip(cli, tmp_path):
+    repo_dir = tmp_path / "repo"
+    repo_dir.mkdir()
+    write_manifest(repo_dir, manifest("shop", "1.0.0"))
+    write_manifest(repo_dir, manifest("shop", "1.1.0"))
+    write_manifest(repo_dir, manifest("shop", "2.0.0-dev.1"))
+    added = cli("--json", "repo", "add", "local", "--dir", str(repo_dir), "--wait")
+    assert added.code == 0, added.stderr
+    assert added.json()["status"] == "ACTIVE"
+    listed = cli("--json", "repo", "list")
+    assert [r["name"] for r in listed.json()] == ["local"]
+    available = cli("--json", "elements", "available")
+    assert [(e["name"], e["version"]) for e in available.json()] == [("shop", "1.1.0")]
+    with_dev = cli("--json", "elements", "available", "--dev")
+    assert [e["version"] for e in with_dev.json()] == ["2.0.0-dev.1"]
+    versions = cli("--json", "elements", "versions", "shop")
+    assert [e["version"] for e in versions.json()] == ["1.0.0", "1.1.0"]
+    installed = cli("--json", "elements", "install", "shop==1.0.0", "--wait")
+    assert installed.code == 0, installed.stderr
+    assert installed.json()["status"] == "ACTIVE" and "ACTIVE" in installed.stderr
+    upgraded = cli("--json", "elements", "upgrade", "shop", "1.1.0", "--wait")
+    assert upgraded.code == 0 and upgraded.json()["version"] == "1.1.0"
+    gone = cli("--json", "elements", "uninstall", "shop", "--wait")
+    assert gone.code == 0 and gone.json()["status"] == "AVAILABLE"
+    write_manifest(repo_dir, manifest("shop", "1.2.0"))
+    refreshed = cli("repo", "refresh", "local", "--wait")
+    assert refreshed.code == 0, refreshed.stderr
+    assert "1.2.0" in cli("elements", "versions", "shop").stdout
+
+
+def test_upload_and_errors(cli, tmp_path):
+    assert cli("repo", "add", "uploads", "--database", "--wait").code == 0
+    path = tmp_path / "up.yaml"
+    path.write_text(yaml.safe_dump(manifest("uploaded", "0.1.0")))
+    result = cli("--json", "repo", "upload", "uploads", str(path))
+    assert result.code == 0 and result.json()["name"] == "uploaded"
+    assert cli("repo", "upload", "uploads", str(path)).code == 1     # already there
+    missing = cli("elements", "install", "nothing-like-it")
+    assert missing.code == 1 and "no element" in missing.stderr
