@@ -193,8 +193,11 @@ class Repositories(Resource):
 
     def authorize_upload(self, call, record):
         from .upload_auth import decide  # noqa: PLC0415 - pure module, loaded on use
-        method = call.request.get_header("X-Original-Method") or ""
-        uri = call.request.get_header("X-Original-URI") or ""
+        # the raw WSGI strings (latin-1): Bottle's header view decodes UTF-8 and fails on
+        # the bytes a hostile URI carries; check_path refuses anything non-ASCII anyway
+        environ = call.request.environ
+        method = environ.get("HTTP_X_ORIGINAL_METHOD", "")
+        uri = environ.get("HTTP_X_ORIGINAL_URI", "")
         status, reason = decide(method.upper(), uri, call.principal, record["project_id"])
         if status == 200:
             return {"allowed": True}
