@@ -27,8 +27,10 @@ def bootstrap(settings):
     password, path = admin_password(store, settings)
     from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
     from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
+    from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415
     iam_seed(store, password)
     vs_seed(store)
+    repo_seed(store, settings.get("repo_url"))
     if path:
         return f"admin password of user 'admin' is in {path}"
     return "admin password of user 'admin' is the value of APPLIANCE_ADMIN_PASSWORD"

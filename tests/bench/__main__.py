@@ -7,7 +7,7 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam", "secret", "em", "resolver"]
+BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo"]
 
 
 def main(argv):

@@ -180,3 +180,23 @@ def test_project_scoping_of_repositories(server, admin):
     assert owner.delete(f"{R}/{shared['uuid']}").status == 403
     assert owner.post(R, {"name": "into-admin", "project_id": ADMIN_PROJECT,
                           "driver_spec": {"kind": "database"}}).status == 403
+
+
+def test_realm_repo_url_is_registered_at_bootstrap(tmp_path):
+    from tests.apiserver import ApiServer
+    from tests.conftest import ADMIN_PASSWORD
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD,
+                    repo_url="http://127.0.0.1:9/realm-repo/").start()
+    try:
+        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+        repos = admin.get(R, query={"name": "realm"}).json
+        assert len(repos) == 1
+        realm = repos[0]
+        assert realm["project_id"] == ADMIN_PROJECT and realm["sync_mode"] == "lazy"
+        assert realm["refresh_rate"] == 3600
+        assert realm["driver_spec"] == {"kind": "nginx", "url": "http://127.0.0.1:9/realm-repo"}
+        from appliance.bootstrap import bootstrap
+        bootstrap(srv.settings)                       # a second start adds nothing
+        assert len(admin.get(R, query={"name": "realm"}).json) == 1
+    finally:
+        srv.stop()
