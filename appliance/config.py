@@ -27,6 +27,9 @@ DEFAULTS = {
     "mirror_username": None,
     "mirror_password": None,
     "repo_url": None,
+    # tags on DNS records: full (stored, filterable with q=tags:"..."), no_filter (stored,
+    # q refused: an older upstream), none (no tags at all)
+    "dns_tags": "full",
     "log_level": "INFO",
 }
 

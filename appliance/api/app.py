@@ -9,8 +9,8 @@ from .wsgi import Middleware
 
 def capabilities():
     """Every capability package that registers routes, in registration order."""
-    from appliance import em, iam, repo, secret, vs
-    return [iam, secret, vs, em, repo]
+    from appliance import dns, em, iam, repo, secret, vs
+    return [iam, secret, vs, dns, em, repo]
 
 
 def build_api(settings, store=None):

@@ -12,11 +12,11 @@ def _sort_value(value):
     return (0, "") if value is None else (1, value)
 
 
-def parse_filters(resource, query, extra=()):
+def parse_filters(resource, query, extra=None):
     """{field: [parsed values]} from the query string; 400 for anything unknown or mistyped."""
     filters = {}
     for name in query.keys():
-        if name in RESERVED or name in extra:
+        if name in RESERVED or name in (extra if extra is not None else resource.extra_query):
             continue
         field = resource.field(name)
         if field is None or not field.filterable:

@@ -42,8 +42,11 @@ class Resource:
     # service policy of the permission names: <service>.<policy>.<action>
     def __init__(self, *, name, path, kind, service, policy, fields, unique=(),
                  project_scoped=False, shared_projects=(), description="", actions=(),
-                 max_body=None, create_accepts=None, operations=OPERATIONS):
+                 max_body=None, create_accepts=None, operations=OPERATIONS, parent=None):
         self.operations = operations
+        # a sub-collection: (field, parent collection path); `path` then holds
+        # `<field>` (e.g. /v1/dns/domains/<domain>/records) and items belong to one parent
+        self.parent = parent
         self.name = name
         self.path = path.rstrip("/")
         self.kind = kind
@@ -175,7 +178,22 @@ class Resource:
         visible = self.visible_projects(call)
         if record is None or (visible is not None and record.get("project_id") not in visible):
             raise NotFound(f"{self.name} {uuid} not found")
+        if self.parent and call.params.get(self.parent[0]) not in (None, record.get(
+                self.parent[0])):
+            raise NotFound(f"{self.name} {uuid} not found")
         return record
+
+    def parent_record(self, call, parent_uuid):
+        """The parent of a sub-collection item, visible to the caller, else 404."""
+        field, parent_path = self.parent
+        parent = self.api.resources[parent_path]
+        return parent.load_visible(call, str(parent_uuid or ""))
+
+    def item_path(self, record):
+        path = self.path
+        if self.parent:
+            path = path.replace(f"<{self.parent[0]}>", record[self.parent[0]])
+        return f"{path}/{record['uuid']}"
 
     # ---- rendering -----------------------------------------------------------------
 
@@ -233,6 +251,13 @@ class Resource:
 
     # ---- hooks for subclasses ------------------------------------------------------
 
+    # query parameters a resource takes beyond field filters: {name: description}
+    extra_query = {}
+
+    def filter_query(self, call, records):
+        """Apply `extra_query` parameters; the default takes none."""
+        return records
+
     def link_value(self, shown, name):
         """What a manifest link `...:name` gives for a record as shown to clients."""
         return shown.get(name)
@@ -244,6 +269,12 @@ class Resource:
     def prepare_update(self, call, current, changes):
         return changes
 
+    def after_create(self, call, record):
+        pass
+
+    def after_update(self, call, before, after):
+        pass
+
     def check_delete(self, call, record):
         """Raise Conflict when something still depends on the record."""
 
@@ -253,25 +284,39 @@ class Resource:
     # ---- handlers ------------------------------------------------------------------
 
     def list_handler(self, call):
+        parent_uuid = None
+        if self.parent:
+            parent_uuid = self.parent_record(call, call.params[self.parent[0]])["uuid"]
         visible = self.visible_projects(call)
         check_project_filter(self, call, visible)
         filters = parse_filters(self, call.query)
         only = self.projection(call)
-        records = [r for r in self.collection().records()
+        source = self.collection().by(self.parent[0], parent_uuid) if self.parent \
+            else self.collection().records()
+        records = [r for r in source
                    if (visible is None or r.get("project_id") in visible)
                    and matches(r, filters)]
+        records = self.filter_query(call, records)
         page = sort_and_page(self, records, call.query, _header_setter())
         return [self.render(r, only) for r in page]
 
     def create_handler(self, call):
         created = self.create_record(call, self._body_object(call))
-        location = f"{self.path}/{created['uuid']}"
-        return Reply(self.render(created), 201, {"Location": location})
+        return Reply(self.render(created), 201, {"Location": self.item_path(created)})
 
     def create_record(self, call, body):
         """Validate and insert; the stored record. Also used in-process (Element Manager)."""
         body = self._normalize(body)
         principal = call.principal
+        if self.parent:
+            field = self.parent[0]
+            from_path = call.params.get(field)
+            if from_path is not None and body.get(field) not in (None, from_path.lower()):
+                raise BadRequest(f"{field}: must be the one of the path")
+            parent = self.parent_record(call, from_path or body.get(field))
+            body[field] = parent["uuid"]
+            if self.project_scoped and body.get("project_id") is None:
+                body["project_id"] = parent.get("project_id")
         if (self.project_scoped and body.get("project_id") is None and principal is not None
                 and principal.project_id is not None):
             body["project_id"] = principal.project_id
@@ -289,7 +334,9 @@ class Resource:
         record = {f.name: None for f in self.fields if not f.omit_unset}
         record.update(body)
         record = self.prepare_create(call, record)
-        return self.collection().insert(record)
+        created = self.collection().insert(record)
+        self.after_create(call, created)
+        return created
 
     def get_handler(self, call):
         return self.render(self.load_visible(call, call.params["uuid"]), self.projection(call))
@@ -311,11 +358,14 @@ class Resource:
             self.update_validator.check(changes)
             changes = self.prepare_update(call, current, changes)
             try:
-                return self.collection().update(current["uuid"], changes,
-                                                expect_revision=current["revision"])
+                updated = self.collection().update(current["uuid"], changes,
+                                                   expect_revision=current["revision"])
             except RevisionConflict:
                 if attempt == UPDATE_ATTEMPTS - 1:
                     raise
+                continue
+            self.after_update(call, current, updated)
+            return updated
 
     def delete_handler(self, call):
         self.delete_record(call, call.params["uuid"])

@@ -1,0 +1,195 @@
+"""DNS API: domains and their records (api-conventions section 5, spec 2.8).
+
+A record is `{type, ttl, prio, disabled, tags, record: {kind, name, ...}}`; `record` is
+checked by a schema of its type, `kind` must equal `type`, and `type` never changes.
+Names are relative to the domain (`@` the apex, a bare `*` the zone wildcard). Creating a
+domain creates its SOA; every change of a zone's records increases the SOA serial; an SOA
+is deleted only with its domain.
+"""
+
+import ipaddress
+import re
+
+from appliance.api.errors import BadRequest, Conflict, Forbidden
+from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, Reference,
+                                  String, Tags, Text)
+from appliance.api.resource import Resource
+from appliance.api.validation import Validator
+
+TYPES = ("A", "NS", "SOA", "TXT")
+LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
+HOST = rf"^(?=.{{1,253}}$){LABEL}(\.{LABEL})*\.?$"
+RELATIVE = rf"^(@|\*|(\*\.)?{LABEL}(\.{LABEL})*)$"
+TXT_LIMIT = 4000          # bytes of content; served as 255-byte character-strings
+U32 = {"type": "integer", "minimum": 0, "maximum": 4294967295}
+SECONDS = {"type": "integer", "minimum": 1, "maximum": 2147483647}
+
+_COMMON = {"kind": {"type": "string"}, "name": {"type": "string", "pattern": RELATIVE}}
+RECORD_SCHEMAS = {
+    "A": {"required": ["kind", "name", "address"],
+          "properties": {**_COMMON, "address": {"type": "string", "format": "ipv4"}}},
+    "NS": {"required": ["kind", "name", "content"],
+           "properties": {**_COMMON, "content": {"type": "string", "pattern": HOST}}},
+    "TXT": {"required": ["kind", "name", "content"],
+            "properties": {**_COMMON, "content": {"type": "string", "minLength": 1}}},
+    "SOA": {"required": ["kind", "name", "primary_dns", "serial", "refresh", "retry",
+                         "expire", "ttl"],
+            "properties": {**_COMMON, "primary_dns": {"type": "string", "pattern": HOST},
+                           "serial": U32, "refresh": SECONDS, "retry": SECONDS,
+                           "expire": SECONDS,
+                           "ttl": {"type": "integer", "minimum": 0, "maximum": 2147483647}}},
+}
+_CHECKS = {t: Validator({"type": "object", "properties": {"record": {
+    "type": "object", "additionalProperties": False, **s}}}) for t, s in RECORD_SCHEMAS.items()}
+_Q = re.compile(r'^tags:"([^"]{1,255})"$')
+
+
+def default_soa(domain_name):
+    return {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{domain_name}", "serial": 1,
+            "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}
+
+
+class Domains(Resource):
+    def __init__(self):
+        super().__init__(
+            name="Domain", path="/v1/dns/domains", kind="dns_domains", service="dns",
+            policy="domain", project_scoped=True, unique=[("name",)],
+            description="a zone served by the built-in DNS server",
+            fields=[
+                Field("name", String(253, pattern=HOST), required=True, create_only=True,
+                      description="the zone, e.g. example.test"),
+                Field("project_id", UUID(), required=True, create_only=True),
+                Field("description", Text(4096)),
+                Field("tags", Tags()),
+                Field("sync_to_ecosystem", Boolean(), default=False, nullable=False,
+                      description="kept in step with the upstream DNS API by the mirror"),
+                Field("mirror", Object(), read_only=True,
+                      description="the mirror's progress: status, synced_at, last_error"),
+            ])
+
+    def prepare_create(self, call, record):
+        record["name"] = record["name"].rstrip(".").lower()
+        if call.store.collection("iam_projects").get(record["project_id"]) is None:
+            raise BadRequest(f"project_id: project {record['project_id']} does not exist")
+        record["mirror"] = None
+        return record
+
+    def after_create(self, call, record):
+        self.api.resources[RECORDS].collection().insert({
+            "domain": record["uuid"], "project_id": record["project_id"], "type": "SOA",
+            "ttl": 3600, "prio": None, "disabled": False, "tags": [],
+            "record": default_soa(record["name"])})
+
+    def after_delete(self, call, record):
+        call.store.collection("dns_records").delete_where(
+            lambda r: r["domain"] == record["uuid"])
+
+
+RECORDS = "/v1/dns/domains/<domain>/records"
+
+
+class Records(Resource):
+    def __init__(self, tags="full"):
+        self.tags_mode = tags
+        fields = [
+            Field("domain", Reference("/v1/dns/domains"), create_only=True,
+                  description="taken from the path"),
+            Field("project_id", UUID(), create_only=True, description="the domain's"),
+            Field("type", Enum(*TYPES), required=True, create_only=True),
+            Field("ttl", Integer(1, 604800), default=3600, nullable=False),
+            Field("prio", Integer(0, 65535)),
+            Field("disabled", Boolean(), default=False, nullable=False),
+            Field("record", Object({"type": "object", "required": ["kind", "name"],
+                                    "properties": {"kind": {"enum": list(TYPES)}}}),
+                  required=True, description="kind (= type), name (relative; @ apex, * "
+                                             "wildcard) and the fields of the type"),
+        ]
+        if tags != "none":
+            fields.insert(5, Field("tags", Tags()))
+        super().__init__(
+            name="Record", path=RECORDS, kind="dns_records", service="dns", policy="record",
+            project_scoped=True, parent=("domain", "/v1/dns/domains"), fields=fields,
+            description="a record of a domain")
+        if tags == "full":
+            self.extra_query = {"q": 'tags:"<tag>": records carrying that tag'}
+
+    def filter_query(self, call, records):
+        if "q" not in call.query:
+            return records
+        wanted = set()
+        for q in call.query.getall("q"):
+            m = _Q.match(q)
+            if not m:
+                raise BadRequest('q: only tags:"<tag>" is supported')
+            wanted.add(m.group(1))
+        return [r for r in records if wanted & set(r.get("tags") or ())]
+
+    # ---- checks --------------------------------------------------------------------
+
+    def _check_record(self, type_, record, domain_name):
+        if record.get("kind") != type_:
+            raise BadRequest(f"record.kind: must equal type ({type_})")
+        _CHECKS[type_].check({"record": record})
+        record = dict(record, name=record["name"].lower())
+        if len(f"{record['name']}.{domain_name}") > 253:
+            raise BadRequest("record.name: the full name is longer than 253 characters")
+        if type_ == "A":
+            try:
+                ipaddress.IPv4Address(record["address"])
+            except ValueError:
+                raise BadRequest("record.address: must be an IPv4 address") from None
+        if type_ == "TXT" and len(record["content"].encode()) > TXT_LIMIT:
+            raise BadRequest(f"record.content: at most {TXT_LIMIT} bytes")
+        if type_ == "NS":
+            record["content"] = record["content"].rstrip(".").lower()
+        if type_ == "SOA":
+            if record["name"] != "@":
+                raise BadRequest("record.name: an SOA is at the apex (@)")
+            record["primary_dns"] = record["primary_dns"].rstrip(".").lower()
+        return record
+
+    def _domain(self, call, uuid):
+        return call.store.collection("dns_domains").require(uuid)
+
+    def prepare_create(self, call, record):
+        domain = self._domain(call, record["domain"])
+        record["project_id"] = domain["project_id"]
+        record["record"] = self._check_record(record["type"], record["record"], domain["name"])
+        if record["type"] == "SOA" and any(r["type"] == "SOA" for r in
+                                           self.collection().by("domain", domain["uuid"])):
+            raise Conflict(f"domain {domain['name']} already has its SOA")
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "record" in changes:
+            domain = self._domain(call, current["domain"])
+            changes["record"] = self._check_record(current["type"], changes["record"],
+                                                   domain["name"])
+        return changes
+
+    def check_delete(self, call, record):
+        if record["type"] == "SOA":
+            raise Forbidden("an SOA record goes only with its domain")
+
+    # ---- the zone serial -------------------------------------------------------------
+
+    def bump_serial(self, domain_uuid):
+        for soa in self.collection().by("domain", domain_uuid):
+            if soa["type"] == "SOA":
+                self.collection().mutate(soa["uuid"], lambda r: {**r, "record": {
+                    **r["record"], "serial": (r["record"]["serial"] + 1) % 4294967296}})
+
+    def after_create(self, call, record):
+        if record["type"] != "SOA":
+            self.bump_serial(record["domain"])
+
+    def after_update(self, call, before, after):
+        if after["type"] != "SOA" or after["record"]["serial"] == before["record"]["serial"]:
+            self.bump_serial(after["domain"])
+
+    def after_delete(self, call, record):
+        self.bump_serial(record["domain"])
+
+
+def all_resources(settings):
+    return [Domains(), Records(settings.get("dns_tags", "full"))]
