@@ -306,15 +306,19 @@ class Resource:
 
     def create_record(self, call, body):
         """Validate and insert; the stored record. Also used in-process (Element Manager)."""
-        body = self._normalize(body)
-        principal = call.principal
+        parent = None
         if self.parent:
+            # the parent first: under a parent the caller may not see, nothing else is told
             field = self.parent[0]
             from_path = call.params.get(field)
-            if from_path is not None and body.get(field) not in (None, from_path.lower()):
+            given = self.field(field).type.to_input(body.get(field))
+            parent = self.parent_record(call, from_path or given)
+            if from_path is not None and given not in (None, parent["uuid"]):
                 raise BadRequest(f"{field}: must be the one of the path")
-            parent = self.parent_record(call, from_path or body.get(field))
-            body[field] = parent["uuid"]
+        body = self._normalize(body)
+        principal = call.principal
+        if parent is not None:
+            body[self.parent[0]] = parent["uuid"]
             if self.project_scoped and body.get("project_id") is None:
                 body["project_id"] = parent.get("project_id")
         if (self.project_scoped and body.get("project_id") is None and principal is not None
