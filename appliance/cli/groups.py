@@ -22,6 +22,10 @@ GROUPS = {
             "name_field": {"users": "username"}},
     "vs": {"help": "values store: profiles, variables, values",
            "collections": ["profiles", "variables", "values"]},
+    "dns": {"help": "domains and their records",
+            "collections": ["domains", "records"],
+            # records live under a domain: `appliance dns records list example.test`
+            "parents": {"records": ("domain", "domains")}},
     "secret": {"help": "secrets, passwords, SSH and RSA keys",
                "collections": ["secrets", "passwords", "ssh_keys", "rsa_keys"],
                "waitable": True},
@@ -84,13 +88,17 @@ def add_groups(commands, common, make_parser, handlers):
 def _add_verbs(verbs, common, path, spec, name, handlers):
     name_field = spec.get("name_field", {}).get(name, "name")
     waitable = spec.get("waitable", False)
-    example = f"appliance {path.replace('/', ' ')}"
+    parent = spec.get("parents", {}).get(name)
+    example = f"appliance {path.replace('/', ' ')}" + (f" {parent[0].upper()}" if parent else "")
 
     def verb(word, summary, handler, item=False, fields=False):
         sub = verbs.add_parser(word, help=summary, description=summary, parents=[common],
                                formatter_class=argparse.RawDescriptionHelpFormatter,
                                epilog=f"example:\n  {example} {word}" +
                                (" NAME-OR-UUID" if item else ""))
+        if parent:
+            sub.add_argument("parent_ref", metavar=parent[0].upper(),
+                             help=f"the {parent[0]}'s name or UUID")
         if item:
             sub.add_argument("ref", metavar="NAME-OR-UUID",
                              help=f"the item's UUID or its {name_field}")
@@ -102,7 +110,8 @@ def _add_verbs(verbs, common, path, spec, name, handlers):
             sub.add_argument("--wait", action="store_true",
                              help="wait until the daemon has made it ACTIVE, showing progress")
             sub.add_argument("--wait-timeout", type=float, default=60.0, metavar="SECONDS")
-        sub.set_defaults(handler=handler, group_path=path, name_field=name_field)
+        sub.set_defaults(handler=handler, group_path=path, name_field=name_field,
+                         parent=parent)
         return sub
 
     listing = verb("list", f"list {name}", _run(handlers["list"]))
@@ -125,8 +134,13 @@ def _run(generic, item=False, method=None):
     send the request here, then wait for ACTIVE and print the final object."""
     def handler(args, env):
         from .main import _emit, _session_client, build_body  # noqa: PLC0415 - import cycle
-        collection = f"/v1/{args.group_path}/"
         client = _session_client(args, env)
+        if args.parent:
+            # e.g. dns/records under DOMAIN -> dns/domains/<uuid>/records
+            service, leaf = args.group_path.split("/")
+            parent_item = resolve(client, f"/v1/{service}/{args.parent[1]}/", args.parent_ref)
+            args.group_path = f"{parent_item[len('/v1/'):]}/{leaf}"
+        collection = f"/v1/{args.group_path}/"
         args.path = resolve(client, collection, args.ref, args.name_field) if item \
             else args.group_path
         if not getattr(args, "wait", False):
