@@ -200,3 +200,26 @@ def test_realm_repo_url_is_registered_at_bootstrap(tmp_path):
         assert len(admin.get(R, query={"name": "realm"}).json) == 1
     finally:
         srv.stop()
+
+
+def test_dummy_migration_repository_keeps_stored_elements(admin, server):
+    repo = wait_repo(admin, make_repo(admin, {"kind": "dummy_migration"})["uuid"])
+    assert elements_of(admin, repo["uuid"]) == {}
+    # elements attached by a migration are stored data, not dropped as stale on refresh
+    elements = server.api.resources["/v1/repo/elements"]
+    from appliance.repo import inventory
+    stored = server.store.collection("repo_repositories").get(repo["uuid"])
+    elements.new_element(stored, inventory.entry("legacy", "0.9.0"),
+                         {"name": "legacy", "version": "0.9.0", "resources": {}})
+    synced = repo["synced_at"]
+    admin.post(f"{R}/{repo['uuid']}/actions/refresh/invoke", {})
+    wait_for(lambda: admin.get(f"{R}/{repo['uuid']}").json["synced_at"] != synced)
+    assert set(elements_of(admin, repo["uuid"])) == {("legacy", "0.9.0")}
+
+
+def test_a_driver_refuses_a_spec_of_another_kind():
+    from appliance.repo.drivers import DatabaseDriver, NginxDriver
+    with pytest.raises(ValueError):
+        NginxDriver({"kind": "bootstrap", "manifests_dir": "/tmp"})
+    with pytest.raises(ValueError):
+        DatabaseDriver({"kind": "nginx", "url": "http://x"})
