@@ -92,6 +92,8 @@ class ElementBuilder:
                 continue
             try:
                 body = links.render(entry.body, self._resolver(element, plan, resources))
+                if entry.parent and entry.parent[0] not in body:
+                    body[entry.parent[0]] = resources[entry.parent[1]]["uuid"]
             except links.Unavailable as u:
                 self._announce(element, entry, u.reason)
                 slot.update(status="WAITING", reason=f"{u.link} has no {u.reason}")

@@ -18,7 +18,10 @@ from . import links
 
 NAME = r"^[a-z][a-z0-9_]{0,62}$"
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
-RESOURCE_PATH = re.compile(r"^\$core\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)$")
+# $core.<service>.<collection>, or a sub-collection under one resource of this manifest:
+# $core.<service>.<collection>.$<parent>.<sub>  (e.g. $core.dns.domains.$zone.records)
+RESOURCE_PATH = re.compile(r"^\$core\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)"
+                           r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?$")
 ELEMENT_REF = r"^\$[a-z][a-z0-9_]{0,62}$"
 
 SCHEMA = {
@@ -54,12 +57,13 @@ _STRUCTURE = Validator(SCHEMA)
 class Entry:
     """One resource of the manifest."""
 
-    def __init__(self, key, collection, name, body, depends_on):
+    def __init__(self, key, collection, name, body, depends_on, parent=None):
         self.key = key                  # "secret.secrets.$db"
-        self.collection = collection    # "/v1/secret/secrets"
+        self.collection = collection    # "/v1/secret/secrets" (API registry key)
         self.name = name
         self.body = body
         self.depends_on = depends_on    # keys of own resources it links to
+        self.parent = parent            # (field, key of the parent entry) in a sub-collection
 
     def __repr__(self):
         return f"<Entry {self.key}>"
@@ -119,17 +123,28 @@ def build_plan(manifest, api):
         m = RESOURCE_PATH.match(path)
         if not m:
             _fail(f"resources.{path}", "a resource path is $core.<service>.<collection>")
-        collection = f"/v1/{m.group(1)}/{m.group(2)}"
-        resource = api.resources.get(collection)
+        service, coll, parent_name, sub = m.groups()
+        collection, resource, parent = f"/v1/{service}/{coll}", None, None
+        if sub is None:
+            resource = api.resources.get(collection)
+        else:
+            resource = next((r for r in api.resources.values() if r.parent
+                             and r.parent[1] == collection and r.path.endswith(f"/{sub}")),
+                            None)
+            parent = (resource.parent[0], f"{service}.{coll}.${parent_name}") if resource \
+                else None
         if resource is None or "create" not in resource.operations:
-            _fail(f"resources.{path}", f"unknown resource path (no collection {collection}/)")
+            _fail(f"resources.{path}", "unknown resource path (no such collection)")
+        prefix = f"{service}.{coll}" + (f".${parent_name}.{sub}" if sub else "")
         for res_name, body in named.items():
             where = f"resources.{path}.{res_name}"
             if not RESOURCE_NAME.match(res_name):
                 _fail(where, "a resource name is letters, digits, _ and -")
-            key = f"{m.group(1)}.{m.group(2)}.${res_name}"
+            key = f"{prefix}.${res_name}"
             depends = _check_body(resource, body, where, name, imports)
-            entries[key] = Entry(key, collection, res_name, body, depends)
+            if parent:
+                depends.add(parent[1])
+            entries[key] = Entry(key, resource.path, res_name, body, depends, parent)
 
     for key, entry in entries.items():
         missing = [d for d in entry.depends_on if d not in entries]

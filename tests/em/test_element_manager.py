@@ -207,3 +207,27 @@ def test_uninstall_removes_owned_resources(admin):
     app = element(admin, "app")
     assert act(admin, app["manifest"].rsplit("/", 1)[1], "uninstall").status == 200
     wait_for(lambda: element(admin, "app") is None)
+
+
+def test_dns_domain_and_records_from_a_manifest(admin):
+    manifest = {
+        "name": "zoned", "version": "1.0.0", "resources": {
+            "$core.dns.domains": {"zone": {"name": "zoned.test", "project_id": P}},
+            "$core.dns.domains.$zone.records": {
+                "www": {"type": "A", "record": {"kind": "A", "name": "www",
+                                                "address": "10.20.0.7"}},
+                "txt": {"domain": "$zoned.dns.domains.$zone:uuid", "type": "TXT",
+                        "record": {"kind": "TXT", "name": "@",
+                                   "content": 'f"zone {$zoned.dns.domains.$zone:name}"'}}}}}
+    install(admin, manifest)
+    elem = wait_element(admin, "zoned")
+    zone = elem["resources"]["dns.domains.$zone"]["uuid"]
+    found = {r["record"]["name"] + "/" + r["type"]: r
+             for r in admin.get(f"/v1/dns/domains/{zone}/records").json}
+    assert found["www/A"]["record"]["address"] == "10.20.0.7"
+    assert found["@/TXT"]["record"]["content"] == "zone zoned.test"
+    assert "@/SOA" in found
+    # a record deleted behind the element's back comes back
+    www = elem["resources"]["dns.domains.$zone.records.$www"]["uuid"]
+    assert admin.delete(f"/v1/dns/domains/{zone}/records/{www}").status == 204
+    wait_for(lambda: admin.get(f"/v1/dns/domains/{zone}/records/{www}").status == 200)
