@@ -64,6 +64,7 @@ class Resource:
         self.create_accepts = create_accepts
         self.api = None
         self._by_name = {f.name: f for f in BOOKKEEPING_FIELDS + self.fields}
+        self._field_validators = {}
         self.create_validator = Validator(self.create_schema())
         self.update_validator = Validator(self.update_schema())
 
@@ -71,6 +72,16 @@ class Resource:
 
     def field(self, name):
         return self._by_name.get(name)
+
+    def field_validator(self, name):
+        """A validator of one field's input value, built once (compiling a schema costs
+        far more than checking a value)."""
+        validator = self._field_validators.get(name)
+        if validator is None:
+            validator = Validator({"type": "object", "properties": {
+                name: self.field(name).input_schema()}})
+            self._field_validators[name] = validator
+        return validator
 
     def filterable_fields(self):
         return [f for f in BOOKKEEPING_FIELDS + self.fields if f.filterable]

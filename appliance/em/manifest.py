@@ -193,9 +193,7 @@ def _check_body(resource, body, where, element, imports):
     for field_name, value in literal.items():
         if field_name == "uuid":
             continue
-        Validator({"type": "object", "properties": {
-            field_name: resource.field(field_name).input_schema()}}).check_at(
-                {field_name: value}, where)
+        resource.field_validator(field_name).check_at({field_name: value}, where)
     return depends
 
 
