@@ -11,6 +11,8 @@ import time
 
 import pytest
 
+from tests.apiserver import free_port
+
 from appliance import config
 from daemons import DAEMONS, module_of
 from daemons.base import Daemon
@@ -119,7 +121,9 @@ def test_signal_stops_the_process_with_exit_code_0(tmp_path, signum):
     config_file = tmp_path / "appliance.yaml"
     config_file.write_text("{}\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-    env.update(APPLIANCE_STATE_DIR=str(tmp_path / "var"), APPLIANCE_CONFIG=str(config_file))
+    # the dns daemon binds its port: a free one, so parallel runs never clash on 5353
+    env.update(APPLIANCE_STATE_DIR=str(tmp_path / "var"), APPLIANCE_CONFIG=str(config_file),
+               APPLIANCE_DNS_PORT=str(free_port()))
     proc = subprocess.Popen([sys.executable, "-m", "daemons.dns"], cwd=ROOT, env=env,
                             stderr=subprocess.PIPE, text=True)
     try:
