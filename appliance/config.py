@@ -26,6 +26,10 @@ DEFAULTS = {
     "mirror_url": None,
     "mirror_username": None,
     "mirror_password": None,
+    "mirror_scope": None,               # project:<uuid> to scope the mirror's token
+    "mirror_resync_seconds": 60.0,
+    "mirror_retry_max_seconds": 60.0,
+    "mirror_filter_retry_seconds": 3600.0,  # a refused tag filter is tried again after this
     "repo_url": None,
     # tags on DNS records: full (stored, filterable with q=tags:"..."), no_filter (stored,
     # q refused: an older upstream), none (no tags at all)
@@ -44,6 +48,11 @@ def _coerce(key, value):
         return value
     if isinstance(default, bool):
         return str(value).lower() in ("1", "true", "yes", "on")
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key} must be a number, not {value!r}") from None
     if isinstance(default, int):
         try:
             return int(value)

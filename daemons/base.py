@@ -100,10 +100,12 @@ class Daemon:
     # -- requests (any thread) ---------------------------------------------------------
 
     def request(self, kind):
-        """Ask for a reconcile of `kind`, as soon as its back-off allows."""
+        """Ask for a reconcile of `kind`, as soon as its back-off allows: a change brings
+        forward a reconcile scheduled later (request_in), never one inside a back-off."""
         with self._wake:
-            if kind not in self._due:
-                self._due[kind] = self._retry_at.get(kind, 0.0)
+            earliest = self._retry_at.get(kind, 0.0)
+            self._due[kind] = min(self._due.get(kind, earliest), earliest) \
+                if earliest else 0.0
             self._wake.notify_all()
 
     def request_in(self, kind, seconds):

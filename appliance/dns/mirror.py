@@ -34,6 +34,7 @@ import datetime
 import http.client
 import json
 import logging
+import os
 import socket
 import time
 import urllib.error
@@ -240,7 +241,7 @@ class Upstream:
             break
         decoded = self._decode(raw)
         if not 200 <= status < 300:
-            raise UpstreamError(f"{method} {path} answered {status}: "
+            raise UpstreamError(f"upstream {method} {path} answered {status}: "
                                 f"{self._message(status, decoded)}", status, decoded)
         return decoded
 
@@ -307,12 +308,22 @@ def _project_of(token_body):
         return None
 
 
+def extra_setting(settings, key):
+    """A mirror setting that appliance/config.py may not declare: the setting when present,
+    else the APPLIANCE_<KEY> variable, else None."""
+    value = settings.get(key)
+    if value in (None, ""):
+        value = os.environ.get("APPLIANCE_" + key.upper())
+    return None if value in (None, "") else value
+
+
 def upstream_from_settings(settings):
     """The client for the configured upstream, or None when the mirror is not configured."""
     if not settings.get("mirror_url"):
         return None
     return Upstream(settings["mirror_url"], settings.get("mirror_username"),
-                    settings.get("mirror_password"), scope=settings.get("mirror_scope") or "")
+                    settings.get("mirror_password"),
+                    scope=extra_setting(settings, "mirror_scope") or "")
 
 
 # ---- the sync of one domain -------------------------------------------------------------
@@ -345,6 +356,7 @@ class Result:
     def __init__(self):
         self.created = self.updated = self.deleted = 0
         self.skipped = []
+        self.skipped_uuids = set()
         self.upstream_domain = None
         self.domain_created = False
 
@@ -354,6 +366,7 @@ class Result:
 
     def skip(self, record, why):
         name = (record.get("record") or {}).get("name")
+        self.skipped_uuids.add(record.get("uuid"))
         self.skipped.append(f"{record.get('type')} {name} ({record.get('uuid')}): {why}")
 
 
@@ -389,14 +402,20 @@ def owner_of(record):
     return f"a record of {realms[0]}" if realms else "an unmarked upstream record"
 
 
+def conflict(owner):
+    """The report of a local record whose uuid is held upstream by a record not ours."""
+    hint = " (the adopt action can hand it to the mirror)" if "unmarked" in owner else ""
+    return f"the uuid is taken by {owner}; left intact{hint}"
+
+
 def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
                 filter_retry_seconds=None, on_plan=None, result=None, logger=None):
     """Bring the upstream domain named like `domain` in line with `local_records`.
 
     `memo` (FilterMemo) is read and updated; `result` (Result) is filled as work is done
     and returned. Raises UpstreamError on a failure of the upstream (the pass is then to be
-    retried; what was done so far is in `result`). `on_plan()` is called once before the
-    first upstream write, when there is any."""
+    retried; what was done so far is in `result`). `on_plan(steps)` is called once before
+    the first upstream write, when there is any, with the planned [(operation, uuid)]."""
     logger = logger or log
     result = result if result is not None else Result()
     now = time.time() if now is None else now
@@ -423,9 +442,11 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
             if not e.refusal:
                 raise               # a failure, never mistaken for a refusal
             memo.filter_retry_at = now + retry
+            first = memo.tag_filter not in ("refused", "unsupported")
             memo.tag_filter = "unsupported" if memo.tags_supported is False else "refused"
-            logger.info("domain %s: the upstream refused the tag filter (%s); reading the "
-                        "whole zone, filter retried in %.0f s", name, e.detail, retry)
+            logger.log(logging.INFO if first else logging.DEBUG,
+                       "domain %s: the upstream refused the tag filter (%s); reading the "
+                       "whole zone, filter retried in %.0f s", name, e.detail, retry)
     if not filtered:
         listed = upstream.list_records(zone)
         if listed:
@@ -464,8 +485,7 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
                                      "the upstream has no tags, so the mirror cannot prove the "
                                      "record is its own (rule 5)")
             else:
-                result.skip(rec, f"the uuid is taken by {owner_of(other)}; left intact "
-                                 f"(adopt it to hand it to the mirror)")
+                result.skip(rec, conflict(owner_of(other)))
         else:
             plan.append(("create", rec, None, want))
     for uuid, mine in ours.items():
@@ -474,7 +494,7 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
 
     # -- write --
     if plan and on_plan is not None:
-        on_plan()
+        on_plan([(op, (rec or mine)["uuid"]) for op, rec, mine, _ in plan])
     for op, rec, mine, data in plan:
         try:
             if op == "update":
@@ -499,16 +519,27 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
                 raise
             target = rec if rec is not None else mine
             if op == "create" and e.status == 409:
-                result.skip(target, "the uuid is already taken at the upstream by a record "
-                                    "that is not ours; left intact")
+                result.skip(target, conflict(_holder(upstream, zone, target)))
             else:
                 result.skip(target, f"{op} refused by the upstream ({e.status}): {e.detail}")
-            logger.warning("domain %s: %s of record %s refused by the upstream: %s", name,
-                           op, target.get("uuid"), e.detail)
+            logger.debug("domain %s: %s of record %s refused by the upstream: %s", name,
+                         op, target.get("uuid"), e.detail)
     if len(result.skipped) > MAX_SKIPPED:
         extra = len(result.skipped) - MAX_SKIPPED
         result.skipped = result.skipped[:MAX_SKIPPED] + [f"... and {extra} more"]
     return result
+
+
+def _holder(upstream, zone, record):
+    """Who holds a uuid the upstream refused as taken (the filtered read did not show it)."""
+    try:
+        return owner_of(upstream.get_record(zone, record["uuid"]))
+    except UpstreamError as e:
+        if e.status == 404:
+            return "a record outside this upstream domain"
+        if e.failure or e.status in (401, 403):
+            raise
+        return "an upstream record that is not ours"
 
 
 def _create(upstream, zone, rec, want, memo, logger, name):

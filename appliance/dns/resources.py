@@ -13,8 +13,9 @@ import re
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, Reference,
                                   String, Tags, Text)
-from appliance.api.resource import Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
+from appliance.dns.adopt import REQUEST_SCHEMA as ADOPT_SCHEMA
 
 TYPES = ("A", "NS", "SOA", "TXT")
 LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
@@ -65,7 +66,13 @@ class Domains(Resource):
                       description="kept in step with the upstream DNS API by the mirror"),
                 Field("mirror", Object(), read_only=True,
                       description="the mirror's progress: status, synced_at, last_error"),
-            ])
+            ],
+            actions=[Action("adopt", self.adopt, request_schema=ADOPT_SCHEMA,
+                            summary="Hand verified legacy upstream records to the mirror")])
+
+    def adopt(self, call, record):
+        from appliance.dns.adopt import adopt  # noqa: PLC0415 - needs the mirror client
+        return adopt(self.api, call, record)
 
     def prepare_create(self, call, record):
         record["name"] = record["name"].rstrip(".").lower()

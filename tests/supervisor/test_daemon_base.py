@@ -151,3 +151,32 @@ def test_every_listed_daemon_has_a_module_and_a_unit(name):
     unit = os.path.join(ROOT, "systemd", f"appliance-{name}.service")
     with open(unit) as f:
         assert f"-m {module_of(name)}\n" in f.read()
+
+
+def test_a_change_brings_forward_a_later_scheduled_reconcile(tmp_path):
+    store = Store(str(tmp_path))
+    calls = []
+
+    class Timed(Daemon):
+        name = "timed"
+        kinds = ("things",)
+        tick_seconds = 3600
+
+        def reconcile(self, kind):
+            calls.append(time.monotonic())
+
+    daemon = Timed(settings={"state_dir": str(tmp_path), "log_level": "INFO"},
+                   store=store).start()
+    try:
+        deadline = time.monotonic() + 2
+        while not calls and time.monotonic() < deadline:
+            time.sleep(0.01)
+        daemon.request_in("things", 30)       # e.g. a per-record retry, far away
+        before = len(calls)
+        store.collection("things").insert({"n": 1})
+        deadline = time.monotonic() + 2
+        while len(calls) == before and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(calls) > before, "the change waited for the 30 s timer"
+    finally:
+        daemon.stop()
