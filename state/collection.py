@@ -219,11 +219,7 @@ class Collection:
         """Read-modify-write of one record under the lock: `change(copy) -> new record`."""
         with self.lock:
             snap = self.snapshot()
-            current = snap.get(uuid)
-            if current is None:
-                raise NotFound(self.kind, uuid)
-            if expect_revision is not None and current["revision"] != expect_revision:
-                raise RevisionConflict(self.kind, uuid, expect_revision, current["revision"])
+            current = self._current(snap, uuid, expect_revision)
             new = dict(change(dict(current)))
             for field in ("uuid", "created_at"):
                 new[field] = current[field]
@@ -256,11 +252,7 @@ class Collection:
     def delete(self, uuid, expect_revision=None):
         with self.lock:
             snap = self.snapshot()
-            current = snap.get(uuid)
-            if current is None:
-                raise NotFound(self.kind, uuid)
-            if expect_revision is not None and current["revision"] != expect_revision:
-                raise RevisionConflict(self.kind, uuid, expect_revision, current["revision"])
+            current = self._current(snap, uuid, expect_revision)
             self._commit(snap, {uuid: None})
             return dict(current)
 
@@ -274,6 +266,15 @@ class Collection:
             return doomed
 
     # ---- internals ---------------------------------------------------------------
+
+    def _current(self, snap, uuid, expect_revision):
+        """The record as it is under the lock, checked against an expected revision."""
+        current = snap.get(uuid)
+        if current is None:
+            raise NotFound(self.kind, uuid)
+        if expect_revision is not None and current["revision"] != expect_revision:
+            raise RevisionConflict(self.kind, uuid, expect_revision, current["revision"])
+        return current
 
     def _stamp(self, snap):
         """Now, but never earlier than the newest record, so that creation order is

@@ -95,3 +95,29 @@ class Cli:
 @pytest.fixture
 def cli(tmp_path, api) -> Cli:
     return Cli(tmp_path / "config", api.url)
+
+
+# ---- the real API, for the tests of the CLI against it -------------------------------------
+
+@pytest.fixture(scope="module")
+def real_api(request, tmp_path_factory):
+    """The real app on Waitress, with the daemons the test module names in DAEMONS."""
+    from tests.apiserver import ApiServer
+    from tests.conftest import ADMIN_PASSWORD
+    from tests.secret.conftest import DaemonProcess
+    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
+    daemons = [DaemonProcess(name, srv.settings["state_dir"]).start()
+               for name in getattr(request.module, "DAEMONS", ())]
+    yield srv
+    for daemon in daemons:
+        daemon.stop()
+    srv.stop()
+
+
+@pytest.fixture
+def logged_in(real_api, tmp_path):
+    """A CLI logged in to the real API as admin."""
+    from tests.conftest import ADMIN_PASSWORD
+    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
+    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
+    return cli

@@ -2,24 +2,11 @@
 
 import pytest
 
-from tests.apiserver import ApiServer
-from tests.conftest import ADMIN_PASSWORD
-
-from .conftest import Cli
-
-
-@pytest.fixture(scope="module")
-def real_api(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
-    yield srv
-    srv.stop()
-
 
 @pytest.fixture
-def cli(real_api, tmp_path):
-    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
-    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
-    return cli
+def cli(logged_in):
+    """This module's tests talk to the real API (see conftest.real_api)."""
+    return logged_in
 
 
 def test_domains_and_records(cli):

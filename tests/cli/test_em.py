@@ -3,11 +3,6 @@
 import pytest
 import yaml
 
-from tests.apiserver import ApiServer
-from tests.conftest import ADMIN_PASSWORD
-from tests.secret.conftest import DaemonProcess
-
-from .conftest import Cli
 
 MANIFEST = {
     "name": "cli_app", "version": "1.0.0",
@@ -15,20 +10,13 @@ MANIFEST = {
         "name": "cli-app-pw", "project_id": "00000000-0000-0000-0000-000000000000"}}}}
 
 
-@pytest.fixture(scope="module")
-def real_api(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
-    builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
-    yield srv
-    builder.stop()
-    srv.stop()
+DAEMONS = ('builder',)
 
 
 @pytest.fixture
-def cli(real_api, tmp_path):
-    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
-    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
-    return cli
+def cli(logged_in):
+    """This module's tests talk to the real API (see conftest.real_api)."""
+    return logged_in
 
 
 def test_install_show_upgrade_uninstall(cli, tmp_path):

@@ -3,28 +3,16 @@
 import pytest
 import yaml
 
-from tests.apiserver import ApiServer
-from tests.conftest import ADMIN_PASSWORD
 from tests.repo.conftest import manifest, write_manifest
-from tests.secret.conftest import DaemonProcess
-
-from .conftest import Cli
 
 
-@pytest.fixture(scope="module")
-def real_api(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
-    builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
-    yield srv
-    builder.stop()
-    srv.stop()
+DAEMONS = ('builder',)
 
 
 @pytest.fixture
-def cli(real_api, tmp_path):
-    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
-    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
-    return cli
+def cli(logged_in):
+    """This module's tests talk to the real API (see conftest.real_api)."""
+    return logged_in
 
 
 def test_marketplace_round_trip(cli, tmp_path):
