@@ -3,14 +3,12 @@
 import http.client
 import json
 import socket
-import threading
 import urllib.parse
-
-import waitress
 
 from appliance import config
 from appliance.api.app import create_app
 from appliance.bootstrap import bootstrap
+from tests.wsgiserver import LoopbackServer
 
 
 def free_port():
@@ -54,7 +52,7 @@ class Client:
             hdrs["Content-Type"] = content_type
         if query:
             path += "?" + urllib.parse.urlencode(query, doseq=True)
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()
@@ -95,27 +93,12 @@ class ApiServer:
         self.app, self.api = create_app(self.settings)
         if self.extra is not None:
             self.extra(self.api)
-        self.server = waitress.create_server(self.app, host=self.host,
-                                             port=self.settings["api_port"], threads=4)
-        self.port = self.server.effective_port
-        self.closing = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4).start()
+        self.port = self.loop.port
         return self
 
-    def _run(self):
-        try:
-            self.server.run()
-        except (OSError, ValueError):
-            # close() from another thread pulls the sockets from under select(): expected
-            if not self.closing:
-                raise
-
     def stop(self):
-        self.closing = True
-        self.server.close()
-        self.server.task_dispatcher.shutdown(timeout=5)
-        self.thread.join(timeout=5)
+        self.loop.stop()
 
     @property
     def store(self):

@@ -13,12 +13,11 @@ import base64
 import http.client
 import os
 import socket
-import threading
 
 import bottle
 import pytest
-import waitress
 
+from tests.wsgiserver import LoopbackServer
 from tests.nginx import (Nginx, NginxError, htpasswd_sha, nginx_info, quote, require_nginx,
                          static_site, upload_site)
 
@@ -90,28 +89,16 @@ class Authorizer:
                 bottle.response.set_header("WWW-Authenticate", "Bearer")
             return ""
 
-        self.server = waitress.create_server(app, host="127.0.0.1", port=0, threads=2)
-        self.port = self.server.effective_port
+        self.server = LoopbackServer(app, threads=2)
+        self.port = self.server.port
         self.url = f"http://127.0.0.1:{self.port}{path}"
-        self.closing = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        try:
-            self.server.run()
-        except (OSError, ValueError):
-            if not self.closing:
-                raise
 
     def __enter__(self):
-        self.thread.start()
+        self.server.start()
         return self
 
     def __exit__(self, *exc):
-        self.closing = True
-        self.server.close()
-        self.server.task_dispatcher.shutdown(timeout=5)
-        self.thread.join(timeout=5)
+        self.server.stop()
 
 
 @pytest.fixture(scope="module")

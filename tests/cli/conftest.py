@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
-import threading
 import time
 from pathlib import Path
 
 import pytest
-from waitress.server import create_server
 
 from appliance.cli.client import UrllibTransport
 from appliance.cli.main import Environment, program
+
+from tests.wsgiserver import LoopbackServer
 
 from .fake_api import PASSWORD, FakeApi
 
@@ -21,12 +21,8 @@ from .fake_api import PASSWORD, FakeApi
 @pytest.fixture(scope="session")
 def api_server():
     fake = FakeApi()
-    server = create_server(fake.app, host="127.0.0.1", port=0, threads=4)
-    thread = threading.Thread(target=server.run, name="fake-api", daemon=True)
-    thread.start()
-    yield fake, f"http://127.0.0.1:{server.effective_port}"
-    server.close()
-    server.task_dispatcher.shutdown(timeout=2)
+    with LoopbackServer(fake.app) as server:
+        yield fake, f"http://127.0.0.1:{server.port}"
 
 
 @pytest.fixture

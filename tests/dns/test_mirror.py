@@ -22,7 +22,6 @@ import urllib.parse
 import uuid as uuidlib
 
 import pytest
-import waitress
 
 from appliance import config
 from appliance.api.app import create_app
@@ -33,6 +32,7 @@ from appliance.dns.adopt import REQUEST_SCHEMA, adopt
 from appliance.iam.builtin import ADMIN_PROJECT
 from daemons.mirror import Mirror
 from state import Store
+from tests.wsgiserver import LoopbackServer
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD, ROOT, RUN_LOG_DIR, SECRET_VALUES
 from tests.iam.helpers import bind, make_project, make_user
@@ -98,12 +98,8 @@ class UpstreamServer(ApiServer):
         bootstrap(self.settings)
         app, self.api = create_app(self.settings)
         self.layer = Layer(app)
-        self.server = waitress.create_server(self.layer, host=self.host,
-                                             port=self.settings["api_port"], threads=4)
-        self.port = self.server.effective_port
-        self.closing = False
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
+        self.loop = LoopbackServer(self.layer, port=self.settings["api_port"]).start()
+        self.port = self.loop.port
         return self
 
     @property
