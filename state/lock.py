@@ -62,4 +62,7 @@ class KindLock:
         return gen
 
     def close(self):
-        os.close(self._fd)
+        with self._threads:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -27,6 +27,14 @@ class Store:
                     coll.add_unique(fields)
             return coll
 
+    def close(self):
+        """Release the lock files of every opened kind (a long-lived process that opens
+        many stores, like a test run, would otherwise run out of descriptors)."""
+        with self._lock:
+            for coll in self._collections.values():
+                coll.lock.close()
+            self._collections.clear()
+
     def path_of(self, kind):
         return os.path.join(self.directory, f"{kind}.json")
 

@@ -99,6 +99,7 @@ class ApiServer:
 
     def stop(self):
         self.loop.stop()
+        self.api.store.close()
 
     @property
     def store(self):

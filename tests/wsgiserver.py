@@ -18,8 +18,9 @@ POLL_SECONDS = 0.05
 
 class LoopbackServer:
     def __init__(self, app, port=0, threads=4, host="127.0.0.1", **adjustments):
+        # poll(), not select(): select cannot watch a descriptor numbered 1024 or more
         self.server = waitress.create_server(app, host=host, port=port, threads=threads,
-                                             **adjustments)
+                                             asyncore_use_poll=True, **adjustments)
         self.host = host
         self.port = self.server.effective_port
         self._stopping = threading.Event()

@@ -20,7 +20,10 @@ def serve(settings):
         app, host=settings["api_host"], port=settings["api_port"],
         threads=settings["api_threads"], ident="appliance",
         max_request_body_size=max(settings["max_body_bytes"], settings["max_upload_bytes"]),
-        clear_untrusted_proxy_headers=True)
+        clear_untrusted_proxy_headers=True,
+        # poll(), not select(): select cannot watch a descriptor numbered 1024 or more,
+        # which a busy API process reaches
+        asyncore_use_poll=True)
     signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
