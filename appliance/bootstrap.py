@@ -24,13 +24,16 @@ def admin_password(store, settings):
 def bootstrap(settings):
     """Prepare the state directory. Returns a line telling where the admin password is."""
     store = Store(settings["state_dir"])
-    password, path = admin_password(store, settings)
-    from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
-    from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
-    from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415
-    iam_seed(store, password)
-    vs_seed(store)
-    repo_seed(store, settings.get("repo_url"))
+    try:
+        password, path = admin_password(store, settings)
+        from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
+        from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415
+        from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
+        iam_seed(store, password)
+        vs_seed(store)
+        repo_seed(store, settings.get("repo_url"))
+    finally:
+        store.close()
     if path:
         return f"admin password of user 'admin' is in {path}"
     return "admin password of user 'admin' is the value of APPLIANCE_ADMIN_PASSWORD"
