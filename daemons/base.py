@@ -27,6 +27,7 @@ from state import ChangeWatch, Store
 
 class Daemon:
     name = "daemon"
+    failed = False          # set by a daemon that stops because it cannot go on
     kinds = ()
     tick_seconds = 60.0
     rescan_seconds = 5.0
@@ -174,5 +175,7 @@ def run(daemon_cls):
         print(f"{daemon_cls.name}: {e}", file=sys.stderr)
         return 2
     logs.setup(daemon_cls.name, str(settings["log_level"]).upper())
-    daemon_cls(settings).run_forever()
-    return 0
+    daemon = daemon_cls(settings)
+    daemon.run_forever()
+    # a daemon that stopped because it could not go on (failed) exits 1: restarted
+    return 1 if daemon.failed else 0

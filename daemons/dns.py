@@ -14,10 +14,10 @@ status 1, so the supervisor restarts it. SIGTERM/SIGINT stop it cleanly.
 import sys
 import time
 
-from appliance import config, logs
+
 from appliance.dns.server import DNSServer
 from appliance.dns.zones import ZoneIndex
-from daemons.base import Daemon
+from daemons.base import Daemon, run
 
 KINDS = ("dns_domains", "dns_records")
 
@@ -79,15 +79,7 @@ class DNS(Daemon):
 
 
 def main():
-    try:
-        settings = config.load()
-    except config.ConfigError as e:
-        print(f"{DNS.name}: {e}", file=sys.stderr)
-        return 2
-    logs.setup(DNS.name, str(settings["log_level"]).upper())
-    daemon = DNS(settings)
-    daemon.run_forever()
-    return 1 if daemon.failed else 0
+    return run(DNS)
 
 
 if __name__ == "__main__":

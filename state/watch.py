@@ -13,7 +13,6 @@ import logging
 import os
 import queue
 import threading
-import time
 
 import schedule
 from watchdog.events import FileSystemEventHandler

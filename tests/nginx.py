@@ -191,7 +191,7 @@ class Nginx:
             + "".join(f"        {line}\n" if line.strip() else "\n"
                       for line in site.splitlines())
             + "    }\n"
-            f"}}\n")
+            "}\n")
 
     def write_config(self):
         text = self.render_config()

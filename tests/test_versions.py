@@ -3,7 +3,7 @@ import random
 import pytest
 
 from appliance.versions import (
-    Constraint, ConstraintFormatError, Version, VersionError, constraints_from_requirement,
+    Constraint, ConstraintFormatError, VersionError, constraints_from_requirement,
     describe, parse, parse_constraint, satisfies,
 )
 

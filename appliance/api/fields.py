@@ -6,7 +6,6 @@ values into what a client sees (references become paths).
 """
 
 import re
-import uuid as uuidlib
 
 UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
 

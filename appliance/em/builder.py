@@ -26,7 +26,6 @@ from appliance.api.routing import SystemCall
 from appliance.iam.permissions import Principal
 
 from . import links
-from .manifest import build_plan
 
 SYSTEM = Principal({"uuid": "00000000-0000-0000-0000-000000000000", "username": "system"},
                    None, ["*.*.*"])
@@ -67,7 +66,6 @@ class ElementBuilder:
         return self._plans[key]
 
     def reconcile(self, element):
-        elements = self.store.collection("em_elements")
         if element["desired"] == "uninstalled":
             return self._uninstall(element)
         if element["status"] == "ERROR":

@@ -6,7 +6,6 @@ daemon does the work (repo/sync.py reads inventories, repo/bridge.py hands insta
 elements to the Element Manager).
 """
 
-import datetime
 
 from appliance import versions
 from appliance.api.errors import ApiError, BadRequest, Conflict, Unauthorized

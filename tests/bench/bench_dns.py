@@ -24,6 +24,7 @@ import time
 from state import Store
 
 from . import ROOT, median, note, remove, table, temp_dir, title
+from tests.apiserver import free_port
 
 ZONE = "bench.test"
 PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -57,20 +58,6 @@ def ensure_tools():
 def _which(tool):
     return shutil.which(tool) or next(
         (p for p in (f"/usr/sbin/{tool}", f"/usr/bin/{tool}") if os.access(p, os.X_OK)), None)
-
-
-def free_port():
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port")
 
 
 def cpu_seconds(pid):

@@ -28,26 +28,12 @@ from appliance.dns import zones
 from appliance.dns.server import DNSServer
 from state import Store
 from tests.conftest import ROOT, RUN_LOG_DIR
+from tests.apiserver import free_port
 
 PROJECT = "00000000-0000-0000-0000-000000000000"
 ZONE = "example.test"
 MANY = 60                   # A records of many.example.test: > 512 bytes, < 1232
 LONG_TXT = "".join(chr(ord("a") + i % 26) for i in range(600))
-
-
-def free_port():
-    """A port free for both UDP and TCP on 127.0.0.1."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-            u.bind(("127.0.0.1", 0))
-            port = u.getsockname()[1]
-            with socket.socket() as t:
-                try:
-                    t.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port")
 
 
 class DNSDaemon:
