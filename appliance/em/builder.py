@@ -74,6 +74,10 @@ class ElementBuilder:
         if plan is None:
             return self._write(element, {"status": "ERROR",
                                          "status_reason": "its manifest was deleted"})
+        if element["status"] == "NEW":
+            # visible at once: a large manifest takes a while to materialize
+            element = self._write(element, {"status": "IN_PROGRESS", "status_reason":
+                                            f"applying {element['version']}"})
         repairing = element.get("applied") == element["manifest"]
         current = element.get("resources") or {}
         resources = {k: dict(v) for k, v in current.items()}

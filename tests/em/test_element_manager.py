@@ -231,3 +231,26 @@ def test_dns_domain_and_records_from_a_manifest(admin):
     www = elem["resources"]["dns.domains.$zone.records.$www"]["uuid"]
     assert admin.delete(f"/v1/dns/domains/{zone}/records/{www}").status == 204
     wait_for(lambda: admin.get(f"/v1/dns/domains/{zone}/records/{www}").status == 200)
+
+
+def test_status_moves_new_in_progress_active(admin, server):
+    """The builder's writes of the element, seen in the store's history of it."""
+    seen = []
+    manifest = {"name": "mover", "version": "1.0.0", "resources": {"$core.secret.secrets": {
+        f"s{i}": {"name": f"mover-{i}", "project_id": P, "constructor": {"kind": "plain"}}
+        for i in range(30)}}}
+    install(admin, manifest)
+    coll = server.store.collection("em_elements")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        e = coll.find_one(name="mover")
+        if e and (not seen or seen[-1] != e["status"]):
+            seen.append(e["status"])
+        if e and e["status"] == "ACTIVE":
+            break
+        time.sleep(0.001)
+    assert seen[-1] == "ACTIVE"
+    assert "ERROR" not in seen
+    # NEW is written by the action, IN_PROGRESS by the builder as it starts
+    assert seen[0] in ("NEW", "IN_PROGRESS")
+    assert "IN_PROGRESS" in seen       # 30 resources take far longer than the 1 ms polling
