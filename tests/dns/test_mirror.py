@@ -36,6 +36,7 @@ from tests.wsgiserver import LoopbackServer
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD, ROOT, RUN_LOG_DIR, SECRET_VALUES
 from tests.iam.helpers import bind, make_project, make_user
+from tests.secret.conftest import wait_for
 
 D = "/v1/dns/domains"
 MIRROR_PASSWORD = "mirror-pw-" + uuidlib.uuid4().hex
@@ -230,17 +231,6 @@ class Env:
         resp = self.up.post(f"{D}/{zone['uuid']}/records", body)
         assert resp.status == 201, resp
         return resp.json
-
-
-def wait_for(predicate, timeout=10.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(interval)
 
 
 def a_record(name="www", address="10.20.0.5", **extra):
