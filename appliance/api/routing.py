@@ -21,6 +21,8 @@ from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, Payloa
 log = logging.getLogger("appliance.api")
 
 PUBLIC = "public"
+# max_body of routes that take manifests or uploads: the setting max_upload_bytes
+UPLOAD = "upload"
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 YAML = "application/yaml"
@@ -120,12 +122,17 @@ class Api:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
-                      max_body or self.settings["max_body_bytes"], accepts,
+                      self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
                       query_params, resource)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route
+
+    def _body_limit(self, max_body):
+        if max_body == UPLOAD:
+            return self.settings["max_upload_bytes"]
+        return max_body or self.settings["max_body_bytes"]
 
     # ---- the wrapper -------------------------------------------------------------
 

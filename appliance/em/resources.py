@@ -11,12 +11,11 @@ from appliance import versions
 from appliance.api.errors import BadRequest, Conflict
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
 from appliance.api.resource import Action, Resource
-from appliance.api.routing import JSON, YAML
+from appliance.api.routing import JSON, UPLOAD, YAML
 
 from . import links
 from .manifest import NAME, build_plan
 
-MANIFEST_LIMIT = 32 * 1024 * 1024
 ELEMENT_STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 # the platform itself: requirements on `core` are met by this appliance's version
 CORE = "core"
@@ -32,7 +31,7 @@ class Manifests(Resource):
         super().__init__(
             name="Manifest", path="/v1/em/manifests", kind="em_manifests", service="em",
             policy="manifest", unique=[("name", "version")],
-            max_body=MANIFEST_LIMIT, create_accepts=(JSON, YAML),
+            max_body=UPLOAD, create_accepts=(JSON, YAML),
             operations=("list", "create", "get", "delete"),
             description="a manifest: POST it as JSON or as YAML (Content-Type: "
                         "application/yaml)",
@@ -51,7 +50,7 @@ class Manifests(Resource):
                 Action("validate", self.validate, method="GET",
                        summary="Check the manifest against what is installed now"),
                 Action("install", self.install, summary="Install as a new element",
-                       max_body=MANIFEST_LIMIT),
+                       max_body=UPLOAD),
                 Action("upgrade", self.upgrade, summary="Upgrade the installed element of "
                                                         "this name to this manifest"),
                 Action("uninstall", self.uninstall,

@@ -12,6 +12,7 @@ from appliance.api.errors import ApiError, BadRequest, Conflict, Unauthorized
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, Integer, Object,
                                   Reference, String, Text)
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.routing import UPLOAD
 from appliance.api.validation import Validator
 from appliance.secret.crypto import SecretBox
 from state import DuplicateKey, format_time, utcnow
@@ -20,7 +21,6 @@ from . import install, inventory
 from .drivers import DRIVERS, DriverError, driver_for
 
 MASK = "********"
-UPLOAD_LIMIT = 32 * 1024 * 1024
 REPO_STATUSES = ("NEW", "ACTIVE", "IN_PROGRESS", "DISABLED", "ERROR")
 ELEMENT_STATUSES = ("NEW", "AVAILABLE", "ACTIVE", "IN_PROGRESS", "ERROR")
 URL = r"^https?://[^\s/?#]+[^\s?#]*$"
@@ -80,7 +80,7 @@ class Repositories(Resource):
             actions=[
                 Action("refresh", self.refresh, summary="Re-read the inventory now"),
                 Action("upload", self.upload, permission="repo.repository.upload",
-                       max_body=UPLOAD_LIMIT, summary="Upload an element (database driver)"),
+                       max_body=UPLOAD, summary="Upload an element (database driver)"),
                 Action("authorize_upload", self.authorize_upload, method="GET",
                        permission=("repo.repository.read", "repo.repository.upload"),
                        summary="auth_request check for an upload proxy (X-Original-Method, "
@@ -239,7 +239,7 @@ class RepoElements(Resource):
                 Action("upgrade", self.upgrade, summary="Move the installation to target",
                        request_schema={"type": "object", "required": ["target"],
                                        "properties": {"target": {"type": "string"}}}),
-                Action("edit", self.edit, max_body=UPLOAD_LIMIT,
+                Action("edit", self.edit, max_body=UPLOAD,
                        summary="Replace the manifest (same name and version)",
                        request_schema={"type": "object", "required": ["manifest"],
                                        "properties": {"manifest": {"type": "object"}}}),

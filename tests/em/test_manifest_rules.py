@@ -135,3 +135,31 @@ def test_malformed_yaml_is_400(admin):
 
 def test_good_manifest_is_accepted(admin):
     assert post_manifest(admin, GOOD).status == 201
+
+
+def test_manifest_body_limit_is_the_configured_upload_limit(tmp_path):
+    """1 MiB for ordinary bodies, max_upload_bytes for manifests (both configurable)."""
+    from tests.apiserver import ApiServer
+    from tests.conftest import ADMIN_PASSWORD
+    limit = 3 * 1024 * 1024
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, max_upload_bytes=limit).start()
+    try:
+        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+
+        def big(count):
+            return {"name": "big", "version": f"1.0.{count}", "resources": {
+                "$core.secret.secrets": {f"s{i}": {
+                    "name": f"big-{count}-{i}", "project_id": P,
+                    "constructor": {"kind": "plain"}, "default_value": "x" * 10000}
+                    for i in range(count)}}}
+
+        two_mib = big(200)          # about 2 MB: over 1 MiB, under the upload limit
+        resp = admin.post("/v1/secret/secrets", {"name": "x", "project_id": P,
+                                                 "constructor": {"kind": "plain"},
+                                                 "description": "y" * (2 * 1024 * 1024)})
+        assert resp.status == 413
+        assert admin.post("/v1/em/manifests", two_mib).status == 201
+        resp = admin.post("/v1/em/manifests", big(400))     # about 4 MB
+        assert resp.status == 413 and str(limit) in resp.json["message"]
+    finally:
+        srv.stop()
