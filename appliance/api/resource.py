@@ -17,6 +17,7 @@ from .routing import Reply
 from .validation import Validator
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+PROJECTS = "iam_projects"       # the kind a project-scoped record's project_id must name
 UPDATE_ATTEMPTS = 5
 OPERATIONS = ("list", "create", "get", "update", "delete")
 BOOKKEEPING_FIELDS = [
@@ -342,6 +343,9 @@ class Resource:
             if f.name not in body and f.default is not None:
                 body[f.name] = f.default_value()
         self.create_validator.check(body)
+        if self.project_scoped and call.store.collection(PROJECTS).get(
+                body.get("project_id")) is None:
+            raise BadRequest(f"project_id: project {body.get('project_id')} does not exist")
         if "uuid" in body:
             body["uuid"] = body["uuid"].lower()
         else:

@@ -76,8 +76,6 @@ class Domains(Resource):
 
     def prepare_create(self, call, record):
         record["name"] = record["name"].rstrip(".").lower()
-        if call.store.collection("iam_projects").get(record["project_id"]) is None:
-            raise BadRequest(f"project_id: project {record['project_id']} does not exist")
         record["mirror"] = None
         return record
 

@@ -127,8 +127,6 @@ class Repositories(Resource):
         return super().render(shown, only)
 
     def prepare_create(self, call, record):
-        if call.store.collection("iam_projects").get(record["project_id"]) is None:
-            raise BadRequest(f"project_id: project {record['project_id']} does not exist")
         record["driver_spec"] = self._driver_spec(record["driver_spec"])
         record.update(status="NEW", status_reason=None, next_refresh=now_text(),
                       synced_at=None)

@@ -69,9 +69,6 @@ class SecretMaterial(Resource):
         return super().render(record, only)
 
     def prepare_create(self, call, record):
-        project = record.get("project_id")
-        if call.store.collection("iam_projects").get(project) is None:
-            raise BadRequest(f"project_id: project {project} does not exist")
         record["status"], record["status_reason"] = "NEW", None
         return self._seal(record["uuid"], self.fill(call, record))
 

@@ -90,12 +90,6 @@ def common_fields():
     ]
 
 
-def check_project(call, record):
-    project = record.get("project_id")
-    if call.store.collection("iam_projects").get(project) is None:
-        raise BadRequest(f"project_id: project {project} does not exist")
-
-
 def visible_to(resource, call, record):
     """Whether the caller may read `record` of `resource`: a reference to a record the
     caller cannot see is answered as if it did not exist."""
@@ -127,7 +121,6 @@ class Profiles(Resource):
                             summary="Make this profile the active one")])
 
     def prepare_create(self, call, record):
-        check_project(call, record)
         record["active"] = False
         return record
 
@@ -199,7 +192,6 @@ class Variables(Resource):
         return out
 
     def prepare_create(self, call, record):
-        check_project(call, record)
         self.check_profiles(call, record["setter"])
         return record
 
@@ -248,7 +240,6 @@ class Values(Resource):
             ])
 
     def prepare_create(self, call, record):
-        check_project(call, record)
         uuid = record["variable"]
         variable = call.store.collection(VARIABLES).get(uuid)
         if not visible_to(self.variables, call, variable):
