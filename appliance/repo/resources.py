@@ -243,29 +243,39 @@ class RepoElements(Resource):
                                        "properties": {"manifest": {"type": "object"}}}),
             ])
 
-    def new_element(self, repository, entry, manifest, description=None, status="AVAILABLE"):
-        """Insert a RepoElement and its artifacts (spec 2.4 rule 7)."""
+    @staticmethod
+    def element_record(repository, entry, manifest, description=None, status="AVAILABLE"):
+        """A RepoElement of `repository` from an inventory entry (manifest None: lazy)."""
         name, version = entry["name"], entry["version"]
-        record = self.collection().insert({
+        return {
             "name": name, "version": version,
             "description": description or (manifest or {}).get("description"),
             "project_id": repository["project_id"], "repository": repository["uuid"],
             "status": status, "status_reason": None, "installation_state": "UNINSTALLED",
             "manifest": manifest, "specification": None, "inventory": entry,
-            "element": None, "development": not versions.parse(version).is_release})
+            "element": None, "development": not versions.parse(version).is_release}
+
+    @staticmethod
+    def artifact_rows(driver, records):
+        """RepoArtifacts of stored elements: one per file of their inventory's index."""
+        return [{"element": r["uuid"], "project_id": r["project_id"], "urn": urn,
+                 "uri": driver.artifact_uri(r["name"], r["version"], urn.split(":", 1)[0],
+                                            file_name)}
+                for r in records for urn, file_name in inventory.artifacts(
+                    r.get("inventory") or {})]
+
+    def new_element(self, repository, entry, manifest, description=None, status="AVAILABLE"):
+        """Insert a RepoElement and its artifacts (spec 2.4 rule 7)."""
+        record = self.collection().insert(
+            self.element_record(repository, entry, manifest, description, status))
         self.store_artifacts(repository, record)
         return record
 
     def store_artifacts(self, repository, record):
         driver = driver_for(self.api.resources["/v1/repo/repositories"].opened_spec(repository))
-        artifacts = self.api.store.collection("repo_artifacts", unique=[("element", "urn")])
-        rows = []
-        for urn, file_name in inventory.artifacts(record.get("inventory") or {}):
-            category = urn.split(":", 1)[0]
-            rows.append({"element": record["uuid"], "project_id": record["project_id"],
-                         "urn": urn, "uri": driver.artifact_uri(record["name"], record["version"],
-                                                                category, file_name)})
+        rows = self.artifact_rows(driver, [record])
         if rows:
+            artifacts = self.api.store.collection("repo_artifacts", unique=[("element", "urn")])
             artifacts.delete_where(lambda a: a["element"] == record["uuid"])
             artifacts.insert_many(rows)
 

@@ -11,7 +11,6 @@ back-off that doubles up to the refresh rate (or an hour).
 
 import datetime
 
-from appliance import versions
 from state import format_time, parse_time, utcnow
 
 from .drivers import DriverError, NginxDriver, BootstrapDriver, driver_for
@@ -85,20 +84,15 @@ class RepositorySync:
         existing = {(e["name"], e["version"]): e for e in stored}
         new_records = []
         for key in sorted(set(found) - set(existing)):
-            name, version = key
             manifest, entry = None, found[key]
             if repo["sync_mode"] == "copy":
-                manifest, entry = driver.element(name, version)
-            new_records.append({
-                "name": name, "version": version,
-                "description": (manifest or {}).get("description"),
-                "project_id": repo["project_id"], "repository": repo["uuid"],
-                "status": "AVAILABLE", "status_reason": None,
-                "installation_state": "UNINSTALLED", "manifest": manifest,
-                "specification": None, "inventory": entry, "element": None,
-                "development": not versions.parse(version).is_release})
+                manifest, entry = driver.element(*key)
+            new_records.append(self.elements.element_record(repo, entry, manifest))
         created = elements.insert_many(new_records) if new_records else []
-        self._artifacts(driver, created)
+        rows = self.elements.artifact_rows(driver, created)
+        if rows:
+            self.store.collection("repo_artifacts",
+                                  unique=[("element", "urn")]).insert_many(rows)
         stale = []
         if isinstance(driver, AUTHORITATIVE):
             stale = [e["uuid"] for key, e in existing.items() if key not in found
@@ -109,12 +103,3 @@ class RepositorySync:
             self.store.collection("repo_artifacts").delete_where(
                 lambda a: a["element"] in doomed)
         return len(created), len(stale)
-
-    def _artifacts(self, driver, created):
-        from .inventory import artifacts    # noqa: PLC0415
-        rows = [{"element": e["uuid"], "project_id": e["project_id"], "urn": urn,
-                 "uri": driver.artifact_uri(e["name"], e["version"], urn.split(":", 1)[0],
-                                            file_name)}
-                for e in created for urn, file_name in artifacts(e.get("inventory") or {})]
-        if rows:
-            self.store.collection("repo_artifacts", unique=[("element", "urn")]).insert_many(rows)
