@@ -37,10 +37,7 @@ class SecretDelivery:
         return ("secret", KINDS[kind].path.rsplit("/", 1)[1])
 
     def _desired(self, kind, record):
-        opened = dict(record)
-        for name in KINDS[kind].sealed:
-            opened[name] = self.box.open(kind, record["uuid"], name, record.get(name))
-        return effective_value(kind, opened)
+        return effective_value(kind, self.box.open_fields(kind, record, KINDS[kind].sealed))
 
     def reconcile(self, kind):
         """One pass over `kind`. Returns seconds until a retry is due, or None."""

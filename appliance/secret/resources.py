@@ -54,11 +54,7 @@ class SecretMaterial(Resource):
         return values
 
     def opened(self, record):
-        out = dict(record)
-        for name in self.sealed:
-            out[name] = self.box.open(self.kind, record["uuid"], name, record.get(name))
-        out[_OPENED] = True
-        return out
+        return {**self.box.open_fields(self.kind, record, self.sealed), _OPENED: True}
 
     def load_visible(self, call, uuid):
         return self.opened(super().load_visible(call, uuid))
