@@ -165,8 +165,6 @@ class Api:
             call.principal = self.authenticate(call.request)
             if not any(call.principal.allows(p) for p in route.permissions):
                 raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
-        elif self.authenticate is not None and call.request.get_header("Authorization"):
-            call.principal = self.authenticate(call.request, optional=True)
         if route.method in _BODY_METHODS:
             self._read_body(route, call)
         return route.handler(call)

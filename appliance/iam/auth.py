@@ -81,7 +81,7 @@ class Authenticator:
 
     # ---- per request ---------------------------------------------------------------
 
-    def __call__(self, request, optional=False):
+    def __call__(self, request):
         header = request.get_header("Authorization") or ""
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

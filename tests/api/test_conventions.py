@@ -385,3 +385,13 @@ def test_a_stopped_test_server_releases_its_store_descriptors(tmp_path):
         srv = ApiServer(str(tmp_path / f"s{i}"), ADMIN_PASSWORD).start()
         srv.stop()
     assert len(os.listdir("/proc/self/fd")) - before < 10
+
+
+def test_public_routes_ignore_a_stale_token(server):
+    """A client still sending an expired or revoked token can reach health and log in."""
+    stale = server.client("not-a-valid-token")
+    assert stale.get("/v1/health").status == 200
+    resp = stale.post("/v1/iam/clients/default/actions/get_token/invoke", {
+        "grant_type": "password", "username": "admin", "password": ADMIN_PASSWORD})
+    assert resp.status == 200
+    assert stale.get(W).status == 401
