@@ -35,7 +35,7 @@ def _operation(route):
                        "description": "equality filter; repeat for any-of",
                        "schema": {"type": "array", "items": {"type": "string"}},
                        "style": "form", "explode": True})
-    if route.method == "GET" and route.path.endswith(("s", "/lb")) and route.query_params:
+    if route.query_params:        # only list routes take filters, and so paging
         params += [
             {"name": "fields", "in": "query", "schema": {"type": "array",
                                                           "items": {"type": "string"}}},

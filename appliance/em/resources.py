@@ -174,8 +174,9 @@ class Manifests(Resource):
     def _check_dependents(self, store, name):
         """Refuse while another installed element requires `name` within range of its
         installed version."""
-        have = versions.parse(installed_elements(store)[name]["version"])
-        for other in installed_elements(store).values():
+        installed = installed_elements(store)
+        have = versions.parse(installed[name]["version"])
+        for other in installed.values():
             requirements = other.get("requirements") or {}
             if other["name"] == name or name not in requirements:
                 continue
