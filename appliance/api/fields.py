@@ -140,7 +140,9 @@ class Reference(FieldType):
             self.collection_path)}
 
     def parse_filter(self, text):
-        return UUID().parse_filter(text)
+        # the path is taken as well: clients filter by what they read (the reference's
+        # CLI sends variable=/v1/vs/variables/<uuid>)
+        return UUID().parse_filter(self.to_input(text))
 
     def to_input(self, value):
         if isinstance(value, str):

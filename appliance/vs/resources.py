@@ -16,9 +16,11 @@ from .values import PROFILES, VALUES, VARIABLES, NoValue, variable_value
 
 PROFILES_PATH = "/v1/vs/profiles"
 VARIABLES_PATH = "/v1/vs/variables"
+VALUES_PATH = "/v1/vs/values"
 NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:/ -]{0,254}$"
 
 PROFILE_REF = Reference(PROFILES_PATH)
+VALUE_REF = Reference(VALUES_PATH)
 PROFILE_SETTER = {
     "type": "object",
     "properties": {
@@ -63,9 +65,14 @@ class Setter(Object):
         super().__init__(SETTER)
 
     def to_input(self, value):
-        if not isinstance(value, dict) or value.get("kind") not in SETTER_DEFAULTS:
-            return value        # left as sent for the schema to reject
-        value = {**SETTER_DEFAULTS[value["kind"]], **value}
+        kind = value.get("kind") if isinstance(value, dict) else None
+        if not isinstance(kind, str) or kind not in SETTER_DEFAULTS:
+            return value        # left as sent (an object, a list...) for the schema to reject
+        value = {**SETTER_DEFAULTS[kind], **value}
+        if "element" in value and value["element"] is None:
+            # the reference's CLI sends `element: null` (per-element profiles, which this
+            # realm does not have): null means "none", so it is dropped, not stored
+            del value["element"]
         if isinstance(value.get("profiles"), list):
             value["profiles"] = [
                 {**e, "profile": PROFILE_REF.to_input(e["profile"])}
@@ -169,7 +176,8 @@ class Variables(Resource):
         super().__init__(
             name="Variable", path=VARIABLES_PATH, kind=VARIABLES, service="vs",
             policy="variable", project_scoped=True, unique=[("name", "project_id")],
-            description="a named value: per profile, or the latest value bound to it",
+            description="a named value: per profile, or the selected (else the latest) value "
+                        "bound to it",
             fields=common_fields() + [
                 Field("setter", Setter(), required=True,
                       description="kind profile: {fallback_strategy ignore|fail, profiles: "
@@ -177,7 +185,18 @@ class Variables(Resource):
                                   "{selector_strategy latest}"),
                 Field("value", AnyJson(), read_only=True, filterable=False,
                       description="the current value, worked out when read: the active "
-                                  "profile's entry, or the latest bound value"),
+                                  "profile's entry, or the selected (else the latest) "
+                                  "bound value"),
+            ],
+            actions=[
+                Action("select_value", self.select_value,
+                       summary="Bind a value to this selector variable (if it is free) "
+                               "and make it the variable's value",
+                       request_schema={"type": "object", "required": ["value"],
+                                       "properties": {"value": {"type": "string"}},
+                                       "additionalProperties": False}),
+                Action("release_value", self.release_value,
+                       summary="Drop the selection: the latest bound value applies again"),
             ])
 
     def render(self, record, only=None):
@@ -219,6 +238,56 @@ class Variables(Resource):
                                  "twice")
             seen.add(uuid)
 
+    # ---- selection ---------------------------------------------------------------
+
+    def _selector(self, record):
+        if record["setter"]["kind"] != "selector":
+            raise Conflict(f"variable {record['name']} takes its value from a "
+                           f"{record['setter']['kind']} setter; only a selector variable "
+                           "selects values")
+
+    def select_value(self, call, record):
+        body = call.body if call.body is not None else {}
+        if not isinstance(body, dict) or set(body) != {"value"}:
+            raise BadRequest("body must be {\"value\": <uuid or path of a value>}")
+        if not isinstance(body["value"], str):
+            raise BadRequest("value: must be the uuid or path of a value")
+        self._selector(record)
+        values = self.api.resources[VALUES_PATH]
+        wanted = VALUE_REF.to_input(body["value"])
+        # the flags cleared are the ones read under the lock, and every flip lands in one
+        # file write: two concurrent selections leave exactly one value selected
+        with values.collection().lock:
+            value = values.collection().get(wanted)
+            if not visible_to(values, call, value):
+                raise BadRequest(f"value: value {body['value']} does not exist")
+            if value.get("variable") not in (None, record["uuid"]):
+                raise BadRequest(f"value: value {value['uuid']} belongs to another "
+                                 "variable")
+            if value["project_id"] != record["project_id"]:
+                raise BadRequest(f"value: value {value['uuid']} is in project "
+                                 f"{value['project_id']}, not in {record['project_id']}")
+            flips = {v["uuid"]: (v["revision"], {"manual_selected": False})
+                     for v in values.collection().by("variable", record["uuid"])
+                     if v.get("manual_selected")}
+            flips[value["uuid"]] = (value["revision"], {"variable": record["uuid"],
+                                                        "manual_selected": True})
+            values.collection().update_many(flips)
+        return self.render(self.collection().require(record["uuid"]))
+
+    def release_value(self, call, record):
+        reject_body(call)
+        self._selector(record)
+        values = self.api.resources[VALUES_PATH].collection()
+        with values.lock:
+            flips = {v["uuid"]: (v["revision"], {"manual_selected": False})
+                     for v in values.by("variable", record["uuid"])
+                     if v.get("manual_selected")}
+            if not flips:
+                raise Conflict(f"variable {record['name']} has no selected value")
+            values.update_many(flips)
+        return self.render(self.collection().require(record["uuid"]))
+
     def after_delete(self, call, record):
         # values are the variable's own history: they go with it
         call.store.collection(VALUES).delete_where(
@@ -229,18 +298,25 @@ class Values(Resource):
     def __init__(self, variables):
         self.variables = variables
         super().__init__(
-            name="Value", path="/v1/vs/values", kind=VALUES, service="vs", policy="value",
+            name="Value", path=VALUES_PATH, kind=VALUES, service="vs", policy="value",
             project_scoped=True,
-            description="a value bound to a selector variable; the latest one is the "
-                        "variable's value",
+            description="a value; bound to a selector variable, the selected (else the "
+                        "latest) one is the variable's value",
             fields=common_fields() + [
-                Field("variable", Reference(VARIABLES_PATH), required=True, create_only=True,
-                      description="a variable with a selector setter, in the same project"),
+                Field("variable", Reference(VARIABLES_PATH), create_only=True,
+                      description="a variable with a selector setter, in the same project; "
+                                  "null for a free value (bind it with select_value)"),
                 Field("value", AnyJson(), required=True, filterable=False),
+                Field("manual_selected", Boolean(), read_only=True,
+                      description="true for the value chosen with its variable's "
+                                  "select_value action"),
             ])
 
     def prepare_create(self, call, record):
+        record["manual_selected"] = False
         uuid = record["variable"]
+        if uuid is None:
+            return record
         variable = call.store.collection(VARIABLES).get(uuid)
         if not visible_to(self.variables, call, variable):
             raise BadRequest(f"variable: variable {uuid} does not exist")

@@ -28,12 +28,20 @@ def active_profile(store):
     return dict(min(active, key=order_key))
 
 
-def latest_value(store, variable_uuid):
-    """The `value` of the most recently created value record bound to the variable."""
+def selected_value(store, variable_uuid):
+    """The value record a selector variable takes its value from: the one chosen with
+    `select_value`, else the most recently created one bound to it; None when none is."""
     bound = store.collection(VALUES).by("variable", variable_uuid)
-    if not bound:
-        return None
-    return copy.deepcopy(max(bound, key=order_key).get("value"))
+    chosen = [v for v in bound if v.get("manual_selected")]
+    if chosen or bound:
+        return max(chosen or bound, key=order_key)
+    return None
+
+
+def latest_value(store, variable_uuid):
+    """The `value` of the selected value record (see selected_value)."""
+    record = selected_value(store, variable_uuid)
+    return None if record is None else copy.deepcopy(record.get("value"))
 
 
 def profile_value(store, variable):

@@ -321,6 +321,179 @@ def test_a_value_is_bound_for_good(admin):
     assert_error(admin.put(f"{VAL}/{v['uuid']}", {"variable": b["uuid"]}), 403, "Forbidden")
 
 
+# ---- selection: values on their own, bound and chosen by select_value -------------
+
+def select(client, variable, value, status=200):
+    resp = client.post(f"{VAR}/{variable['uuid']}/actions/select_value/invoke",
+                       {"value": value})
+    assert resp.status == status, resp
+    return resp
+
+
+def release(client, variable, status=200):
+    resp = client.post(f"{VAR}/{variable['uuid']}/actions/release_value/invoke")
+    assert resp.status == status, resp
+    return resp
+
+
+def stored(server, uuid):
+    """The record as the store holds it: proof that a refused call wrote nothing."""
+    return server.store.collection(vs_values.VALUES).get(uuid)
+
+
+def test_the_references_selector_variable_and_free_values(admin):
+    # the reference's CLI creates a selector variable with exactly this setter
+    var = create(admin, VAR, setter={"kind": "selector", "selector_strategy": "latest"})
+    free = create(admin, VAL, value="blue")
+    assert free["variable"] is None and free["manual_selected"] is False
+    assert value_of(admin, var) is None
+    # selecting a free value binds it and makes it the value
+    chosen = select(admin, var, free["uuid"]).json
+    assert chosen["uuid"] == var["uuid"] and chosen["value"] == "blue"
+    bound = admin.get(f"{VAL}/{free['uuid']}").json
+    assert bound["variable"] == f"{VAR}/{var['uuid']}" and bound["manual_selected"] is True
+    # a newer bound value does not displace the selection
+    newer = create(admin, VAL, variable=var["uuid"], value="green")
+    assert value_of(admin, var) == "blue"
+    # selecting another (given as its path) moves the one flag
+    select(admin, var, f"{VAL}/{newer['uuid']}")
+    flags = {v["uuid"]: v["manual_selected"]
+             for v in admin.get(VAL, query={"variable": var["uuid"]}).json}
+    assert flags == {free["uuid"]: False, newer["uuid"]: True}
+    select(admin, var, free["uuid"])
+    assert value_of(admin, var) == "blue"
+    # release: the latest bound value applies again; the values stay bound
+    released = release(admin, var).json
+    assert released["value"] == "green"
+    assert [v["manual_selected"] for v in admin.get(
+        VAL, query={"variable": f"{VAR}/{var['uuid']}"}).json] == [False, False]
+    # deleting the selected value falls back to the latest as well
+    select(admin, var, free["uuid"])
+    assert admin.delete(f"{VAL}/{free['uuid']}").status == 204
+    assert value_of(admin, var) == "green"
+
+
+def test_a_manifest_link_reads_the_selected_value(server, admin):
+    from appliance.em.links import parse_link  # noqa: PLC0415
+    var = create(admin, VAR, setter={"kind": "selector"})
+    first = create(admin, VAL, variable=var["uuid"], value=1)
+    create(admin, VAL, variable=var["uuid"], value=2)
+    select(admin, var, first["uuid"])
+    record = server.store.collection(vs_values.VARIABLES).get(var["uuid"])
+    resource = server.api.resources[VAR]
+    link = parse_link(f"$core.vs.variables.${var['name']}:value")
+    assert resource.link_value(resource.render(record), link.fields[0]) == 1
+
+
+def test_concurrent_selections_leave_exactly_one_selected(admin):
+    var = create(admin, VAR, setter={"kind": "selector"})
+    made = [create(admin, VAL, variable=var["uuid"], value=i)["uuid"] for i in range(6)]
+    threads = [threading.Thread(target=select, args=(admin, var, u)) for u in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flagged = [v for v in admin.get(VAL, query={"variable": var["uuid"]}).json
+               if v["manual_selected"]]
+    assert len(flagged) == 1
+    assert value_of(admin, var) == flagged[0]["value"]
+
+
+def test_bad_selections_are_refused_and_change_nothing(server, admin):
+    var = create(admin, VAR, setter={"kind": "selector"})
+    mine = create(admin, VAL, variable=var["uuid"], value=1)
+    other_var = create(admin, VAR, setter={"kind": "selector"})
+    theirs = create(admin, VAL, variable=other_var["uuid"], value=2)
+    elsewhere = admin.post(VAL, {"name": "v", "project_id": make_project(admin),
+                                 "value": 3}).json
+    prof = create(admin, VAR, setter=per_profile(admin, REPLICAS))
+    free = create(admin, VAL, value=4)
+    before = {u: stored(server, u) for u in (mine["uuid"], theirs["uuid"],
+                                             elsewhere["uuid"], free["uuid"])}
+    path = f"{VAR}/{var['uuid']}/actions/select_value/invoke"
+    for body, status, words in [
+            ({"value": theirs["uuid"]}, 400, ["another variable"]),
+            ({"value": elsewhere["uuid"]}, 400, ["project"]),
+            ({"value": str(uuid.uuid4())}, 400, ["does not exist"]),
+            ({"value": "nope"}, 400, ["does not exist"]),
+            ({"value": {"uuid": mine["uuid"]}}, 400, ["value"]),
+            ({"value": [mine["uuid"]]}, 400, ["value"]),
+            ({"value": mine["uuid"], "extra": 1}, 400, ["value"]),
+            ({}, 400, ["value"]),
+            ([mine["uuid"]], 400, ["value"])]:
+        assert_error(admin.post(path, body), status, "ValidationError", *words)
+    assert_error(admin.post(path, raw=b"{not json", content_type="application/json"),
+                 400, "ValidationError")
+    # a profile variable selects nothing: 409, and the free value stays free
+    assert_error(admin.post(f"{VAR}/{prof['uuid']}/actions/select_value/invoke",
+                            {"value": free["uuid"]}), 409, "Conflict", "profile")
+    assert_error(admin.post(f"{VAR}/{prof['uuid']}/actions/release_value/invoke"),
+                 409, "Conflict", "profile")
+    # nothing selected: nothing to release
+    assert_error(admin.post(f"{VAR}/{var['uuid']}/actions/release_value/invoke"),
+                 409, "Conflict", "no selected value")
+    assert_error(admin.post(f"{VAR}/{var['uuid']}/actions/release_value/invoke",
+                            {"value": mine["uuid"]}), 400, "ValidationError")
+    assert_error(admin.post(f"{VAR}/{uuid.uuid4()}/actions/select_value/invoke",
+                            {"value": mine["uuid"]}), 404, "NotFound")
+    assert {u: stored(server, u) for u in before} == before
+    assert value_of(admin, var) == 1
+
+
+def test_selection_is_scoped_to_the_callers_project(server, admin):
+    project = make_project(admin)
+    user, username, password = make_user(admin)
+    bind(admin, user, "owner", project)
+    owner = server.client(server.login(username, password, scope=f"project:{project}"))
+    reader_id, reader_name, reader_password = make_user(admin)
+    bind(admin, reader_id, "reader", project)
+    reader = server.client(server.login(reader_name, reader_password,
+                                        scope=f"project:{project}"))
+
+    var = owner.post(VAR, {"name": "colour", "setter": {"kind": "selector"}}).json
+    free = owner.post(VAL, {"name": "c", "value": "red"}).json
+    assert free["project_id"] == project
+    # a reader reads, but selecting is a write
+    assert_error(reader.post(f"{VAR}/{var['uuid']}/actions/select_value/invoke",
+                             {"value": free["uuid"]}), 403, "Forbidden")
+    assert select(owner, var, free["uuid"]).json["value"] == "red"
+    # the admin project's value is not the owner's to bind, nor its variable to change
+    admin_free = create(admin, VAL, value="x")
+    assert_error(owner.post(f"{VAR}/{var['uuid']}/actions/select_value/invoke",
+                            {"value": admin_free["uuid"]}), 400, "ValidationError")
+    admin_var = create(admin, VAR, setter={"kind": "selector"})
+    assert owner.post(f"{VAR}/{admin_var['uuid']}/actions/select_value/invoke",
+                      {"value": free["uuid"]}).status == 404
+    assert stored(server, admin_free["uuid"])["variable"] is None
+    assert_error(reader.post(f"{VAR}/{var['uuid']}/actions/release_value/invoke"),
+                 403, "Forbidden")
+    assert release(owner, var).json["value"] == "red"
+
+
+@pytest.mark.parametrize("kind", [{"profile": 1}, ["selector"], 7, None])
+def test_setter_kind_of_the_wrong_type_is_400_on_post_and_put(admin, kind):
+    name = unique("bad")
+    assert_error(admin.post(VAR, {"name": name, "project_id": ADMIN_PROJECT,
+                                  "setter": {"kind": kind}}),
+                 400, "ValidationError", "setter.kind")
+    assert admin.get(VAR, query={"name": name}).json == []
+    var = create(admin, VAR, setter={"kind": "selector"})
+    assert_error(admin.put(f"{VAR}/{var['uuid']}", {"setter": {"kind": kind}}),
+                 400, "ValidationError", "setter.kind")
+    assert admin.get(f"{VAR}/{var['uuid']}").json == var
+
+
+def test_the_reference_clis_profile_setter_with_element_null(admin):
+    var = create(admin, VAR, setter={"kind": "profile", "fallback_strategy": "ignore",
+                                     "profiles": [], "element": None})
+    assert var["setter"] == {"kind": "profile", "fallback_strategy": "ignore",
+                             "profiles": []}
+    assert_error(admin.post(VAR, {"name": unique("v"), "project_id": ADMIN_PROJECT,
+                                  "setter": {"kind": "profile", "profiles": [],
+                                             "element": str(uuid.uuid4())}}),
+                 400, "ValidationError", "element")
+
+
 # ---- bad input: one 400 each, with the error body ----------------------------------
 
 @pytest.mark.parametrize("setter, words", [
@@ -438,6 +611,11 @@ def test_every_object_of_a_kind_has_the_same_keys(admin):
     prof = create(admin, VAR, setter=per_profile(admin, REPLICAS))
     assert set(sel) == set(prof) == {"uuid", "name", "description", "project_id", "setter",
                                      "value", "created_at", "updated_at"}
+    bound = create(admin, VAL, variable=sel["uuid"], value=1)
+    free = create(admin, VAL, value=None)
+    assert set(bound) == set(free) == {"uuid", "name", "description", "project_id",
+                                       "variable", "value", "manual_selected", "created_at",
+                                       "updated_at"}
     assert set(profile(admin, "develop")) == {
         "uuid", "name", "description", "project_id", "profile_type", "active", "created_at",
         "updated_at"}
@@ -473,3 +651,5 @@ def test_openapi_document_covers_the_values_store(server):
     for path in (P, VAR, "/v1/vs/values"):
         assert path in doc["paths"] and f"{path}/{{uuid}}" in doc["paths"]
     assert f"{P}/{{uuid}}/actions/activate/invoke" in doc["paths"]
+    for action in ("select_value", "release_value"):
+        assert f"{VAR}/{{uuid}}/actions/{action}/invoke" in doc["paths"]
