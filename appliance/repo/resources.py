@@ -345,5 +345,27 @@ class RepoElements(Resource):
         return self.render(self.collection().update(record["uuid"], {"manifest": manifest}))
 
 
+class Artifacts(Resource):
+    """Read-only: the sync and the download of a lazy element write them (one per file of
+    the element's inventory index), and they go with their element."""
+
+    def __init__(self):
+        super().__init__(
+            name="RepoArtifact", path="/v1/repo/artifacts", kind="repo_artifacts",
+            service="repo", policy="artifact", project_scoped=True,
+            shared_projects=(ADMIN_PROJECT,), unique=[("element", "urn")],
+            operations=("list", "get"),
+            description="a file of a repo element (spec 2.5); filter element=<uuid>",
+            fields=[
+                Field("project_id", UUID(), read_only=True),
+                Field("element", Reference("/v1/repo/elements"), read_only=True),
+                Field("urn", String(2048), read_only=True,
+                      description="<category>:<uuid>, the category one of artifacts, "
+                                  "configs, images, manifests, templates"),
+                Field("uri", String(2048), read_only=True,
+                      description="where the repository serves the file"),
+            ])
+
+
 def all_resources():
-    return [Repositories(), RepoElements()]
+    return [Repositories(), RepoElements(), Artifacts()]

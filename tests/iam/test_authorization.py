@@ -52,8 +52,10 @@ def item_in_project_b(world, route):
     if not hasattr(coll, "insert"):
         return str(uuidlib.uuid4())     # a read-only view (em/parts.py): nothing to plant
     if resource.project_scoped:
-        return coll.insert({"project_id": world["b"], "name": f"b-{uuidlib.uuid4().hex[:8]}"})[
-            "uuid"]
+        # a fresh value in every unique field (an artifact's element and urn), so that
+        # each planted record is new
+        planted = {f: f"b-{uuidlib.uuid4().hex[:8]}" for key in resource.unique for f in key}
+        return coll.insert({**planted, "project_id": world["b"]})["uuid"]
     existing = coll.records()
     return existing[0]["uuid"] if existing else coll.insert({})["uuid"]
 
@@ -81,7 +83,10 @@ def test_matrix_covers_the_route_table(world):
     assert len(routes) >= 40
     assert {r.path for r in world["server"].api.routes if r.public} == {
         "/", "/v1/health", "/v1/openapi.json",
-        "/v1/iam/clients/<client>/actions/get_token/invoke"}
+        "/v1/iam/clients/<client>/actions/get_token/invoke",
+        # the marketplace's public catalog (spec 1), read by the reference CLI without a
+        # token: the admin project's elements only (tests/repo/test_store.py)
+        "/v1/repo/store", "/v1/repo/store/elements", "/v1/repo/store/elements/<uuid>"}
 
 
 def test_every_guarded_route_without_token_is_401(world):
