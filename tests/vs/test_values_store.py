@@ -373,6 +373,27 @@ def test_the_references_selector_variable_and_free_values(admin):
     assert value_of(admin, var) == "green"
 
 
+def test_the_reference_clis_vv_set_rotate_requests(admin):
+    """The bodies and filters `exordos vs vv set NAME VALUE --rotate` sends, in order."""
+    var_uuid = str(uuid.uuid4())
+    name = unique("cli")
+    created = admin.post(VAR, {"uuid": var_uuid, "project_id": ADMIN_PROJECT, "name": name,
+                               "description": "", "setter": {
+                                   "kind": "selector", "selector_strategy": "latest"}})
+    assert created.status == 201, created
+    for value in ("one", 2):
+        existing = admin.get(VAL, query={"variable": f"{VAR}/{var_uuid}"})
+        assert existing.status == 200, existing
+        for old in existing.json:
+            assert admin.delete(f"{VAL}/{old['uuid']}").status == 204
+        resp = admin.post(VAL, {"uuid": str(uuid.uuid4()), "project_id": ADMIN_PROJECT,
+                                "name": f"{name}_value", "description": "", "value": value,
+                                "variable": f"{VAR}/{var_uuid}"})
+        assert resp.status == 201, resp
+        assert admin.get(f"{VAR}/{var_uuid}").json["value"] == value
+    assert len(admin.get(VAL, query={"variable": var_uuid}).json) == 1
+
+
 def test_a_manifest_link_reads_the_selected_value(server, admin):
     from appliance.em.links import parse_link  # noqa: PLC0415
     var = create(admin, VAR, setter={"kind": "selector"})
@@ -436,6 +457,13 @@ def test_bad_selections_are_refused_and_change_nothing(server, admin):
                             {"value": mine["uuid"]}), 400, "ValidationError")
     assert_error(admin.post(f"{VAR}/{uuid.uuid4()}/actions/select_value/invoke",
                             {"value": mine["uuid"]}), 404, "NotFound")
+    # the flag is the action's to set, and a free value is bound only by selection
+    assert_error(admin.put(f"{VAL}/{free['uuid']}", {"manual_selected": True}), 403,
+                 "Forbidden", "manual_selected")
+    assert_error(admin.post(VAL, {"name": "v", "project_id": ADMIN_PROJECT, "value": 1,
+                                  "manual_selected": True}), 403, "Forbidden")
+    assert_error(admin.put(f"{VAL}/{free['uuid']}", {"variable": var["uuid"]}), 403,
+                 "Forbidden", "variable")
     assert {u: stored(server, u) for u in before} == before
     assert value_of(admin, var) == 1
 
