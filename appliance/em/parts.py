@@ -9,6 +9,7 @@ outlive its element; a view cannot. They carry their element's `created_at` and
 `updated_at`: they have no life of their own.
 """
 
+import re
 import uuid as uuidlib
 
 from appliance.api.fields import Enum, Field, Reference, String
@@ -22,6 +23,7 @@ RESOURCES = "/v1/em/resources"
 # imports and exports have no identity in the manifest beyond their name: their uuid is
 # derived from the element's and the name, so that it is the same on every read
 NAMESPACE = uuidlib.UUID("6f1d8e0a-4b7c-5e3f-9a21-0c7d5b8e4f10")
+PLACEHOLDER = re.compile(r"<[a-z_]+>")
 SLOT_STATUSES = ("PENDING", "WAITING", "ACTIVE", "ERROR")
 
 
@@ -53,18 +55,16 @@ def _common(element, uuid):
             "updated_at": element["updated_at"]}
 
 
-def resource_rows(element, by_name, api):
+def resource_rows(element, by_name):
     slots = element.get("resources") or {}
     for key, slot in slots.items():
         prefix, name = key.rsplit(".$", 1)
         collection = slot["collection"]
         if "<" in collection:
-            # a sub-collection: its placeholder is filled with the parent's uuid, and the
-            # parent is the slot whose key is this prefix without its last segment
+            # a sub-collection (/v1/dns/domains/<domain>/records): the placeholder is the
+            # parent's uuid, the parent the slot keyed by this prefix minus its last part
             parent = slots.get(prefix.rsplit(".", 1)[0]) or {}
-            field = api.resources[collection].parent[0] if collection in api.resources \
-                else None
-            collection = collection.replace(f"<{field}>", parent.get("uuid") or "")
+            collection = PLACEHOLDER.sub(parent.get("uuid") or "", collection)
         yield {**_common(element, slot["uuid"]), "name": name,
                "kind": "em_core_" + "_".join(p for p in prefix.split(".")
                                              if not p.startswith("$")),
@@ -72,7 +72,7 @@ def resource_rows(element, by_name, api):
                "status": slot.get("status"), "status_reason": slot.get("reason")}
 
 
-def import_rows(element, by_name, api):
+def import_rows(element, by_name):
     for name, imp in (element.get("imports") or {}).items():
         source = by_name.get(imp["element"][1:])
         slot = None
@@ -84,7 +84,7 @@ def import_rows(element, by_name, api):
                "from_resource": slot["uuid"] if slot else None}
 
 
-def export_rows(element, by_name, api):
+def export_rows(element, by_name):
     slots = element.get("resources") or {}
     for name, exp in (element.get("exports") or {}).items():
         slot = slots.get(links.parse_link(exp["link"]).key)
@@ -143,7 +143,7 @@ class ElementParts(Resource):
     def collection(self):
         elements = self.api.store.collection("em_elements").records()
         by_name = {e.get("name"): e for e in elements}
-        return View(row for e in elements for row in self.rows(e, by_name, self.api))
+        return View(row for e in elements for row in self.rows(e, by_name))
 
 
 def all_resources():
