@@ -24,6 +24,8 @@ RESOURCES = "/v1/em/resources"
 # derived from the element's and the name, so that it is the same on every read
 NAMESPACE = uuidlib.UUID("6f1d8e0a-4b7c-5e3f-9a21-0c7d5b8e4f10")
 PLACEHOLDER = re.compile(r"<[a-z_]+>")
+# no length bound: nothing here is input, and a manifest's names and links are not bounded
+TEXT = String(max_length=None)
 SLOT_STATUSES = ("PENDING", "WAITING", "ACTIVE", "ERROR")
 
 
@@ -95,29 +97,29 @@ def export_rows(element, by_name):
 
 PARTS = {
     "resources": ("ElementResource", resource_rows, [
-        Field("name", String(255), read_only=True),
-        Field("kind", String(255), read_only=True,
+        Field("name", TEXT, read_only=True),
+        Field("kind", TEXT, read_only=True,
               description="em_<provider element>_<service>_<collection>, as the reference"),
-        Field("link", String(1024), read_only=True,
+        Field("link", TEXT, read_only=True,
               description="the manifest's name for it: $core.<service>.<collection>.$<name>"),
-        Field("resource", String(1024), read_only=True, filterable=False,
+        Field("resource", TEXT, read_only=True, filterable=False,
               description="API path of the record it manages (its uuid is this uuid)"),
         Field("status", Enum(*SLOT_STATUSES), read_only=True),
-        Field("status_reason", String(4096), read_only=True),
+        Field("status_reason", TEXT, read_only=True),
     ]),
     "imports": ("ElementImport", import_rows, [
-        Field("name", String(255), read_only=True),
+        Field("name", TEXT, read_only=True),
         Field("kind", Enum("resource"), read_only=True),
-        Field("link", String(1024), read_only=True),
+        Field("link", TEXT, read_only=True),
         Field("from_element", Reference(ELEMENTS), read_only=True,
               description="the installed element it comes from; null while none is"),
         Field("from_resource", Reference(RESOURCES), read_only=True,
               description="the resource it names; null until that exists"),
     ]),
     "exports": ("ElementExport", export_rows, [
-        Field("name", String(255), read_only=True),
+        Field("name", TEXT, read_only=True),
         Field("kind", Enum("resource"), read_only=True),
-        Field("link", String(1024), read_only=True),
+        Field("link", TEXT, read_only=True),
         Field("resource", Reference(RESOURCES), read_only=True,
               description="the exported resource"),
     ]),
