@@ -84,3 +84,26 @@ def test_profile_switch_rerenders_linked_resources(admin):
     assert new_value.status == 201, new_value
     wait_for(lambda: owned(admin, elem, config)["default_value"] ==
              "replicas=1 endpoint=10.20.0.9", timeout=5)
+    # a free value, selected: it binds and becomes the value
+    endpoint = elem["resources"]["vs.variables.$endpoint"]["uuid"]
+    free = admin.post("/v1/vs/values", {"name": f"spare-{uuid.uuid4().hex[:6]}",
+                                        "project_id": P, "value": "10.20.0.7"})
+    assert free.status == 201 and free.json["variable"] is None, free
+    chosen = admin.post(f"/v1/vs/variables/{endpoint}/actions/select_value/invoke",
+                        {"value": free.json["uuid"]})
+    assert chosen.status == 200 and chosen.json["value"] == "10.20.0.7", chosen
+    wait_for(lambda: owned(admin, elem, config)["default_value"] ==
+             "replicas=1 endpoint=10.20.0.7", timeout=5)
+    # an older value, selected, wins over the latest; released, the latest (the value
+    # just bound, created last) applies again
+    older = elem["resources"]["vs.values.$endpoint_value"]["uuid"]
+    assert admin.post(f"/v1/vs/variables/{endpoint}/actions/select_value/invoke",
+                      {"value": older}).json["value"] == "10.20.0.5"
+    wait_for(lambda: owned(admin, elem, config)["default_value"] ==
+             "replicas=1 endpoint=10.20.0.5", timeout=5)
+    released = admin.post(f"/v1/vs/variables/{endpoint}/actions/release_value/invoke")
+    assert released.status == 200 and released.json["value"] == "10.20.0.7", released
+    wait_for(lambda: owned(admin, elem, config)["default_value"] ==
+             "replicas=1 endpoint=10.20.0.7", timeout=5)
+    # the operator's selection is not the manifest's to undo: the element stays ACTIVE
+    assert wait_element(admin, "sized")["status"] == "ACTIVE"
