@@ -360,6 +360,9 @@ def test_the_references_selector_variable_and_free_values(admin):
     flags = {v["uuid"]: v["manual_selected"]
              for v in admin.get(VAL, query={"variable": var["uuid"]}).json}
     assert flags == {free["uuid"]: False, newer["uuid"]: True}
+    assert [v["uuid"] for v in admin.get(VAL, query={"variable": var["uuid"],
+                                                     "manual_selected": "true"}).json] == [
+        newer["uuid"]]
     select(admin, var, free["uuid"])
     assert value_of(admin, var) == "blue"
     # release: the latest bound value applies again; the values stay bound
