@@ -246,6 +246,12 @@ class Variables(Resource):
                            f"{record['setter']['kind']} setter; only a selector variable "
                            "selects values")
 
+    @staticmethod
+    def _unselect(values, variable_uuid):
+        """update_many entries that clear the variable's selection (read under the lock)."""
+        return {v["uuid"]: (v["revision"], {"manual_selected": False})
+                for v in values.by("variable", variable_uuid) if v.get("manual_selected")}
+
     def select_value(self, call, record):
         body = call.body if call.body is not None else {}
         if not isinstance(body, dict) or set(body) != {"value"}:
@@ -253,13 +259,13 @@ class Variables(Resource):
         if not isinstance(body["value"], str):
             raise BadRequest("value: must be the uuid or path of a value")
         self._selector(record)
-        values = self.api.resources[VALUES_PATH]
-        wanted = VALUE_REF.to_input(body["value"])
+        resource = self.api.resources[VALUES_PATH]
+        values = resource.collection()
         # the flags cleared are the ones read under the lock, and every flip lands in one
         # file write: two concurrent selections leave exactly one value selected
-        with values.collection().lock:
-            value = values.collection().get(wanted)
-            if not visible_to(values, call, value):
+        with values.lock:
+            value = values.get(VALUE_REF.to_input(body["value"]))
+            if not visible_to(resource, call, value):
                 raise BadRequest(f"value: value {body['value']} does not exist")
             if value.get("variable") not in (None, record["uuid"]):
                 raise BadRequest(f"value: value {value['uuid']} belongs to another "
@@ -267,12 +273,10 @@ class Variables(Resource):
             if value["project_id"] != record["project_id"]:
                 raise BadRequest(f"value: value {value['uuid']} is in project "
                                  f"{value['project_id']}, not in {record['project_id']}")
-            flips = {v["uuid"]: (v["revision"], {"manual_selected": False})
-                     for v in values.collection().by("variable", record["uuid"])
-                     if v.get("manual_selected")}
+            flips = self._unselect(values, record["uuid"])
             flips[value["uuid"]] = (value["revision"], {"variable": record["uuid"],
                                                         "manual_selected": True})
-            values.collection().update_many(flips)
+            values.update_many(flips)
         return self.render(self.collection().require(record["uuid"]))
 
     def release_value(self, call, record):
@@ -280,9 +284,7 @@ class Variables(Resource):
         self._selector(record)
         values = self.api.resources[VALUES_PATH].collection()
         with values.lock:
-            flips = {v["uuid"]: (v["revision"], {"manual_selected": False})
-                     for v in values.by("variable", record["uuid"])
-                     if v.get("manual_selected")}
+            flips = self._unselect(values, record["uuid"])
             if not flips:
                 raise Conflict(f"variable {record['name']} has no selected value")
             values.update_many(flips)
