@@ -28,20 +28,14 @@ def active_profile(store):
     return dict(min(active, key=order_key))
 
 
-def selected_value(store, variable_uuid):
-    """The value record a selector variable takes its value from: the one chosen with
-    `select_value`, else the most recently created one bound to it; None when none is."""
+def selector_value(store, variable_uuid):
+    """The `value` of the value record chosen with `select_value`, else of the most
+    recently created one bound to the variable (`latest`); None when none is bound."""
     bound = store.collection(VALUES).by("variable", variable_uuid)
-    chosen = [v for v in bound if v.get("manual_selected")]
-    if chosen or bound:
-        return max(chosen or bound, key=order_key)
-    return None
-
-
-def latest_value(store, variable_uuid):
-    """The `value` of the selected value record (see selected_value)."""
-    record = selected_value(store, variable_uuid)
-    return None if record is None else copy.deepcopy(record.get("value"))
+    if not bound:
+        return None
+    chosen = [v for v in bound if v.get("manual_selected")] or bound
+    return copy.deepcopy(max(chosen, key=order_key).get("value"))
 
 
 def profile_value(store, variable):
@@ -64,7 +58,7 @@ def variable_value(store, variable):
     setter = variable.get("setter") or {}
     kind = setter.get("kind")
     if kind == "selector":
-        return latest_value(store, variable["uuid"])
+        return selector_value(store, variable["uuid"])
     if kind == "profile":
         return profile_value(store, variable)
     raise NoValue(f"variable {variable.get('name')} ({variable['uuid']}) has an unknown "
