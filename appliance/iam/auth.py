@@ -7,12 +7,14 @@ per (user, project) and kept until any IAM kind involved changes.
 """
 
 import datetime
+import math
+import re
 import threading
 import uuid as uuidlib
 
 from appliance.api.errors import Unauthorized
 from appliance.api.fields import UUID_RE
-from appliance.api.routing import FORM, JSON, PUBLIC, Reply
+from appliance.api.routing import AUTHENTICATED, FORM, JSON, PUBLIC, Reply
 from state import format_time
 
 from . import builtin, passwords
@@ -35,6 +37,25 @@ class OAuthError(Exception):
             headers["WWW-Authenticate"] = 'Basic realm="appliance"'
         return Reply({"error": self.error, "error_description": self.description},
                      self.status, headers)
+
+
+# a lifetime given as text: a plain decimal number (no sign, no exponent, no "_")
+_SECONDS = re.compile(r"^[0-9]+(\.[0-9]*)?$|^\.[0-9]+$")
+
+
+def _lifetime(body, name, maximum):
+    """Seconds a token lives: any positive number (integer, decimal or a string of one),
+    rounded up to a whole second and lowered to the server's maximum; absent: the maximum."""
+    value = body.get(name)
+    if value is None or value == "":
+        return maximum
+    if isinstance(value, str) and _SECONDS.match(value.strip()):
+        value = float(value.strip())
+    # NaN is the one value unequal to itself; huge ints and infinities compare fine
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value <= 0:
+        raise OAuthError("invalid_request", f"{name} must be a positive number of seconds")
+    return maximum if value >= maximum else math.ceil(value)
 
 
 class Authenticator:
@@ -127,15 +148,8 @@ class Authenticator:
         if not grant:
             raise OAuthError("invalid_request", "grant_type is required")
         settings = self.api.settings
-        ttl = settings["token_ttl"]
-        if body.get("ttl") not in (None, ""):
-            try:
-                ttl = int(body["ttl"])
-            except (TypeError, ValueError):
-                raise OAuthError("invalid_request", "ttl must be an integer") from None
-            if not 1 <= ttl <= settings["token_ttl"]:
-                raise OAuthError("invalid_request",
-                                 f"ttl must be between 1 and {settings['token_ttl']}")
+        ttl = _lifetime(body, "ttl", settings["token_ttl"])
+        refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
         if grant == "password":
             user, project_id = self._password_grant(body)
             session = str(uuidlib.uuid4())
@@ -144,7 +158,6 @@ class Authenticator:
         else:
             raise OAuthError("unsupported_grant_type", f"grant_type {grant} is not supported")
         access, expires_at = self.signer.issue(user["uuid"], project_id, session, "access", ttl)
-        refresh_ttl = settings["refresh_token_ttl"]
         refresh, _ = self.signer.issue(user["uuid"], project_id, session, "refresh",
                                        refresh_ttl)
         return Reply({"access_token": access, "token_type": "Bearer", "expires_in": ttl,
@@ -195,8 +208,11 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise OAuthError("invalid_grant", "unknown or disabled user")
-        self._check_scope(user, claims.get("project_id"))
-        return user, claims.get("project_id"), claims["sid"]
+        # a scope given with the refresh moves the session to that project (one the user
+        # is bound in); none keeps the refreshed token's own
+        project_id = self._scope(body) if body.get("scope") else claims.get("project_id")
+        self._check_scope(user, project_id)
+        return user, project_id, claims["sid"]
 
     # ---- introspection and logout --------------------------------------------------
 
@@ -209,6 +225,20 @@ class Authenticator:
                 "expires_at": format_time(datetime.datetime.fromtimestamp(
                     p.claims["exp"], datetime.timezone.utc)),
                 "session": p.claims["sid"]}
+
+    def me(self, call):
+        """The reference's `me`: the caller's user record, the organizations of the
+        projects it is bound in, and the token's project."""
+        p = call.principal
+        bindings = self.coll("iam_role_bindings").by("user", p.user_uuid)
+        projects = self.coll("iam_projects")
+        org_ids = {projects.get(b["project"])["organization"] for b in bindings
+                   if b.get("project") and projects.get(b["project"]) is not None}
+        orgs = self.api.resources["/v1/iam/organizations"]
+        return {"user": self.api.resources["/v1/iam/users"].render(p.user),
+                "organization": [orgs.render(o) for o in orgs.collection().records()
+                                 if o["uuid"] in org_ids],
+                "project_id": p.project_id}
 
     def logout(self, call):
         claims = call.principal.claims
@@ -235,13 +265,23 @@ def register(api):
                   "grant_type": {"enum": ["password", "refresh_token"]},
                   "username": {"type": "string"}, "password": {"type": "string"},
                   "refresh_token": {"type": "string"}, "scope": {"type": "string"},
-                  "ttl": {"type": ["integer", "string"]},
+                  "ttl": {"type": ["number", "string"], "description":
+                          "seconds; any positive number, lowered to the server's maximum"},
+                  "refresh_ttl": {"type": ["number", "string"], "description":
+                                  "seconds; as ttl, for the refresh token"},
                   "client_secret": {"type": "string"}}},
               response_schema={"type": "object"})
-    api.route("GET", f"{base}/introspect", auth.introspect,
-              permission="iam.client.introspect", tag="iam",
-              summary="Who the token belongs to and what it may do",
+    # the caller's own token and user only: any valid token will do, a newcomer's too
+    api.route("GET", f"{base}/introspect", auth.introspect, permission=AUTHENTICATED,
+              tag="iam", summary="Who the token belongs to and what it may do",
               response_schema={"type": "object"})
-    api.route("POST", f"{base}/logout/invoke", auth.logout, permission="iam.client.logout",
+    api.route("GET", f"{base}/me", auth.me, permission=AUTHENTICATED, tag="iam",
+              summary="The caller's user, its organizations and the token's project",
+              response_schema={"type": "object", "properties": {
+                  "user": {"$ref": "#/components/schemas/User"},
+                  "organization": {"type": "array", "items": {
+                      "$ref": "#/components/schemas/Organization"}},
+                  "project_id": {"type": ["string", "null"]}}})
+    api.route("POST", f"{base}/logout/invoke", auth.logout, permission=AUTHENTICATED,
               tag="iam", summary="Revoke the token (and its refresh token)", status=204)
     return auth
