@@ -8,7 +8,7 @@ the newest bound value without any write to the variable.
 """
 
 from appliance.api.errors import BadRequest, Conflict, NotFound
-from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Text
+from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Tags, Text
 from appliance.api.resource import Action, Resource
 from appliance.iam.builtin import ADMIN_PROJECT
 
@@ -237,6 +237,7 @@ class Values(Resource):
                 Field("variable", Reference(VARIABLES_PATH), required=True, create_only=True,
                       description="a variable with a selector setter, in the same project"),
                 Field("value", AnyJson(), required=True, filterable=False),
+                Field("tags", Tags()),
             ])
 
     def prepare_create(self, call, record):
