@@ -22,6 +22,14 @@ from .permissions import Principal
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
+# "expired" on purpose: the reference CLI answers an invalid_grant that says so by logging
+# in again with the password it has, instead of giving up
+PASSWORD_CHANGED = "session expired: the user's password changed since"
+
+
+def password_version(user):
+    """How many times the user's password changed; tokens carry it as `pwv`."""
+    return user.get("password_version") or 0
 
 
 class OAuthError(Exception):
@@ -116,6 +124,8 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise Unauthorized("token of an unknown or disabled user")
+        if claims.get("pwv", 0) != password_version(user):
+            raise Unauthorized(PASSWORD_CHANGED)
         project_id = claims.get("project_id")
         if project_id is not None and self.coll("iam_projects").get(project_id) is None:
             raise Unauthorized("token scoped to a project that no longer exists")
@@ -157,9 +167,11 @@ class Authenticator:
             user, project_id, session = self._refresh_grant(body)
         else:
             raise OAuthError("unsupported_grant_type", f"grant_type {grant} is not supported")
-        access, expires_at = self.signer.issue(user["uuid"], project_id, session, "access", ttl)
+        version = password_version(user)
+        access, expires_at = self.signer.issue(user["uuid"], project_id, session, "access", ttl,
+                                               password_version=version)
         refresh, _ = self.signer.issue(user["uuid"], project_id, session, "refresh",
-                                       refresh_ttl)
+                                       refresh_ttl, password_version=version)
         return Reply({"access_token": access, "token_type": "Bearer", "expires_in": ttl,
                       "expires_at": expires_at, "refresh_token": refresh,
                       "refresh_expires_in": refresh_ttl,
@@ -208,6 +220,8 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise OAuthError("invalid_grant", "unknown or disabled user")
+        if claims.get("pwv", 0) != password_version(user):
+            raise OAuthError("invalid_grant", PASSWORD_CHANGED)
         # a scope given with the refresh moves the session to that project (one the user
         # is bound in); none keeps the refreshed token's own
         project_id = self._scope(body) if body.get("scope") else claims.get("project_id")

@@ -2,7 +2,7 @@
 binding, and clients."""
 
 from appliance.api.errors import BadRequest, Conflict, Forbidden
-from appliance.api.fields import Boolean, Enum, Field, Reference, String, Tags, Text
+from appliance.api.fields import Boolean, Enum, Field, Integer, Reference, String, Tags, Text
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import AUTHENTICATED
 from appliance.api.validation import Validator
@@ -18,6 +18,13 @@ CHANGE_PASSWORD = {"type": "object", "additionalProperties": False, "required": 
                                                                   "one's own password"}}}
 USERNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_. -]{0,254}$"
+
+
+def new_password(user, password):
+    """The changes that set a password: its hash, and a new version, which ends every token
+    issued before (docs/iam.md)."""
+    return {"password_hash": passwords.hash_password(password) if password else None,
+            "password_version": (user.get("password_version") or 0) + 1}
 
 
 def _require(api, kind, uuid, what):
@@ -36,6 +43,7 @@ class Users(Resource):
                       write_only=True,
                       description="write-only; stored as a scrypt hash"),
                 Field("password_hash", String(512), hidden=True),
+                Field("password_version", Integer(minimum=0), hidden=True),
                 Field("first_name", String(255)), Field("last_name", String(255)),
                 Field("email", String(255, pattern=r"^[^@\s]+@[^@\s]+$")),
                 Field("type", Enum("user", "service", "anon"), default="user",
@@ -58,8 +66,7 @@ class Users(Resource):
 
     def prepare_update(self, call, current, changes):
         if "password" in changes:
-            password = changes.pop("password")
-            changes["password_hash"] = passwords.hash_password(password) if password else None
+            changes.update(new_password(current, changes.pop("password")))
         if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
             raise Conflict("the built-in admin user cannot be disabled")
         return changes
@@ -78,8 +85,8 @@ class Users(Resource):
                 raise BadRequest("old_password: required to change your own password")
             if not passwords.verify(body["old_password"], record.get("password_hash")):
                 raise Forbidden("old_password: does not match the current password")
-        updated = self.collection().update(
-            record["uuid"], {"password_hash": passwords.hash_password(body["new_password"])})
+        updated = self.collection().update(record["uuid"],
+                                           new_password(record, body["new_password"]))
         return self.render(updated)
 
     def check_delete(self, call, record):
