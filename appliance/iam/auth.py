@@ -32,6 +32,12 @@ def password_version(user):
     return user.get("password_version") or 0
 
 
+def predates_no_password_change(claims, user):
+    """A token lives on after a password change only in the session that made it."""
+    return claims.get("pwv", 0) == password_version(user) or (
+        claims.get("sid") is not None and claims["sid"] == user.get("password_session"))
+
+
 class OAuthError(Exception):
     """An RFC 6749 section 5.2 error: its body is {error, error_description}."""
 
@@ -124,7 +130,7 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise Unauthorized("token of an unknown or disabled user")
-        if claims.get("pwv", 0) != password_version(user):
+        if not predates_no_password_change(claims, user):
             raise Unauthorized(PASSWORD_CHANGED)
         project_id = claims.get("project_id")
         if project_id is not None and self.coll("iam_projects").get(project_id) is None:
@@ -220,7 +226,7 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise OAuthError("invalid_grant", "unknown or disabled user")
-        if claims.get("pwv", 0) != password_version(user):
+        if not predates_no_password_change(claims, user):
             raise OAuthError("invalid_grant", PASSWORD_CHANGED)
         # a scope given with the refresh moves the session to that project (one the user
         # is bound in); none keeps the refreshed token's own

@@ -20,11 +20,15 @@ USERNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_. -]{0,254}$"
 
 
-def new_password(user, password):
+def new_password(call, user, password):
     """The changes that set a password: its hash, and a new version, which ends every token
-    issued before (docs/iam.md)."""
+    issued before except those of the session that made the change, when it is the user's
+    own (docs/iam.md)."""
+    principal = call.principal
+    own = principal is not None and principal.user_uuid == user["uuid"]
     return {"password_hash": passwords.hash_password(password) if password else None,
-            "password_version": (user.get("password_version") or 0) + 1}
+            "password_version": (user.get("password_version") or 0) + 1,
+            "password_session": principal.claims.get("sid") if own else None}
 
 
 def _require(api, kind, uuid, what):
@@ -44,6 +48,7 @@ class Users(Resource):
                       description="write-only; stored as a scrypt hash"),
                 Field("password_hash", String(512), hidden=True),
                 Field("password_version", Integer(minimum=0), hidden=True),
+                Field("password_session", String(64), hidden=True),
                 Field("first_name", String(255)), Field("last_name", String(255)),
                 Field("email", String(255, pattern=r"^[^@\s]+@[^@\s]+$")),
                 Field("type", Enum("user", "service", "anon"), default="user",
@@ -66,7 +71,7 @@ class Users(Resource):
 
     def prepare_update(self, call, current, changes):
         if "password" in changes:
-            changes.update(new_password(current, changes.pop("password")))
+            changes.update(new_password(call, current, changes.pop("password")))
         if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
             raise Conflict("the built-in admin user cannot be disabled")
         return changes
@@ -86,7 +91,7 @@ class Users(Resource):
             if not passwords.verify(body["old_password"], record.get("password_hash")):
                 raise Forbidden("old_password: does not match the current password")
         updated = self.collection().update(record["uuid"],
-                                           new_password(record, body["new_password"]))
+                                           new_password(call, record, body["new_password"]))
         return self.render(updated)
 
     def check_delete(self, call, record):

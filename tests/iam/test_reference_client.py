@@ -259,29 +259,35 @@ def test_self_service_routes_still_need_a_valid_token(server):
         assert resp.status == 401
 
 
-def test_a_password_change_ends_the_tokens_issued_before(server, admin):
+def test_a_password_change_ends_the_other_sessions(server, admin):
     uuid, name, password = make_user(admin)
     bind(admin, uuid, "newcomer")
-    before = server.token_response(name, password).json
-    other_session = server.token_response(name, password).json
-    me = server.client(before["access_token"])
+    current = server.token_response(name, password).json
+    other = server.token_response(name, password).json
+    me = server.client(current["access_token"])
     assert change(me, uuid, {"old_password": password, "new_password": "second-pw"}).status \
         == 200
-    for tokens in (before, other_session):
-        resp = server.client(tokens["access_token"]).get(INTROSPECT)
-        assert resp.status == 401 and "password changed" in resp.json["message"]
-        # "expired" is what makes the reference CLI log in again with its password
-        assert "expired" in oauth_error(refresh(server, tokens["refresh_token"]),
-                                        "invalid_grant")
+    # the session that made the change goes on, and so does its refresh
+    assert me.get(INTROSPECT).status == 200
+    refreshed = refresh(server, current["refresh_token"])
+    assert refreshed.status == 200
+    assert server.client(refreshed.json["access_token"]).get(INTROSPECT).status == 200
+    # every other session ends
+    resp = server.client(other["access_token"]).get(INTROSPECT)
+    assert resp.status == 401 and "password changed" in resp.json["message"]
+    # "expired" is what makes the reference CLI log in again with its password
+    assert "expired" in oauth_error(refresh(server, other["refresh_token"]), "invalid_grant")
+    # an admin setting it (a PUT of password, or change_password) ends all of them
     after = server.token_response(name, "second-pw").json
-    assert server.client(after["access_token"]).get(INTROSPECT).status == 200
-    assert refresh(server, after["refresh_token"]).status == 200
-    # an admin's PUT of password (or its change_password) does the same
     assert admin.put(f"/v1/iam/users/{uuid}", {"password": "third-pw-x"}).status == 200
-    assert server.client(after["access_token"]).get(INTROSPECT).status == 401
-    assert server.client(server.login(name, "third-pw-x")).get(INTROSPECT).status == 200
-    # and an unrelated update ends nothing
+    for tokens in (current, refreshed.json, after):
+        assert server.client(tokens["access_token"]).get(INTROSPECT).status == 401
     latest = server.login(name, "third-pw-x")
+    assert change(admin, uuid, {"new_password": "fourth-pw-x"}).status == 200
+    assert server.client(latest).get(INTROSPECT).status == 401
+    # an unrelated update ends nothing
+    latest = server.login(name, "fourth-pw-x")
     assert admin.put(f"/v1/iam/users/{uuid}", {"first_name": "Ann"}).status == 200
     assert server.client(latest).get(INTROSPECT).status == 200
-    assert "password_version" not in admin.get(f"/v1/iam/users/{uuid}").json
+    shown = admin.get(f"/v1/iam/users/{uuid}").json
+    assert "password_version" not in shown and "password_session" not in shown

@@ -18,7 +18,7 @@ from appliance.iam.builtin import ADMIN_PROJECT
 from tests.conftest import ADMIN_PASSWORD
 from tests.secret.conftest import wait_for
 
-from .conftest import PIP_TIMEOUT
+from .conftest import PIP_TIMEOUT, Exordos
 
 MANIFEST = os.path.join(os.path.dirname(__file__), "hello-element.yaml")
 # the daemons act within milliseconds; `exordos` itself polls every 2 s
@@ -156,7 +156,12 @@ def test_elements_install_from_a_file_list_and_uninstall(exordos):
     assert kept["installation state"] == "UNINSTALLED"
 
 
-def test_change_password_with_the_old_one(exordos, appliance):
+def test_change_password_with_the_old_one(exordos, appliance, tmp_path):
+    # another user of the same account, logged in elsewhere before the change
+    (tmp_path / "home").mkdir()
+    elsewhere = Exordos(exordos.program, str(tmp_path / "home"), appliance.url, str(tmp_path))
+    elsewhere.ok("iam", "introspect")
+    before = cached_tokens(elsewhere)["access_token"]
     admin = named([dict(u, name=u["username"]) for u in exordos.json("iam", "users", "list")],
                   "admin")
     wrong = exordos("iam", "users", "change_password", admin["uuid"], "-o", "not-it",
@@ -166,13 +171,15 @@ def test_change_password_with_the_old_one(exordos, appliance):
     exordos.ok("iam", "users", "change_password", admin["uuid"], "-o", ADMIN_PASSWORD,
                "-n", "a-new-admin-password")
     try:
-        # the change ended the cached tokens; the refresh is refused as "expired", and
-        # exordos then logs in again with the (new) password of its config
-        exordos.set_realm(appliance.url, "admin", "a-new-admin-password")
+        # the session that made the change goes on
         assert "*.*.*" in exordos.ok("iam", "introspect").stdout
+        # the other one ended: its refresh is refused as "expired", and exordos then logs
+        # in again with the password of its config, now the new one
+        elsewhere.set_realm(appliance.url, "admin", "a-new-admin-password")
+        assert "*.*.*" in elsewhere.ok("iam", "introspect").stdout
+        assert cached_tokens(elsewhere)["access_token"] != before
         # a fresh login with the old password fails
         os.remove(exordos.token_cache)
-        exordos.set_realm(appliance.url, "admin", ADMIN_PASSWORD)
         stale = exordos("iam", "introspect")
         assert stale.returncode == 1 and "invalid_grant" in stale.stderr
     finally:
