@@ -32,7 +32,7 @@ def password_version(user):
     return user.get("password_version") or 0
 
 
-def predates_no_password_change(claims, user):
+def survives_password_changes(claims, user):
     """A token lives on after a password change only in the session that made it."""
     return claims.get("pwv", 0) == password_version(user) or (
         claims.get("sid") is not None and claims["sid"] == user.get("password_session"))
@@ -130,7 +130,7 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise Unauthorized("token of an unknown or disabled user")
-        if not predates_no_password_change(claims, user):
+        if not survives_password_changes(claims, user):
             raise Unauthorized(PASSWORD_CHANGED)
         project_id = claims.get("project_id")
         if project_id is not None and self.coll("iam_projects").get(project_id) is None:
@@ -226,7 +226,7 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise OAuthError("invalid_grant", "unknown or disabled user")
-        if not predates_no_password_change(claims, user):
+        if not survives_password_changes(claims, user):
             raise OAuthError("invalid_grant", PASSWORD_CHANGED)
         # a scope given with the refresh moves the session to that project (one the user
         # is bound in); none keeps the refreshed token's own
@@ -250,10 +250,10 @@ class Authenticator:
         """The reference's `me`: the caller's user record, the organizations of the
         projects it is bound in, and the token's project."""
         p = call.principal
-        bindings = self.coll("iam_role_bindings").by("user", p.user_uuid)
         projects = self.coll("iam_projects")
-        org_ids = {projects.get(b["project"])["organization"] for b in bindings
-                   if b.get("project") and projects.get(b["project"]) is not None}
+        bound = (projects.get(b["project"]) for b in
+                 self.coll("iam_role_bindings").by("user", p.user_uuid) if b.get("project"))
+        org_ids = {project["organization"] for project in bound if project is not None}
         orgs = self.api.resources["/v1/iam/organizations"]
         return {"user": self.api.resources["/v1/iam/users"].render(p.user),
                 "organization": [orgs.render(o) for o in orgs.collection().records()

@@ -3,7 +3,7 @@ state directory (mode 0600), outside the files of ordinary kinds.
 
 Access and refresh tokens share a session id (`sid`); logout revokes the session, so both
 die at once. `pwv` is the user's password version at issuance: a password change ends
-every token issued before it. HS256 only: `alg: none` and every other algorithm are refused.
+the tokens issued before it (but those of the session that made it). HS256 only: `alg: none` and every other algorithm are refused.
 """
 
 import datetime
