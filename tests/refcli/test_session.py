@@ -15,7 +15,6 @@ import jwt
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
-from tests.conftest import ADMIN_PASSWORD
 from tests.secret.conftest import wait_for
 
 from .conftest import PIP_TIMEOUT, Exordos
@@ -159,7 +158,8 @@ def test_elements_install_from_a_file_list_and_uninstall(exordos):
 def test_change_password_with_the_old_one(exordos, appliance, tmp_path):
     # another user of the same account, logged in elsewhere before the change
     (tmp_path / "home").mkdir()
-    elsewhere = Exordos(exordos.program, str(tmp_path / "home"), appliance.url, str(tmp_path))
+    elsewhere = Exordos(exordos.program, str(tmp_path / "home"), appliance.url, str(tmp_path),
+                        appliance.admin_password)
     elsewhere.ok("iam", "introspect")
     before = cached_tokens(elsewhere)["access_token"]
     admin = named([dict(u, name=u["username"]) for u in exordos.json("iam", "users", "list")],
@@ -168,8 +168,8 @@ def test_change_password_with_the_old_one(exordos, appliance, tmp_path):
                     "-n", "a-new-admin-password")
     assert wrong.returncode == 1 and "[403]" in wrong.stderr
     assert "old_password" in wrong.stderr
-    exordos.ok("iam", "users", "change_password", admin["uuid"], "-o", ADMIN_PASSWORD,
-               "-n", "a-new-admin-password")
+    exordos.ok("iam", "users", "change_password", admin["uuid"],
+               "-o", appliance.admin_password, "-n", "a-new-admin-password")
     try:
         # the session that made the change goes on
         assert "*.*.*" in exordos.ok("iam", "introspect").stdout
@@ -185,6 +185,6 @@ def test_change_password_with_the_old_one(exordos, appliance, tmp_path):
     finally:
         exordos.set_realm(appliance.url, "admin", "a-new-admin-password")
         exordos.ok("iam", "users", "change_password", admin["uuid"], "-o",
-                   "a-new-admin-password", "-n", ADMIN_PASSWORD)
-        exordos.set_realm(appliance.url, "admin", ADMIN_PASSWORD)
+                   "a-new-admin-password", "-n", appliance.admin_password)
+        exordos.set_realm(appliance.url, "admin", appliance.admin_password)
         assert "*.*.*" in exordos.ok("iam", "introspect").stdout
