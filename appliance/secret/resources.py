@@ -91,8 +91,9 @@ class Secrets(SecretMaterial):
             policy="secret", project_scoped=True, unique=[("name", "project_id")],
             description="an opaque value; delivered value = value, else default_value",
             fields=common_fields() + [
-                Field("constructor", Object(CONSTRUCTOR), required=True,
-                      description="kind plain: the value is stored as given"),
+                Field("constructor", Object(CONSTRUCTOR), default=lambda: {"kind": "plain"},
+                      nullable=False, description="kind plain (the default, as in the "
+                                                  "reference): the value is stored as given"),
                 Field("value", String(VALUE_LIMIT), omit_unset=True, filterable=False,
                       description="null falls back to default_value"),
                 Field("default_value", String(VALUE_LIMIT), omit_unset=True,

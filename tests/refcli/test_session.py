@@ -15,6 +15,7 @@ import jwt
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
+from tests.conftest import SECRET_VALUES
 from tests.secret.conftest import wait_for
 
 from .conftest import PIP_TIMEOUT, Exordos
@@ -94,6 +95,23 @@ def test_passwords_add_show_and_list(exordos):
     assert again.returncode == 1 and "Already exists" in again.stderr
     assert len([p for p in exordos.json("secret", "passwords", "list")
                 if p["name"] == "refcli-pw"]) == 1
+
+
+def test_secrets_and_rsa_keys_as_the_reference_cli_makes_them(exordos):
+    # neither sends what our API used to require: no constructor, no key size
+    value = "refcli-secret-value-0c5e"
+    SECRET_VALUES.add(value)
+    exordos.ok("secret", "secrets", "add", "-p", ADMIN_PROJECT, "-n", "refcli-secret",
+               "-v", value, "--tag", "ci")
+    secret = named(exordos.json("secret", "secrets", "list"), "refcli-secret")
+    detail = shown(exordos.json("secret", "secrets", "show", secret["uuid"]))
+    assert detail["constructor"] == "{'kind': 'plain'}" and detail["value"] == value
+    assert detail["tags"] == "['ci']"
+    exordos.ok("secret", "rsa_keys", "add", "-p", ADMIN_PROJECT, "-n", "refcli-rsa")
+    key = named(exordos.json("secret", "rsa_keys", "list"), "refcli-rsa")
+    detail = shown(exordos.json("secret", "rsa_keys", "show", key["uuid"]))
+    assert detail["bitness"] == "2048"
+    assert detail["private_key"].startswith("-----BEGIN PRIVATE KEY-----")
 
 
 def test_dns_domains_and_records(exordos, appliance):
