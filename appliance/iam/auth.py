@@ -22,6 +22,9 @@ from .permissions import Principal
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
+# grant -> the field naming the user; `login+password` is the reference CLI's `-l LOGIN`
+# (our login is the username)
+PASSWORD_GRANTS = {"password": "username", "login+password": "login"}
 # "expired" on purpose: the reference CLI answers an invalid_grant that says so by logging
 # in again with the password it has, instead of giving up
 PASSWORD_CHANGED = "session expired: the user's password changed since"
@@ -166,8 +169,8 @@ class Authenticator:
         settings = self.api.settings
         ttl = _lifetime(body, "ttl", settings["token_ttl"])
         refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
-        if grant == "password":
-            user, project_id = self._password_grant(body)
+        if grant in PASSWORD_GRANTS:
+            user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant])
             session = str(uuidlib.uuid4())
         elif grant == "refresh_token":
             user, project_id, session = self._refresh_grant(body)
@@ -193,10 +196,10 @@ class Authenticator:
             raise OAuthError("invalid_scope", "scope must be empty or project:<uuid>")
         return value.lower()
 
-    def _password_grant(self, body):
-        username, password = body.get("username"), body.get("password")
+    def _password_grant(self, body, name_field):
+        username, password = body.get(name_field), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str) or not username:
-            raise OAuthError("invalid_request", "username and password are required")
+            raise OAuthError("invalid_request", f"{name_field} and password are required")
         project_id = self._scope(body)
         user = self.coll("iam_users").find_one(username=username)
         encoded = user.get("password_hash") if user else None
@@ -280,10 +283,12 @@ def register(api):
     base = "/v1/iam/clients/<client>/actions"
     api.route("POST", f"{base}/get_token/invoke", auth.get_token, permission=PUBLIC,
               accepts=(JSON, FORM), tag="iam", summary="Get a token (OAuth 2.0 grants "
-              "password and refresh_token); errors as RFC 6749 section 5.2",
+              "password, login+password and refresh_token); errors as RFC 6749 section 5.2",
               request_schema={"type": "object", "properties": {
-                  "grant_type": {"enum": ["password", "refresh_token"]},
+                  "grant_type": {"enum": [*PASSWORD_GRANTS, "refresh_token"]},
                   "username": {"type": "string"}, "password": {"type": "string"},
+                  "login": {"type": "string", "description": "grant login+password: "
+                                                             "the username"},
                   "refresh_token": {"type": "string"}, "scope": {"type": "string"},
                   "ttl": {"type": ["number", "string"], "description":
                           "seconds; any positive number, lowered to the server's maximum"},

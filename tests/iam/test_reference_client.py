@@ -291,3 +291,15 @@ def test_a_password_change_ends_the_other_sessions(server, admin):
     assert server.client(latest).get(INTROSPECT).status == 200
     shown = admin.get(f"/v1/iam/users/{uuid}").json
     assert "password_version" not in shown and "password_session" not in shown
+
+
+def test_the_login_grant_of_the_reference_clis_dash_l(server):
+    # `exordos -l admin` sends grant_type=login+password with `login`
+    resp = form_token(server, grant_type="login+password", login="admin", username="")
+    assert resp.status == 200, resp
+    assert server.client(resp.json["access_token"]).get(ME).json["user"]["username"] == "admin"
+    wrong = form_token(server, grant_type="login+password", login="admin", password="nope-nope")
+    unknown = form_token(server, grant_type="login+password", login="ghost", password="nope")
+    assert oauth_error(wrong, "invalid_grant") == oauth_error(unknown, "invalid_grant")
+    missing = form_token(server, grant_type="login+password", username="admin")
+    assert "login" in oauth_error(missing, "invalid_request")
