@@ -21,6 +21,8 @@ from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, Payloa
 log = logging.getLogger("appliance.api")
 
 PUBLIC = "public"
+# any valid token, no permission: routes that act on the caller's own token or user only
+AUTHENTICATED = "authenticated"
 # max_body of routes that take manifests or uploads: the setting max_upload_bytes
 UPLOAD = "upload"
 JSON = "application/json"
@@ -163,7 +165,8 @@ class Api:
             if self.authenticate is None:
                 raise Unauthorized("no authentication is configured")
             call.principal = self.authenticate(call.request)
-            if not any(call.principal.allows(p) for p in route.permissions):
+            if route.permission != AUTHENTICATED and not any(
+                    call.principal.allows(p) for p in route.permissions):
                 raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
         if route.method in _BODY_METHODS:
             self._read_body(route, call)

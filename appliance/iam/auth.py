@@ -7,12 +7,14 @@ per (user, project) and kept until any IAM kind involved changes.
 """
 
 import datetime
+import math
+import re
 import threading
 import uuid as uuidlib
 
 from appliance.api.errors import Unauthorized
 from appliance.api.fields import UUID_RE
-from appliance.api.routing import FORM, JSON, PUBLIC, Reply
+from appliance.api.routing import AUTHENTICATED, FORM, JSON, PUBLIC, Reply
 from state import format_time
 
 from . import builtin, passwords
@@ -20,6 +22,23 @@ from .permissions import Principal
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
+# grant -> the field naming the user; `login+password` is the reference CLI's `-l LOGIN`
+# (our login is the username)
+PASSWORD_GRANTS = {"password": "username", "login+password": "login"}
+# "expired" on purpose: the reference CLI answers an invalid_grant that says so by logging
+# in again with the password it has, instead of giving up
+PASSWORD_CHANGED = "session expired: the user's password changed since"
+
+
+def password_version(user):
+    """How many times the user's password changed; tokens carry it as `pwv`."""
+    return user.get("password_version") or 0
+
+
+def survives_password_changes(claims, user):
+    """A token lives on after a password change only in the session that made it."""
+    return claims.get("pwv", 0) == password_version(user) or (
+        claims.get("sid") is not None and claims["sid"] == user.get("password_session"))
 
 
 class OAuthError(Exception):
@@ -35,6 +54,25 @@ class OAuthError(Exception):
             headers["WWW-Authenticate"] = 'Basic realm="appliance"'
         return Reply({"error": self.error, "error_description": self.description},
                      self.status, headers)
+
+
+# a lifetime given as text: a plain decimal number (no sign, no exponent, no "_")
+_SECONDS = re.compile(r"^[0-9]+(\.[0-9]*)?$|^\.[0-9]+$")
+
+
+def _lifetime(body, name, maximum):
+    """Seconds a token lives: any positive number (integer, decimal or a string of one),
+    rounded up to a whole second and lowered to the server's maximum; absent: the maximum."""
+    value = body.get(name)
+    if value is None or value == "":
+        return maximum
+    if isinstance(value, str) and _SECONDS.match(value.strip()):
+        value = float(value.strip())
+    # NaN is the one value unequal to itself; huge ints and infinities compare fine
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value \
+            or value <= 0:
+        raise OAuthError("invalid_request", f"{name} must be a positive number of seconds")
+    return maximum if value >= maximum else math.ceil(value)
 
 
 class Authenticator:
@@ -95,6 +133,8 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise Unauthorized("token of an unknown or disabled user")
+        if not survives_password_changes(claims, user):
+            raise Unauthorized(PASSWORD_CHANGED)
         project_id = claims.get("project_id")
         if project_id is not None and self.coll("iam_projects").get(project_id) is None:
             raise Unauthorized("token scoped to a project that no longer exists")
@@ -127,26 +167,20 @@ class Authenticator:
         if not grant:
             raise OAuthError("invalid_request", "grant_type is required")
         settings = self.api.settings
-        ttl = settings["token_ttl"]
-        if body.get("ttl") not in (None, ""):
-            try:
-                ttl = int(body["ttl"])
-            except (TypeError, ValueError):
-                raise OAuthError("invalid_request", "ttl must be an integer") from None
-            if not 1 <= ttl <= settings["token_ttl"]:
-                raise OAuthError("invalid_request",
-                                 f"ttl must be between 1 and {settings['token_ttl']}")
-        if grant == "password":
-            user, project_id = self._password_grant(body)
+        ttl = _lifetime(body, "ttl", settings["token_ttl"])
+        refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
+        if grant in PASSWORD_GRANTS:
+            user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant])
             session = str(uuidlib.uuid4())
         elif grant == "refresh_token":
             user, project_id, session = self._refresh_grant(body)
         else:
             raise OAuthError("unsupported_grant_type", f"grant_type {grant} is not supported")
-        access, expires_at = self.signer.issue(user["uuid"], project_id, session, "access", ttl)
-        refresh_ttl = settings["refresh_token_ttl"]
+        version = password_version(user)
+        access, expires_at = self.signer.issue(user["uuid"], project_id, session, "access", ttl,
+                                               password_version=version)
         refresh, _ = self.signer.issue(user["uuid"], project_id, session, "refresh",
-                                       refresh_ttl)
+                                       refresh_ttl, password_version=version)
         return Reply({"access_token": access, "token_type": "Bearer", "expires_in": ttl,
                       "expires_at": expires_at, "refresh_token": refresh,
                       "refresh_expires_in": refresh_ttl,
@@ -162,10 +196,10 @@ class Authenticator:
             raise OAuthError("invalid_scope", "scope must be empty or project:<uuid>")
         return value.lower()
 
-    def _password_grant(self, body):
-        username, password = body.get("username"), body.get("password")
+    def _password_grant(self, body, name_field):
+        username, password = body.get(name_field), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str) or not username:
-            raise OAuthError("invalid_request", "username and password are required")
+            raise OAuthError("invalid_request", f"{name_field} and password are required")
         project_id = self._scope(body)
         user = self.coll("iam_users").find_one(username=username)
         encoded = user.get("password_hash") if user else None
@@ -195,8 +229,13 @@ class Authenticator:
         user = self.coll("iam_users").get(claims["sub"])
         if user is None or user.get("status") != "ACTIVE":
             raise OAuthError("invalid_grant", "unknown or disabled user")
-        self._check_scope(user, claims.get("project_id"))
-        return user, claims.get("project_id"), claims["sid"]
+        if not survives_password_changes(claims, user):
+            raise OAuthError("invalid_grant", PASSWORD_CHANGED)
+        # a scope given with the refresh moves the session to that project (one the user
+        # is bound in); none keeps the refreshed token's own
+        project_id = self._scope(body) if body.get("scope") else claims.get("project_id")
+        self._check_scope(user, project_id)
+        return user, project_id, claims["sid"]
 
     # ---- introspection and logout --------------------------------------------------
 
@@ -209,6 +248,20 @@ class Authenticator:
                 "expires_at": format_time(datetime.datetime.fromtimestamp(
                     p.claims["exp"], datetime.timezone.utc)),
                 "session": p.claims["sid"]}
+
+    def me(self, call):
+        """The reference's `me`: the caller's user record, the organizations of the
+        projects it is bound in, and the token's project."""
+        p = call.principal
+        projects = self.coll("iam_projects")
+        bound = (projects.get(b["project"]) for b in
+                 self.coll("iam_role_bindings").by("user", p.user_uuid) if b.get("project"))
+        org_ids = {project["organization"] for project in bound if project is not None}
+        orgs = self.api.resources["/v1/iam/organizations"]
+        return {"user": self.api.resources["/v1/iam/users"].render(p.user),
+                "organization": [orgs.render(o) for o in orgs.collection().records()
+                                 if o["uuid"] in org_ids],
+                "project_id": p.project_id}
 
     def logout(self, call):
         claims = call.principal.claims
@@ -230,18 +283,30 @@ def register(api):
     base = "/v1/iam/clients/<client>/actions"
     api.route("POST", f"{base}/get_token/invoke", auth.get_token, permission=PUBLIC,
               accepts=(JSON, FORM), tag="iam", summary="Get a token (OAuth 2.0 grants "
-              "password and refresh_token); errors as RFC 6749 section 5.2",
+              "password, login+password and refresh_token); errors as RFC 6749 section 5.2",
               request_schema={"type": "object", "properties": {
-                  "grant_type": {"enum": ["password", "refresh_token"]},
+                  "grant_type": {"enum": [*PASSWORD_GRANTS, "refresh_token"]},
                   "username": {"type": "string"}, "password": {"type": "string"},
+                  "login": {"type": "string", "description": "grant login+password: "
+                                                             "the username"},
                   "refresh_token": {"type": "string"}, "scope": {"type": "string"},
-                  "ttl": {"type": ["integer", "string"]},
+                  "ttl": {"type": ["number", "string"], "description":
+                          "seconds; any positive number, lowered to the server's maximum"},
+                  "refresh_ttl": {"type": ["number", "string"], "description":
+                                  "seconds; as ttl, for the refresh token"},
                   "client_secret": {"type": "string"}}},
               response_schema={"type": "object"})
-    api.route("GET", f"{base}/introspect", auth.introspect,
-              permission="iam.client.introspect", tag="iam",
-              summary="Who the token belongs to and what it may do",
+    # the caller's own token and user only: any valid token will do, a newcomer's too
+    api.route("GET", f"{base}/introspect", auth.introspect, permission=AUTHENTICATED,
+              tag="iam", summary="Who the token belongs to and what it may do",
               response_schema={"type": "object"})
-    api.route("POST", f"{base}/logout/invoke", auth.logout, permission="iam.client.logout",
+    api.route("GET", f"{base}/me", auth.me, permission=AUTHENTICATED, tag="iam",
+              summary="The caller's user, its organizations and the token's project",
+              response_schema={"type": "object", "properties": {
+                  "user": {"$ref": "#/components/schemas/User"},
+                  "organization": {"type": "array", "items": {
+                      "$ref": "#/components/schemas/Organization"}},
+                  "project_id": {"type": ["string", "null"]}}})
+    api.route("POST", f"{base}/logout/invoke", auth.logout, permission=AUTHENTICATED,
               tag="iam", summary="Revoke the token (and its refresh token)", status=204)
     return auth

@@ -10,16 +10,13 @@ ADMIN_USERNAME = "admin"
 # Not the Element Manager's manifests and elements: they create resources in any project,
 # so they stay with admins; project owners get em's project resources (services) only.
 PROJECT_SERVICES = ("secret", "repo", "vs", "dns", "compute", "network", "config", "sqldb")
-SELF_SERVICE = ("iam.client.introspect", "iam.client.logout")
 
 ROLES = {
     "admin": ("everything, everywhere", ["*.*.*"]),
     "owner": ("every resource of the project it is bound to, uploads included",
               [f"{s}.*.*" for s in PROJECT_SERVICES] + ["em.service.*",
-                                                        "repo.repository.upload",
-                                                        *SELF_SERVICE]),
+                                                        "repo.repository.upload"]),
     "reader": ("reads every resource of the project it is bound to",
-               [f"{s}.*.read" for s in PROJECT_SERVICES] + ["em.service.read",
-                                                             *SELF_SERVICE]),
+               [f"{s}.*.read" for s in PROJECT_SERVICES] + ["em.service.read"]),
     "newcomer": ("nothing until bound to a role that grants something", []),
 }

@@ -14,7 +14,9 @@ _MAXMEM = 64 * 1024 * 1024
 
 
 def _kdf(password, salt, n=N, r=R, p=P):
-    return hashlib.scrypt(password.encode(), salt=salt, n=n, r=r, p=p, maxmem=_MAXMEM)
+    # surrogatepass: a lone surrogate (JSON allows "\ud800") is hashed, not a crash
+    return hashlib.scrypt(password.encode("utf-8", "surrogatepass"), salt=salt, n=n, r=r,
+                          p=p, maxmem=_MAXMEM)
 
 
 def hash_password(password):

@@ -1,15 +1,34 @@
 """IAM resources: users, organizations, projects, roles, permissions, the two kinds of
 binding, and clients."""
 
-from appliance.api.errors import BadRequest, Conflict
-from appliance.api.fields import Boolean, Enum, Field, Reference, String, Tags, Text
-from appliance.api.resource import Resource
+from appliance.api.errors import BadRequest, Conflict, Forbidden
+from appliance.api.fields import Boolean, Enum, Field, Integer, Reference, String, Tags, Text
+from appliance.api.resource import Action, Resource
+from appliance.api.routing import AUTHENTICATED
+from appliance.api.validation import Validator
 
 from . import builtin, passwords
 from .permissions import NAME_PATTERN
 
+PASSWORD = {"type": "string", "minLength": 8, "maxLength": 256}
+CHANGE_PASSWORD = {"type": "object", "additionalProperties": False, "required": ["new_password"],
+                   "properties": {"new_password": PASSWORD,
+                                  "old_password": {"type": "string", "maxLength": 256,
+                                                   "description": "required to change "
+                                                                  "one's own password"}}}
 USERNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
 NAME = r"^[A-Za-z0-9][A-Za-z0-9_. -]{0,254}$"
+
+
+def new_password(call, user, password):
+    """The changes that set a password: its hash, and a new version, which ends every token
+    issued before except those of the session that made the change, when it is the user's
+    own (docs/iam.md)."""
+    principal = call.principal
+    own = principal is not None and principal.user_uuid == user["uuid"]
+    return {"password_hash": passwords.hash_password(password) if password else None,
+            "password_version": (user.get("password_version") or 0) + 1,
+            "password_session": principal.claims.get("sid") if own else None}
 
 
 def _require(api, kind, uuid, what):
@@ -24,9 +43,12 @@ class Users(Resource):
             unique=[("username",)],
             fields=[
                 Field("username", String(64, pattern=USERNAME), required=True, create_only=True),
-                Field("password", String(256, min_length=8), write_only=True,
+                Field("password", String(PASSWORD["maxLength"], PASSWORD["minLength"]),
+                      write_only=True,
                       description="write-only; stored as a scrypt hash"),
                 Field("password_hash", String(512), hidden=True),
+                Field("password_version", Integer(minimum=0), hidden=True),
+                Field("password_session", String(64), hidden=True),
                 Field("first_name", String(255)), Field("last_name", String(255)),
                 Field("email", String(255, pattern=r"^[^@\s]+@[^@\s]+$")),
                 Field("type", Enum("user", "service", "anon"), default="user",
@@ -34,7 +56,13 @@ class Users(Resource):
                 Field("description", Text(4096)),
                 Field("status", Enum("ACTIVE", "DISABLED"), default="ACTIVE",
                       nullable=False, description="a DISABLED user cannot get tokens"),
-            ])
+            ],
+            actions=[Action("change_password", self.change_password,
+                            permission=AUTHENTICATED, request_schema=CHANGE_PASSWORD,
+                            response_schema={"$ref": "#/components/schemas/User"},
+                            summary="Change a password: one's own with old_password, "
+                                    "anyone's with iam.user.change_password")])
+        self.change_password_validator = Validator(CHANGE_PASSWORD)
 
     def prepare_create(self, call, record):
         password = record.pop("password", None)
@@ -43,11 +71,28 @@ class Users(Resource):
 
     def prepare_update(self, call, current, changes):
         if "password" in changes:
-            password = changes.pop("password")
-            changes["password_hash"] = passwords.hash_password(password) if password else None
+            changes.update(new_password(call, current, changes.pop("password")))
         if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
             raise Conflict("the built-in admin user cannot be disabled")
         return changes
+
+    def change_password(self, call, record):
+        own = record["uuid"] == call.principal.user_uuid
+        # who may, before what was sent: a caller without the right learns nothing more
+        if not own and not call.principal.allows(self.permission("change_password")):
+            raise Forbidden(f"permission {self.permission('change_password')} is required "
+                            "to change another user's password")
+        body = self._body_object(call)
+        self.change_password_validator.check(body)
+        if own:
+            # one's own: a stolen token alone must not be enough to take the account over
+            if "old_password" not in body:
+                raise BadRequest("old_password: required to change your own password")
+            if not passwords.verify(body["old_password"], record.get("password_hash")):
+                raise Forbidden("old_password: does not match the current password")
+        updated = self.collection().update(record["uuid"],
+                                           new_password(call, record, body["new_password"]))
+        return self.render(updated)
 
     def check_delete(self, call, record):
         if record["username"] == builtin.ADMIN_USERNAME:
@@ -141,7 +186,7 @@ class Permissions(Resource):
             fields=[Field("name", String(255, pattern=NAME_PATTERN), required=True,
                           create_only=True,
                           description="<service>.<policy>.<action>; * matches a whole part"),
-                    Field("description", Text(4096))])
+                    Field("description", Text(4096)), Field("tags", Tags())])
 
     def after_delete(self, call, record):
         call.store.collection("iam_permission_bindings").delete_where(

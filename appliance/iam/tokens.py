@@ -2,7 +2,8 @@
 state directory (mode 0600), outside the files of ordinary kinds.
 
 Access and refresh tokens share a session id (`sid`); logout revokes the session, so both
-die at once. HS256 only: `alg: none` and every other algorithm are refused.
+die at once. `pwv` is the user's password version at issuance: a password change ends
+the tokens issued before it (but those of the session that made it). HS256 only: `alg: none` and every other algorithm are refused.
 """
 
 import datetime
@@ -37,12 +38,13 @@ class TokenSigner:
         self._verified = {}
         self._lock = threading.Lock()
 
-    def issue(self, user_uuid, project_id, session, kind, ttl, now=None):
+    def issue(self, user_uuid, project_id, session, kind, ttl, now=None, password_version=0):
         now = now or datetime.datetime.now(datetime.timezone.utc)
         expires = now + datetime.timedelta(seconds=ttl)
         claims = {"sub": user_uuid, "jti": str(uuidlib.uuid4()), "sid": session,
                   "iat": int(now.timestamp()), "exp": int(expires.timestamp()),
-                  "iss": ISSUER, "aud": AUDIENCE, "project_id": project_id, "typ": kind}
+                  "iss": ISSUER, "aud": AUDIENCE, "project_id": project_id, "typ": kind,
+                  "pwv": password_version}
         return jwt.encode(claims, self.key, algorithm=ALGORITHM), format_time(expires)
 
     def verify(self, token, kind):

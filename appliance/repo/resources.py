@@ -10,10 +10,11 @@ elements to the Element Manager).
 from appliance import versions
 from appliance.api.errors import ApiError, BadRequest, Conflict, Unauthorized
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, Integer, Object,
-                                  Reference, String, Text)
+                                  Reference, String, Tags, Text)
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.routing import UPLOAD
 from appliance.api.validation import Validator
+from appliance.em.manifest import build_plan
 from appliance.secret.crypto import SecretBox
 from state import DuplicateKey, format_time, utcnow
 
@@ -175,6 +176,11 @@ class Repositories(Resource):
         if manifest.get("name") != name or str(manifest.get("version")) != version:
             raise BadRequest("manifest: its name and version must be element_name and "
                              "element_version")
+        # refused now rather than by the builder later, where only its log would say why
+        try:
+            build_plan(manifest, self.api)
+        except BadRequest as e:
+            raise BadRequest(f"manifest: {e.message}") from None
         if record["status"] != "ACTIVE":
             raise Conflict(f"repository {record['name']} is {record['status']}, not ACTIVE")
         if not DRIVERS[record["driver_spec"]["kind"]].can_upload:
@@ -209,7 +215,7 @@ class RepoElements(Resource):
             name="RepoElement", path="/v1/repo/elements", kind="repo_elements",
             service="repo", policy="element", project_scoped=True,
             shared_projects=(ADMIN_PROJECT,), unique=[("repository", "name", "version")],
-            operations=("list", "get", "delete"),
+            operations=("list", "get", "update", "delete"),
             description="an element version found in a repository; filter development=false "
                         "to hide development versions",
             fields=[
@@ -229,6 +235,7 @@ class RepoElements(Resource):
                       description="the Element Manager element, once installed"),
                 Field("development", Boolean(), read_only=True,
                       description="a pre-release or development version"),
+                Field("tags", Tags(), description="the one field a PUT may change"),
             ],
             actions=[
                 Action("install", self.install, summary="Install with its dependencies"),

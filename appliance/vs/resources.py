@@ -8,7 +8,7 @@ the newest bound value without any write to the variable.
 """
 
 from appliance.api.errors import BadRequest, Conflict, NotFound
-from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Text
+from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Tags, Text
 from appliance.api.resource import Action, Resource
 from appliance.iam.builtin import ADMIN_PROJECT
 
@@ -312,6 +312,7 @@ class Values(Resource):
                 Field("manual_selected", Boolean(), read_only=True,
                       description="true for the value chosen with its variable's "
                                   "select_value action"),
+                Field("tags", Tags()),
             ])
 
     def prepare_create(self, call, record):

@@ -68,3 +68,25 @@ def test_api_changes_are_answered_within_a_second(world):
     answer = ask(daemon.port, "e2e.test", "SOA")
     assert str(soa["record"]["serial"]) in str(answer.answer[0])
     assert elapsed < 1.0
+
+
+def test_an_acme_challenge_with_ttl_0_is_served_with_ttl_0(world):
+    # ACME clients (the reference's certificate driver among them) publish TXT challenges
+    # with ttl 0 so that no resolver caches them
+    srv, daemon = world
+    admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+    domain = admin.post("/v1/dns/domains", {"name": "acme.test",
+                                            "project_id": ADMIN_PROJECT}).json
+    records = f"/v1/dns/domains/{domain['uuid']}/records"
+    made = admin.post(records, {"type": "TXT", "ttl": 0, "record": {
+        "kind": "TXT", "name": "_acme-challenge", "content": "token-123"}})
+    assert made.status == 201 and made.json["ttl"] == 0, made
+    wait_answer(daemon.port, "_acme-challenge.acme.test", "TXT",
+                lambda r: any("token-123" in str(rr) for rr in r.answer))
+    answer = ask(daemon.port, "_acme-challenge.acme.test", "TXT")
+    assert [rrset.ttl for rrset in answer.answer] == [0]
+    longest = admin.put(f"{records}/{made.json['uuid']}", {"ttl": 2 ** 31 - 1})
+    assert longest.status == 200 and longest.json["ttl"] == 2 ** 31 - 1
+    too_long = admin.put(f"{records}/{made.json['uuid']}", {"ttl": 2 ** 31})
+    assert too_long.status == 400 and "ttl" in too_long.json["message"]
+    assert admin.get(f"{records}/{made.json['uuid']}").json["ttl"] == 2 ** 31 - 1

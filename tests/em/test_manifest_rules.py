@@ -93,7 +93,7 @@ BAD = [
     ("wrong literal type", variant(**{f"{SECRETS}/a/name": 5}), "name"),
     ("wrong nested value", variant(**{f"{SECRETS}/a/constructor": {"kind": "vault"}}),
      "constructor"),
-    ("missing required field", variant(**{f"{SECRETS}/a/constructor": None}), "constructor"),
+    ("missing required field", variant(**{f"{SECRETS}/a/name": None}), "name"),
     ("malformed link", variant(**{f"{SECRETS}/a/default_value": "$shape.secret"}),
      "$shape.secret"),
     ("link to nothing", variant(**{f"{SECRETS}/a/default_value":

@@ -134,6 +134,24 @@ def test_upload_to_database_repository(admin):
     assert resp.status == 400 and "version" in resp.json["message"]
 
 
+@pytest.mark.parametrize("name,changes,word", [
+    ("bad-name", {}, "name"),             # a dash: the Element Manager refuses the name
+    ("ok_name", {"resources": {"$core.secret.nothing": {"x": {}}}}, "resources"),
+    ("ok_name", {"resources": {"$core.secret.passwords": {"x": {"name": "x"}}}},
+     "project_id"),
+])
+def test_upload_refuses_a_manifest_the_element_manager_would_refuse(admin, name, changes,
+                                                                     word):
+    # found at upload, not later by the builder where only its log would say why
+    repo = wait_repo(admin, make_repo(admin, {"kind": "database"})["uuid"])
+    resp = admin.post(f"{R}/{repo['uuid']}/actions/upload/invoke", {
+        "element_name": name, "element_version": "1.0.0",
+        "manifest": {**manifest(name, "1.0.0"), **changes}})
+    assert resp.status == 400, resp
+    assert resp.json["message"].startswith("manifest: ") and word in resp.json["message"]
+    assert admin.get(E, query={"repository": repo["uuid"]}).json == []
+
+
 def test_upload_refused_by_driver_without_upload(admin, tmp_path):
     repo = wait_repo(admin, make_repo(admin, {"kind": "bootstrap",
                                               "manifests_dir": str(tmp_path)})["uuid"])

@@ -122,18 +122,44 @@ def test_ssh_keys(server, admin):
     assert admin.put(f"{SSH}/{key['uuid']}", {"private_key": "mine"}).status == 403
 
 
-@pytest.mark.parametrize("bits", [2048, 3072, 4096])
-def test_rsa_key_sizes(admin, bits):
-    key = make(admin, RSA, bits=bits)
+@pytest.mark.parametrize("bitness", [2048, 3072, 4096])
+def test_rsa_key_sizes(admin, bitness):
+    key = make(admin, RSA, bitness=bitness)
     private = serialization.load_pem_private_key(key["private_key"].encode(), None)
-    assert private.key_size == bits
+    assert private.key_size == key["bitness"] == bitness
     assert key["public_key"].startswith("-----BEGIN PUBLIC KEY-----")
+    assert "bits" not in key
 
 
-@pytest.mark.parametrize("bits", [1024, 2047, 2500, 8192, "2048"])
-def test_rsa_bad_sizes(admin, bits):
-    resp = admin.post(RSA, {"name": "bad", "project_id": ADMIN_PROJECT, "bits": bits})
-    assert resp.status == 400 and "bits" in resp.json["message"]
+def test_rsa_bitness_defaults_to_2048_as_the_reference_cli_expects(admin):
+    # the reference CLI's `rsa_keys add` sends no size at all
+    key = make(admin, RSA)
+    assert key["bitness"] == 2048
+    assert serialization.load_pem_private_key(key["private_key"].encode(),
+                                              None).key_size == 2048
+    assert admin.put(f"{RSA}/{key['uuid']}", {"bitness": 4096}).status == 403
+    assert admin.get(f"{RSA}/{key['uuid']}").json["bitness"] == 2048
+
+
+def test_rsa_bits_is_a_deprecated_alias_of_bitness(admin):
+    key = make(admin, RSA, bits=3072)
+    assert key["bitness"] == 3072 and "bits" not in key
+    assert serialization.load_pem_private_key(key["private_key"].encode(),
+                                              None).key_size == 3072
+    assert make(admin, RSA, bits=4096, bitness=4096)["bitness"] == 4096
+    names = {k["name"] for k in admin.get(RSA).json}
+    clash = admin.post(RSA, {"name": "clash", "project_id": ADMIN_PROJECT,
+                             "bits": 2048, "bitness": 4096})
+    assert clash.status == 400 and "bitness" in clash.json["message"]
+    assert {k["name"] for k in admin.get(RSA).json} == names
+
+
+@pytest.mark.parametrize("field", ["bitness", "bits"])
+@pytest.mark.parametrize("size", [1024, 2047, 2500, 8192, "2048"])
+def test_rsa_bad_sizes(admin, field, size):
+    resp = admin.post(RSA, {"name": "bad", "project_id": ADMIN_PROJECT, field: size})
+    assert resp.status == 400 and field in resp.json["message"], resp
+    assert admin.get(RSA, query={"name": "bad"}).json == []
 
 
 def test_private_parts_are_encrypted_at_rest(server, admin):

@@ -170,8 +170,13 @@ def test_constructor_kind_must_be_plain(admin):
                           "constructor": {"kind": "vault"}})
     assert resp.status == 400
     assert "constructor.kind" in resp.json["message"] and "plain" in resp.json["message"]
-    resp = admin.post(S, {"name": "no-constructor", "project_id": ADMIN_PROJECT})
+    resp = admin.post(S, {"name": "null-constructor", "project_id": ADMIN_PROJECT,
+                          "constructor": None})
     assert resp.status == 400 and "constructor" in resp.json["message"]
+    # left out, it is plain: the reference CLI's `secret secrets add` sends none
+    resp = admin.post(S, {"name": "no-constructor", "project_id": ADMIN_PROJECT,
+                          "value": "v"})
+    assert resp.status == 201 and resp.json["constructor"] == {"kind": "plain"}
 
 
 def test_unknown_project_is_400(admin):
