@@ -11,6 +11,7 @@ import time
 import yaml
 
 from . import CliError, UsageError
+from .common import emit, session_client
 
 POLL_SECONDS = 0.2
 MANIFESTS = "/v1/em/manifests/"
@@ -115,32 +116,22 @@ def add_em_group(commands, common, make_parser):
     sub.add_argument("name", metavar="NAME")
 
 
-def _client(args, env):
-    from .main import _session_client  # noqa: PLC0415 - import cycle
-    return _session_client(args, env)
-
-
-def _emit(args, env, data):
-    from .main import _emit as emit  # noqa: PLC0415
-    emit(args, env, data)
-
-
 def _install(action):
     def handler(args, env):
         manifest = read_manifest(args.file)
-        client = _client(args, env)
+        client = session_client(args, env)
         manifest_uuid = upload(client, manifest)
         element = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/{action}/invoke",
                                  body={}).payload()
         if args.wait:
             element = follow(client, env, manifest["name"], args.wait_timeout)
-        _emit(args, env, element)
+        emit(args, env, element)
         return 0
     return handler
 
 
 def cmd_uninstall(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     element = find_element(client, args.name)
     if element is None:
         raise CliError(f"no element {args.name} is installed")
@@ -151,29 +142,29 @@ def cmd_uninstall(args, env):
         follow(client, env, args.name, args.wait_timeout, until_gone=True)
         env.stdout.write(f"uninstalled {args.name}\n")
         return 0
-    _emit(args, env, result)
+    emit(args, env, result)
     return 0
 
 
 def cmd_list(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     elements = client.request("GET", ELEMENTS).payload()
-    _emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
+    emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
                                             "status_reason")} for e in elements]
           if not getattr(args, "json", False) else elements)
     return 0
 
 
 def cmd_show(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     element = find_element(client, args.name)
     if element is None:
         raise CliError(f"no element {args.name} is installed")
     if getattr(args, "json", False):
-        _emit(args, env, element)
+        emit(args, env, element)
         return 0
     head, rows = element_view(element)
-    _emit(args, env, head)
+    emit(args, env, head)
     env.stdout.write("\n")
-    _emit(args, env, rows)
+    emit(args, env, rows)
     return 0

@@ -11,15 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import getpass
 import importlib
-import json
 import os
 import sys
-import time
 import uuid
-from pathlib import Path
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
@@ -29,44 +25,26 @@ from appliance.cli.client import (
     LOGOUT_PATH,
     MARKER_HEADER,
     ApiClient,
-    Transport,
-    UrllibTransport,
     api_path,
     normalize_endpoint,
 )
-from appliance.cli.session import SessionStore, config_dir_from_environ, new_session, to_rfc3339
+from appliance.cli.common import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_TIMEOUT_SECONDS,
+    Environment,
+    build_body,
+    emit,
+    option,
+    parse_fields,  # noqa: F401 - part of the module's surface for tests
+    session_client,
+    split_field,
+    timeout,
+)
+from appliance.cli.session import SessionStore, new_session, to_rfc3339
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:11010"
-DEFAULT_TIMEOUT_SECONDS = 30.0
-DEFAULT_PAGE_SIZE = 100
-
-
-@dataclasses.dataclass
-class Environment:
-    stdin: TextIO
-    stdout: TextIO
-    stderr: TextIO
-    config_dir: Path
-    environ: Mapping[str, str]
-    transport: Transport
-    getpass: Callable[[str], str]
-    stdin_isatty: bool = False
-    stdout_isatty: bool = False
-    clock: Callable[[], float] = time.time
-
-    @classmethod
-    def from_process(cls) -> "Environment":
-        return cls(
-            stdin=sys.stdin,
-            stdout=sys.stdout,
-            stderr=sys.stderr,
-            config_dir=config_dir_from_environ(os.environ, Path.home()),
-            environ=os.environ,
-            transport=UrllibTransport(),
-            getpass=getpass.getpass,
-            stdin_isatty=bool(sys.stdin and sys.stdin.isatty()),
-            stdout_isatty=bool(sys.stdout and sys.stdout.isatty()),
-        )
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 11010
+DEFAULT_ENDPOINT = f"http://{DEFAULT_API_HOST}:{DEFAULT_API_PORT}"
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
@@ -186,8 +164,12 @@ def _common_options(env: Environment) -> ArgumentParser:
     group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                        help="print the server's JSON unchanged (for scripts)")
     group.add_argument("--endpoint", metavar="URL", default=argparse.SUPPRESS,
-                       help=f"API endpoint (login: default $APPLIANCE_ENDPOINT or {DEFAULT_ENDPOINT}; "
-                            "other commands: the endpoint of the session)")
+                       help="API endpoint (login: default $APPLIANCE_ENDPOINT, else "
+                            "http://$APPLIANCE_API_HOST:$APPLIANCE_API_PORT, the variables `appliance up` "
+                            f"reads, else {DEFAULT_ENDPOINT}; other commands: the endpoint of the session)")
+    group.add_argument("--show-values", action="store_true", default=argparse.SUPPRESS,
+                       help="show secret values (value, default_value, private_key) in tables and "
+                            "views; they are hidden by default (--json always has them)")
     group.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=argparse.SUPPRESS,
                        help=f"seconds to wait for the API (default {DEFAULT_TIMEOUT_SECONDS:g})")
     return common
@@ -209,7 +191,8 @@ def build_parser(env: Environment) -> ArgumentParser:
         return sub
 
     login = command("login", "log in and keep the session for later commands",
-                    "appliance login --endpoint http://127.0.0.1:11010 --username admin", cmd_login)
+                    "appliance login --endpoint http://127.0.0.1:11010 --username admin\n"
+                    "  APPLIANCE_API_PORT=11020 appliance login", cmd_login)
     login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
     login.add_argument("--password-stdin", action="store_true",
                        help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")
@@ -258,8 +241,7 @@ def build_parser(env: Environment) -> ArgumentParser:
     action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
 
     groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
-        "list": cmd_list, "show": cmd_show, "create": cmd_create, "update": cmd_update,
-        "delete": cmd_delete})
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
 
     em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
     repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
@@ -308,94 +290,7 @@ def parse_arguments(parser: ArgumentParser, args: list[str]) -> argparse.Namespa
     return parsed
 
 
-# --- shared helpers ---------------------------------------------------------------------------
-
-
-def _option(args: argparse.Namespace, name: str, default=None):
-    return getattr(args, name, default)
-
-
-def _timeout(args: argparse.Namespace) -> float:
-    return _option(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
-
-
-def _session_client(args: argparse.Namespace, env: Environment) -> ApiClient:
-    store = SessionStore(env.config_dir)
-    session = store.load()
-    if session is None:
-        raise NotLoggedIn("not logged in; run `appliance login`")
-    requested = _option(args, "endpoint")
-    # Never send the session's token to a server other than the one that issued it.
-    if requested and normalize_endpoint(requested) != session.endpoint:
-        raise NotLoggedIn(
-            f"the session is for {session.endpoint}, not {requested}; "
-            f"run `appliance login --endpoint {requested}`"
-        )
-    return ApiClient(session.endpoint, env.transport, _timeout(args), env.clock, session,
-                     on_session_change=store.save)
-
-
-def _emit(args: argparse.Namespace, env: Environment, data) -> None:
-    if _option(args, "json"):
-        if data is not None:
-            output.write_json(env.stdout, data)
-        return
-    text = output.render(data)
-    if text:
-        env.stdout.write(text + "\n")
-
-
-def split_field(item: str) -> tuple[str, bool, str]:
-    """`key=value` -> (key, False, value); `key:=json` -> (key, True, json)."""
-    index = item.find("=")
-    is_json = index > 0 and item[index - 1] == ":"
-    key = item[: index - 1] if is_json else item[:index]
-    if index < 0 or not key:
-        raise UsageError(f"expected key=value or key:=json, got {item!r}")
-    return key, is_json, item[index + 1:]
-
-
-def parse_fields(items: Sequence[str]) -> dict:
-    body = {}
-    for item in items:
-        key, is_json, raw = split_field(item)
-        if is_json:
-            try:
-                body[key] = json.loads(raw)
-            except ValueError as exc:
-                raise UsageError(f"{key}:= needs a JSON value ({exc}), got {raw!r}") from None
-        else:
-            body[key] = raw
-    return body
-
-
-def read_data(spec: str, env: Environment):
-    if spec == "-":
-        text, source = env.stdin.read(), "stdin"
-    elif spec.startswith("@"):
-        try:
-            text, source = Path(spec[1:]).read_text(encoding="utf-8"), spec[1:]
-        except OSError as exc:
-            raise UsageError(f"cannot read {spec[1:]}: {exc.strerror}") from None
-    else:
-        text, source = spec, "--data"
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON: {exc}") from None
-
-
-def build_body(args: argparse.Namespace, env: Environment):
-    """The request body from --data and key=value fields, or None when neither was given."""
-    fields = parse_fields(args.fields)
-    if args.data is None:
-        return fields if args.fields else None
-    data = read_data(args.data, env)
-    if not fields:
-        return data
-    if not isinstance(data, dict):
-        raise UsageError("key=value fields can only be combined with a --data JSON object")
-    return {**data, **fields}
+# --- commands ---------------------------------------------------------------------------------
 
 
 def run_supervisor(argv: Sequence[str]) -> int:
@@ -408,9 +303,6 @@ def run_supervisor(argv: Sequence[str]) -> int:
             raise
         raise CliError("`appliance up` is not available in this installation (no appliance.supervisor)") from None
     return int(supervisor.main(list(argv)) or 0)
-
-
-# --- commands ---------------------------------------------------------------------------------
 
 
 def _read_password(args: argparse.Namespace, env: Environment, username: str, endpoint: str) -> str:
@@ -431,10 +323,27 @@ def _read_password(args: argparse.Namespace, env: Environment, username: str, en
     return password
 
 
+# Addresses a server binds to in order to listen everywhere; a client reaches it over loopback.
+_LISTEN_ALL = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}
+
+
+def login_endpoint(args: argparse.Namespace, env: Environment) -> str:
+    """--endpoint, else $APPLIANCE_ENDPOINT, else the API address `appliance up` uses."""
+    explicit = option(args, "endpoint") or env.environ.get("APPLIANCE_ENDPOINT")
+    if explicit:
+        return normalize_endpoint(explicit)
+    host = env.environ.get("APPLIANCE_API_HOST") or DEFAULT_API_HOST
+    host = _LISTEN_ALL.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal in a URL
+    port = env.environ.get("APPLIANCE_API_PORT") or str(DEFAULT_API_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"APPLIANCE_API_PORT must be a port number (1-65535), not {port!r}")
+    return normalize_endpoint(f"http://{host}:{int(port)}")
+
+
 def cmd_login(args: argparse.Namespace, env: Environment) -> int:
-    endpoint = normalize_endpoint(
-        _option(args, "endpoint") or env.environ.get("APPLIANCE_ENDPOINT") or DEFAULT_ENDPOINT
-    )
+    endpoint = login_endpoint(args, env)
     username = args.username or env.environ.get("APPLIANCE_USERNAME") or "admin"
     scope = ""
     if args.project:
@@ -444,7 +353,7 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
             raise UsageError(f"--project needs a project UUID, got {args.project!r}") from None
     password = _read_password(args, env, username, endpoint)
 
-    client = ApiClient(endpoint, env.transport, _timeout(args), env.clock)
+    client = ApiClient(endpoint, env.transport, timeout(args), env.clock)
     tokens = client.get_token(
         {"grant_type": "password", "username": username, "password": password, "scope": scope}
     )
@@ -459,7 +368,7 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
         "expires_at": to_rfc3339(session.expires_at),
         "session_file": str(store.path),
     }
-    if _option(args, "json"):
+    if option(args, "json"):
         output.write_json(env.stdout, summary)
     else:
         where = f" in project {args.project}" if scope else ""
@@ -480,7 +389,7 @@ def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
         return ExitStatus.SUCCESS
 
     # A refresh only to revoke the fresh token would be pointless: an expired token is dead already.
-    client = ApiClient(session.endpoint, env.transport, _timeout(args), env.clock,
+    client = ApiClient(session.endpoint, env.transport, timeout(args), env.clock,
                        dataclasses.replace(session, refresh_token=None))
     try:
         client.request("POST", LOGOUT_PATH, body={})
@@ -501,9 +410,9 @@ def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
 
 
 def cmd_whoami(args: argparse.Namespace, env: Environment) -> int:
-    client = _session_client(args, env)
+    client = session_client(args, env)
     identity = client.request("GET", INTROSPECT_PATH).payload()
-    if _option(args, "json"):
+    if option(args, "json"):
         output.write_json(env.stdout, identity)
     elif isinstance(identity, dict):
         env.stdout.write(output.render_identity(identity, client.endpoint) + "\n")
@@ -525,7 +434,7 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
     if args.sort or args.desc:
         query.append(("sort_dir", "desc" if args.desc else "asc"))
 
-    client = _session_client(args, env)
+    client = session_client(args, env)
     next_marker = None
     if args.all:
         items = []
@@ -540,24 +449,25 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
         items = response.payload()
         next_marker = response.headers.get(MARKER_HEADER)
 
-    _emit(args, env, items)
+    emit(args, env, items, path)
     if next_marker:
         env.stderr.write(f"more items follow: add --all, or --marker {next_marker}\n")
     return ExitStatus.SUCCESS
 
 
 def cmd_show(args: argparse.Namespace, env: Environment) -> int:
-    client = _session_client(args, env)
-    _emit(args, env, client.request("GET", api_path(args.path, collection=False)).payload())
+    client = session_client(args, env)
+    path = api_path(args.path, collection=False)
+    emit(args, env, client.request("GET", path).payload(), path)
     return ExitStatus.SUCCESS
 
 
 def cmd_create(args: argparse.Namespace, env: Environment) -> int:
     path = api_path(args.path, collection=True)
     body = build_body(args, env)
-    client = _session_client(args, env)
+    client = session_client(args, env)
     response = client.request("POST", path, body={} if body is None else body)
-    _emit(args, env, response.payload())
+    emit(args, env, response.payload(), path)
     return ExitStatus.SUCCESS
 
 
@@ -566,17 +476,17 @@ def cmd_update(args: argparse.Namespace, env: Environment) -> int:
     body = build_body(args, env)
     if body is None:
         raise UsageError("nothing to update: give key=value fields or --data")
-    client = _session_client(args, env)
-    _emit(args, env, client.request("PUT", path, body=body).payload())
+    client = session_client(args, env)
+    emit(args, env, client.request("PUT", path, body=body).payload(), path)
     return ExitStatus.SUCCESS
 
 
 def cmd_delete(args: argparse.Namespace, env: Environment) -> int:
     path = api_path(args.path, collection=False)
-    client = _session_client(args, env)
+    client = session_client(args, env)
     payload = client.request("DELETE", path).payload()
-    if _option(args, "json") or payload is not None:
-        _emit(args, env, payload)
+    if option(args, "json") or payload is not None:
+        emit(args, env, payload, path)
     else:
         env.stdout.write(f"deleted {path}\n")
     return ExitStatus.SUCCESS
@@ -596,17 +506,17 @@ def cmd_action(args: argparse.Namespace, env: Environment) -> int:
             if is_json:
                 raise UsageError(f"--get takes key=value query parameters, got {field!r}")
             query.append((key, value))
-        client = _session_client(args, env)
+        client = session_client(args, env)
         payload = client.request("GET", f"{item}/actions/{name}", query=query).payload()
     else:
         body = build_body(args, env)
-        client = _session_client(args, env)
+        client = session_client(args, env)
         payload = client.request("POST", f"{item}/actions/{name}/invoke",
                                  body={} if body is None else body).payload()
-    if payload is None and not _option(args, "json"):
+    if payload is None and not option(args, "json"):
         env.stdout.write(f"{name}: done\n")
     else:
-        _emit(args, env, payload)
+        emit(args, env, payload, item)
     return ExitStatus.SUCCESS
 
 
