@@ -12,12 +12,14 @@ import time
 from appliance.versions import VersionError, parse
 
 from . import CliError, UsageError
+from .client import ApiError
 from .common import emit, session_client
 from .em import read_manifest
 
 REPOS = "/v1/repo/repositories/"
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 ELEMENTS = "/v1/repo/elements/"
+EM_ELEMENTS = "/v1/em/elements/"
 POLL_SECONDS = 0.2
 
 
@@ -207,11 +209,12 @@ def _rows(elements):
 def cmd_available(args, env):
     # Every version is read, development ones too: an installed version must show even
     # when it is not the newest, or is a development one that --dev would hide.
-    elements = session_client(args, env).request("GET", ELEMENTS).payload()
-    latest, installed = {}, {}
+    client = session_client(args, env)
+    elements = client.request("GET", ELEMENTS).payload()
+    latest, installed = {}, installed_versions(client)
     for e in elements:
         if e["installation_state"] == "INSTALLED":
-            installed[e["name"]] = e["version"]
+            installed.setdefault(e["name"], e["version"])
         try:
             key = parse(e["version"])
         except VersionError:
@@ -220,13 +223,24 @@ def cmd_available(args, env):
             continue
         if e["name"] not in latest or key > parse(latest[e["name"]]["version"]):
             latest[e["name"]] = e
-    rows = []
-    for name in sorted(set(latest) | set(installed)):
-        row = _rows([latest[name]])[0] if name in latest else {"name": name, "version": None}
-        rows.append({"name": name, "version": row.get("version"),
-                     "installed": installed.get(name), **row})
-    emit(args, env, rows)
+    # `version` is the newest one offered; `installed`, the one installed (or null).
+    emit(args, env, [{"uuid": latest.get(name, {}).get("uuid"), "name": name,
+                      "version": latest.get(name, {}).get("version"),
+                      "installed": installed.get(name),
+                      "development": latest.get(name, {}).get("development")}
+                     for name in sorted(set(latest) | set(installed))])
     return 0
+
+
+def installed_versions(client):
+    """name -> version of every installed element, from the Element Manager: an element
+    installed from a manifest file is installed too, though no repository put it there."""
+    try:
+        return {e["name"]: e["version"] for e in client.request("GET", EM_ELEMENTS).payload()}
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        return {}  # no right to read the Element Manager: the repositories' view must do
 
 
 def cmd_versions(args, env):
