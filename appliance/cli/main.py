@@ -35,7 +35,6 @@ from appliance.cli.common import (
     build_body,
     emit,
     option,
-    parse_fields,  # noqa: F401 - part of the module's surface for tests
     session_client,
     split_field,
     timeout,
@@ -441,8 +440,9 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
         for page in client.iter_pages(path, query, args.limit or DEFAULT_PAGE_SIZE, args.marker):
             items.extend(page)
     else:
-        if args.limit:
-            query.append(("page_limit", str(args.limit)))
+        if args.limit or args.marker:
+            # the API pages only with a page size; a marker alone would be refused
+            query.append(("page_limit", str(args.limit or DEFAULT_PAGE_SIZE)))
         if args.marker:
             query.append(("page_marker", args.marker))
         response = client.request("GET", path, query=query)
@@ -451,7 +451,8 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
 
     emit(args, env, items, path)
     if next_marker:
-        env.stderr.write(f"more items follow: add --all, or --marker {next_marker}\n")
+        env.stderr.write(f"more items follow: add --all, or --limit {args.limit or DEFAULT_PAGE_SIZE} "
+                         f"--marker {next_marker}\n")
     return ExitStatus.SUCCESS
 
 
