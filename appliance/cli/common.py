@@ -88,10 +88,12 @@ def emit(args: argparse.Namespace, env: Environment, data, path: str | None = No
         if data is not None:
             output.write_json(env.stdout, data)
         return
-    hidden = () if option(args, "show_values") else output.sensitive_fields(path)
+    secret = output.sensitive_fields(path)
+    shown = option(args, "show_values")
     if isinstance(data, list):
         data = output.table_rows(path, data)
-    text = output.render(data, hidden)
+    # Asked for, the values get a column even in a table too narrow for every field.
+    text = output.render(data, hidden=() if shown else secret, wanted=secret if shown else ())
     if text:
         env.stdout.write(text + "\n")
 

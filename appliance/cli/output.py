@@ -53,14 +53,15 @@ def truncate(text: str, width: int) -> str:
     return text[: width - len(ELLIPSIS)] + ELLIPSIS
 
 
-def choose_columns(rows: list[dict]) -> list[str]:
+def choose_columns(rows: list[dict], wanted: Iterable[str] = ()) -> list[str]:
+    """Identifying columns, then `wanted` ones, then other scalars, timestamps last."""
     keys: list[str] = []
     for row in rows:
         for key in row:
             if key not in keys:
                 keys.append(key)
     scalar_keys = [key for key in keys if all(is_scalar(row.get(key)) for row in rows)]
-    leading = [key for key in LEADING_COLUMNS if key in scalar_keys]
+    leading = [key for key in (*LEADING_COLUMNS, *wanted) if key in scalar_keys]
     others = [key for key in scalar_keys if key not in leading and key not in LOW_PRIORITY_COLUMNS]
     low = [key for key in LOW_PRIORITY_COLUMNS if key in scalar_keys]
     return (leading + others + low)[:MAX_COLUMNS]
@@ -95,14 +96,14 @@ def table_rows(path: str | None, rows: list) -> list:
     return rows
 
 
-def render_table(rows: Iterable[Any], hidden: Iterable[str] = ()) -> str:
+def render_table(rows: Iterable[Any], hidden: Iterable[str] = (), wanted: Iterable[str] = ()) -> str:
     rows = list(rows)
     if not rows:
         return "(no items)"
     if not all(isinstance(row, dict) for row in rows):
         return "\n".join(truncate(format_value(row), TABLE_CELL_WIDTH * 2) for row in rows)
     rows = [_hide(row, hidden) for row in rows]
-    columns = choose_columns(rows) or ["uuid"]
+    columns = choose_columns(rows, wanted) or ["uuid"]
     cells = [[truncate(format_value(row.get(column)), TABLE_CELL_WIDTH) for column in columns] for row in rows]
     headers = [column.upper() for column in columns]
     widths = [max(len(header), *(len(line[index]) for line in cells)) for index, header in enumerate(headers)]
@@ -121,12 +122,13 @@ def render_details(item: dict, hidden: Iterable[str] = ()) -> str:
     )
 
 
-def render(data: Any, hidden: Iterable[str] = ()) -> str:
+def render(data: Any, hidden: Iterable[str] = (), wanted: Iterable[str] = ()) -> str:
     """The people's view of any payload: a list as a table, an object as key/value lines.
 
-    Fields named in `hidden` show as "(hidden)" unless unset."""
+    Fields named in `hidden` show as "(hidden)" unless unset; a table keeps a column for
+    the fields named in `wanted` before other fields."""
     if isinstance(data, list):
-        return render_table(data, hidden)
+        return render_table(data, hidden, wanted)
     if isinstance(data, dict):
         return render_details(data, hidden)
     if data is None:
