@@ -54,6 +54,24 @@ class Environment:
         )
 
 
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+positive_int.__name__ = "positive integer"  # argparse names the type in its error message
+positive_float.__name__ = "positive number"
+
+
 def option(args: argparse.Namespace, name: str, default=None):
     return getattr(args, name, default)
 

@@ -84,8 +84,11 @@ def element_view(element):
 
 
 def add_em_group(commands, common, make_parser):
-    em = commands.add_parser("em", help="install, upgrade, uninstall elements",
-                             description="the Element Manager", parents=[common])
+    em = commands.add_parser("em", help="install, upgrade, uninstall elements from manifest files",
+                             description="the Element Manager: elements from manifest files",
+                             parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog="example:\n  appliance em install examples/hello-1.0.0.yaml --wait\n"
+                                    "  appliance em show hello")
     verbs = em.add_subparsers(dest="verb", metavar="VERB", required=True,
                               parser_class=make_parser)
 
@@ -99,20 +102,22 @@ def add_em_group(commands, common, make_parser):
     def wait_options(sub):
         sub.add_argument("--wait", action="store_true",
                          help="follow until done, printing each status move")
-        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS")
+        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
+                         help="default 300")
 
     for name, summary in (("install", "install the element of a manifest file"),
                           ("upgrade", "upgrade the installed element to a manifest file")):
-        sub = verb(name, summary, f"appliance em {name} app.yaml --wait", _install(name))
+        example = "examples/hello-1.0.0.yaml" if name == "install" else "examples/hello-1.1.0.yaml"
+        sub = verb(name, summary, f"appliance em {name} {example} --wait", _install(name))
         sub.add_argument("file", metavar="FILE", help="manifest, YAML or JSON")
         wait_options(sub)
-    sub = verb("uninstall", "uninstall an element by name", "appliance em uninstall app --wait",
+    sub = verb("uninstall", "uninstall an element by name", "appliance em uninstall hello --wait",
                cmd_uninstall)
     sub.add_argument("name", metavar="NAME")
     wait_options(sub)
     verb("list", "list installed elements", "appliance em list", cmd_list)
     sub = verb("show", "an element with its resources and their statuses",
-               "appliance em show app", cmd_show)
+               "appliance em show hello", cmd_show)
     sub.add_argument("name", metavar="NAME")
 
 

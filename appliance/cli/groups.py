@@ -11,7 +11,7 @@ import re
 import time
 
 from . import CliError, UsageError
-from .common import build_body, emit, session_client
+from .common import build_body, emit, positive_int, session_client
 
 UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -111,8 +111,12 @@ def add_groups(commands, common, make_parser, handlers):
     """Add `appliance <service> ...` to the top-level subparsers. `handlers` maps the
     generic verb names to their command functions."""
     for service, spec in GROUPS.items():
-        group = commands.add_parser(service, help=spec["help"], description=spec["help"],
-                                    parents=[common])
+        first = spec["collections"][0]
+        group = commands.add_parser(
+            service, help=spec["help"], description=spec["help"], parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"example:\n  appliance {service} {first} list\n"
+                   f"  appliance {service} {first} create --help")
         collections = group.add_subparsers(dest="collection", metavar="COLLECTION",
                                            required=True, parser_class=make_parser)
         for name in spec["collections"]:
@@ -164,11 +168,12 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
         return sub
 
     listing = verb("list", f"list {name}", _run(handlers["list"]))
-    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[])
-    listing.add_argument("--sort", metavar="KEY")
-    listing.add_argument("--desc", action="store_true")
-    listing.add_argument("--limit", metavar="N", type=int)
-    listing.add_argument("--marker", metavar="UUID")
+    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
+                         help="equality filter; repeat a key for 'any of'")
+    listing.add_argument("--sort", metavar="KEY", help="sort by this field")
+    listing.add_argument("--desc", action="store_true", help="sort descending")
+    listing.add_argument("--limit", metavar="N", type=positive_int, help="page size")
+    listing.add_argument("--marker", metavar="UUID", help="start after this item")
     listing.add_argument("--all", action="store_true", help="walk every page")
     verb("show", f"show one of {name}", _run(handlers["show"], item=True), item=True)
     verb("create", f"create one of {name}", _run(None, method="POST"), fields=True)

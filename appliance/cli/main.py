@@ -35,6 +35,8 @@ from appliance.cli.common import (
     build_body,
     emit,
     option,
+    positive_float,
+    positive_int,
     session_client,
     split_field,
     timeout,
@@ -117,23 +119,6 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(ExitStatus.USAGE_ERROR, f"error: {message}\n")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
-
-
-positive_int.__name__ = "positive integer"  # argparse names the type in its error message
-positive_float.__name__ = "positive number"
-
 FIELDS_HELP = "body fields: key=value sets a string, key:=JSON a typed value (key:=3, key:=true, key:='[\"a\"]')"
 DATA_HELP = "JSON body: literal JSON, @FILE to read a file, - to read stdin; key=value fields override its keys"
 PATH_HELP = "API path, with or without /v1 (iam/users, /v1/iam/users/)"
@@ -155,6 +140,14 @@ examples:
 {EXIT_CODES_HELP}"""
 
 
+LOGIN_DETAILS = f"""
+
+The API is the first of: --endpoint URL; $APPLIANCE_ENDPOINT;
+http://$APPLIANCE_API_HOST:$APPLIANCE_API_PORT, the variables `appliance up` reads (each
+optional); {DEFAULT_ENDPOINT}. The password is the first of: stdin with --password-stdin;
+$APPLIANCE_PASSWORD; a prompt when stdin is a terminal."""
+
+
 def _common_options(env: Environment) -> ArgumentParser:
     # SUPPRESS keeps a subcommand's unset option from overwriting one given before it, so
     # `appliance --json list x` and `appliance list x --json` mean the same.
@@ -163,12 +156,11 @@ def _common_options(env: Environment) -> ArgumentParser:
     group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                        help="print the server's JSON unchanged (for scripts)")
     group.add_argument("--endpoint", metavar="URL", default=argparse.SUPPRESS,
-                       help="API endpoint (login: default $APPLIANCE_ENDPOINT, else "
-                            "http://$APPLIANCE_API_HOST:$APPLIANCE_API_PORT, the variables `appliance up` "
-                            f"reads, else {DEFAULT_ENDPOINT}; other commands: the endpoint of the session)")
+                       help="API endpoint (for login, see `appliance login --help`; "
+                            "other commands use the session's)")
     group.add_argument("--show-values", action="store_true", default=argparse.SUPPRESS,
-                       help="show secret values (value, default_value, private_key) in tables and "
-                            "views; they are hidden by default (--json always has them)")
+                       help="show secret values in tables and views (hidden by default; "
+                            "--json always has them)")
     group.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=argparse.SUPPRESS,
                        help=f"seconds to wait for the API (default {DEFAULT_TIMEOUT_SECONDS:g})")
     return common
@@ -182,16 +174,17 @@ def build_parser(env: Environment) -> ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=functools.partial(ArgumentParser, env=env))
 
-    def command(name: str, summary: str, example: str, handler) -> ArgumentParser:
+    def command(name: str, summary: str, example: str, handler, details: str = "") -> ArgumentParser:
         epilog = f"example:\n  {example}\n\nexit codes: 0 ok, 1 refused (4xx), 2 usage, 3 server error (5xx), " \
                  "4 unreachable, 5 not logged in"
-        sub = commands.add_parser(name, help=summary, description=summary, epilog=epilog, parents=[common])
+        sub = commands.add_parser(name, help=summary, description=summary + details, epilog=epilog,
+                                  parents=[common])
         sub.set_defaults(handler=handler)
         return sub
 
     login = command("login", "log in and keep the session for later commands",
                     "appliance login --endpoint http://127.0.0.1:11010 --username admin\n"
-                    "  APPLIANCE_API_PORT=11020 appliance login", cmd_login)
+                    "  APPLIANCE_API_PORT=11020 appliance login", cmd_login, details=LOGIN_DETAILS)
     login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
     login.add_argument("--password-stdin", action="store_true",
                        help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")

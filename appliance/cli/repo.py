@@ -7,6 +7,7 @@ printing each move.
 """
 
 import argparse
+import os
 import time
 
 from appliance.versions import VersionError, parse
@@ -73,8 +74,10 @@ def pick(client, ref, installed=None):
 
 
 def add_groups(commands, common, make_parser):
-    def group(name, summary):
-        parser = commands.add_parser(name, help=summary, description=summary, parents=[common])
+    def group(name, summary, example):
+        parser = commands.add_parser(name, help=summary, description=summary, parents=[common],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=f"example:\n  {example}")
         return parser.add_subparsers(dest="verb", metavar="VERB", required=True,
                                      parser_class=make_parser)
 
@@ -84,25 +87,31 @@ def add_groups(commands, common, make_parser):
                                epilog=f"example:\n  {example}")
         sub.set_defaults(handler=handler)
         if wait:
-            sub.add_argument("--wait", action="store_true", help="follow until done")
-            sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS")
+            sub.add_argument("--wait", action="store_true",
+                             help="follow until done, printing each status move")
+            sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
+                             help="default 300")
         return sub
 
-    repo = group("repo", "element repositories")
+    repo = group("repo", "element repositories",
+                 "appliance repo add examples --dir examples --wait")
     add = verb(repo, "add", "add a repository",
                "appliance repo add main --url http://10.0.0.5/repo --lazy --wait", cmd_add, True)
-    add.add_argument("name")
+    add.add_argument("name", help="a name for the repository")
     source = add.add_mutually_exclusive_group(required=True)
     source.add_argument("--url", help="an HTTP(S) repository (driver nginx)")
-    source.add_argument("--dir", help="a local directory of manifests (driver bootstrap)")
+    source.add_argument("--dir", help="a directory of manifests on the appliance's machine, read by the API "
+                             "(driver bootstrap); a relative path is taken from here")
     source.add_argument("--database", action="store_true",
                         help="elements uploaded through the API (driver database)")
-    add.add_argument("--username")
+    add.add_argument("--username", help="basic-auth user for --url")
     add.add_argument("--password-env", metavar="VAR",
                      help="take the basic-auth password from this environment variable")
     add.add_argument("--lazy", action="store_true", help="store names and versions only")
-    add.add_argument("--priority", type=int)
-    add.add_argument("--refresh-rate", type=int, metavar="SECONDS")
+    add.add_argument("--priority", type=int,
+                     help="higher wins when several repositories offer an element (default 8192)")
+    add.add_argument("--refresh-rate", type=int, metavar="SECONDS",
+                     help="how often the inventory is re-read (default 3600)")
     add.add_argument("--project", metavar="UUID",
                      help="owning project (default: the token's project, else the admin "
                           "project, whose repositories every project sees)")
@@ -115,7 +124,8 @@ def add_groups(commands, common, make_parser):
     upload.add_argument("name")
     upload.add_argument("file")
 
-    elements = group("elements", "the marketplace: elements of every visible repository")
+    elements = group("elements", "the marketplace: elements of every visible repository",
+                     "appliance elements available\n  appliance elements install hello==1.0.0 --wait")
     available = verb(elements, "available",
                      "latest version of each element, and the version installed (if any)",
                      "appliance elements available --dev", cmd_available)
@@ -149,7 +159,8 @@ def cmd_add(args, env):
                 raise UsageError(f"${args.password_env} is not set")
             spec["password"] = env.environ[args.password_env]
     elif args.dir:
-        spec = {"kind": "bootstrap", "manifests_dir": args.dir}
+        # The API reads the directory from its own working directory: send an absolute path.
+        spec = {"kind": "bootstrap", "manifests_dir": os.path.abspath(args.dir)}
     else:
         spec = {"kind": "database"}
     body = {"name": args.name, "driver_spec": spec, "sync_mode": "lazy" if args.lazy else "copy"}

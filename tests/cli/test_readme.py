@@ -23,7 +23,7 @@ def readme_commands():
     commands = []
     for line in (ROOT / "README.md").read_text().splitlines():
         if line.startswith(".venv/bin/appliance "):
-            text = line.split("#", 1)[0].replace("$PWD", str(ROOT))
+            text = line.split("#", 1)[0]
             commands.append(shlex.split(text)[1:])
     return commands
 

@@ -15,14 +15,17 @@ def cli(logged_in):
     return logged_in
 
 
-def test_marketplace_round_trip(cli, tmp_path):
+def test_marketplace_round_trip(cli, tmp_path, monkeypatch):
     repo_dir = tmp_path / "repo"
     repo_dir.mkdir()
     write_manifest(repo_dir, manifest("shop", "1.0.0"))
     write_manifest(repo_dir, manifest("shop", "1.1.0"))
     write_manifest(repo_dir, manifest("shop", "2.0.0-dev.1"))
-    added = cli("--json", "repo", "add", "local", "--dir", str(repo_dir), "--wait")
+    monkeypatch.chdir(tmp_path)
+    added = cli("--json", "repo", "add", "local", "--dir", "repo", "--wait")
     assert added.code == 0, added.stderr
+    # the API reads the directory from its own working directory: the CLI sends it absolute
+    assert added.json()["driver_spec"]["manifests_dir"] == str(repo_dir)
     assert added.json()["status"] == "ACTIVE"
     listed = cli("--json", "repo", "list")
     assert [r["name"] for r in listed.json()] == ["local"]
