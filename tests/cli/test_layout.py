@@ -1,8 +1,13 @@
 """The CLI's module layout and its documents: what a reader relies on without running anything."""
 
+import argparse
 import ast
+import io
 import re
+import shlex
 from pathlib import Path
+
+from appliance.cli.main import Environment, build_parser, parse_arguments
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "appliance" / "cli"
@@ -57,3 +62,33 @@ def test_readme_opening_claims_only_what_exists():
     for feature in ("virtual machines", "load balancers", "configs", "services"):
         assert feature not in today.lower(), feature
         assert feature in planned.lower(), feature
+
+
+def every_parser(parser):
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                yield from every_parser(sub)
+
+
+def test_every_help_example_is_a_valid_command_line(tmp_path):
+    """Each `example:` in a --help parses as the command it documents: right words, right order."""
+    env = Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(),
+                      config_dir=tmp_path, environ={}, transport=None, getpass=input)
+    top = build_parser(env)
+    checked = 0
+    for parser in every_parser(top):
+        epilog = parser.epilog or ""
+        lines = epilog.split("example:\n", 1)[1].split("\n\n", 1)[0].splitlines() if "example:\n" in epilog else []
+        for line in lines:
+            words = [w for w in shlex.split(line.split("|", 1)[0]) if not re.match(r"^[A-Z_]+=", w)]
+            assert words[0] == "appliance", line
+            if words[1] == "up" or "--help" in words:
+                continue  # everything after `up` is the supervisor's; --help prints and stops
+            command = parser.prog.split()[1:]
+            assert words[1:1 + len(command)] == command, (parser.prog, line)
+            parsed = parse_arguments(top, words[1:])
+            assert callable(parsed.handler), line
+            checked += 1
+    assert checked > 50
