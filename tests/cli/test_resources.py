@@ -50,6 +50,7 @@ def test_list_one_page_hints_at_more(logged_in):
     assert result.stderr == f"more items follow: add --all, or --limit 2 --marker {page[1]['uuid']}\n"
     rest = logged_in("list", "iam/projects", "--marker", page[1]["uuid"], "--json")
     assert rest.code == 0, rest.stderr
+    assert logged_in.sent[-1].query == [("page_limit", "100"), ("page_marker", page[1]["uuid"])]
     assert page[1]["uuid"] not in [p["uuid"] for p in rest.json()]
 
 
