@@ -130,7 +130,7 @@ def _install(action):
                                  body={}).payload()
         if args.wait:
             element = follow(client, env, manifest["name"], args.wait_timeout)
-        emit(args, env, element)
+        show_element(args, env, element)
         return 0
     return handler
 
@@ -155,8 +155,8 @@ def cmd_list(args, env):
     client = session_client(args, env)
     elements = client.request("GET", ELEMENTS).payload()
     emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
-                                            "status_reason")} for e in elements]
-          if not getattr(args, "json", False) else elements)
+                                           "status_reason")} for e in elements]
+         if not getattr(args, "json", False) else elements)
     return 0
 
 
@@ -165,11 +165,16 @@ def cmd_show(args, env):
     element = find_element(client, args.name)
     if element is None:
         raise CliError(f"no element {args.name} is installed")
+    show_element(args, env, element)
+    return 0
+
+
+def show_element(args, env, element):
+    """The element's fields, then a table of its resources (--json: the record)."""
     if getattr(args, "json", False):
         emit(args, env, element)
-        return 0
+        return
     head, rows = element_view(element)
     emit(args, env, head)
     env.stdout.write("\n")
     emit(args, env, rows)
-    return 0

@@ -44,6 +44,8 @@ def test_the_readme_session_works_on_a_fresh_appliance(real_api, tmp_path, monke
     assert "logged in to http://127.0.0.1:" in results["login"].stdout
     password = results["secret passwords"]
     assert "(hidden)" in password.stdout and "ACTIVE" in password.stdout
+    # the installed element with a line per resource, not one cut JSON blob
+    assert re.search(r"ACTIVE\s+dns\.domains\.\$zone\.records\.\$www\s", results["em install"].stdout)
     records = results["dns records"].stdout.splitlines()
     assert records[0].split() == ["UUID", "NAME", "TYPE", "ADDRESS", "CONTENT", "TTL", "DISABLED"]
     assert any(re.search(r"\bwww\s+A\s+10\.0\.0\.10\b", row) for row in records)
