@@ -221,3 +221,16 @@ def test_invalid_values_say_what_is_expected(logged_in):
     assert "-starts-with-a-dash" not in bad_name.stderr  # the value sent is never echoed
     assert "invalid format" not in bad_uuid.stderr + bad_name.stderr
     assert logged_in("--json", "list", "dns/domains", "--filter", "name=form.test").json() == []
+
+
+def test_wait_without_the_daemon_says_what_it_waited_for(logged_in):
+    """No delivery daemon runs beside this module's API: the wait ends at its timeout and
+    says which daemon it was waiting for, instead of a bare timeout."""
+    result = logged_in("secret", "passwords", "create", "name=undelivered",
+                       f"project_id={ADMIN_PROJECT}", "--wait", "--wait-timeout", "0.5")
+    assert result.code == 1
+    assert result.stderr.startswith("waiting up to 0.5 s for the delivery daemon to write it to the "
+                                    "data plane (/v1/secret/passwords/")
+    assert "is still NEW after 0.5 s; is the daemon running?" in result.stderr
+    assert "was saved" in result.stderr
+    assert logged_in("--json", "secret", "passwords", "show", "undelivered").json()["status"] == "NEW"
