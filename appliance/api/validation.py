@@ -20,6 +20,19 @@ def _type_phrase(expected):
     return " or ".join(_TYPE_NAMES.get(n, n) for n in names)
 
 
+_FORMAT_PHRASES = {"uuid": "must be a UUID like 3f2b8c1e-5d4a-4c3b-9a7e-1f2e3d4c5b6a",
+                   "ipv4": "must be an IPv4 address like 10.0.0.5",
+                   "date-time": "must be an RFC 3339 date-time like 2026-01-31T12:00:00Z"}
+
+
+def _pattern_phrase(schema):
+    # Say what is expected: in words when the schema names a known format, else the
+    # regular expression itself (a pattern is the schema's, never the value sent).
+    if schema.get("format") in _FORMAT_PHRASES:
+        return _FORMAT_PHRASES[schema["format"]]
+    return f"must match the pattern {schema['pattern']}"
+
+
 def describe(error):
     where = ".".join(str(p) for p in error.absolute_path)
     value = error.validator_value
@@ -40,8 +53,8 @@ def describe(error):
         "minimum": lambda: f"must be at least {value}",
         "enum": lambda: "must be one of " + ", ".join(str(v) for v in value if v is not None),
         "const": lambda: f"must be {value}",
-        "pattern": lambda: "has an invalid format",
-        "format": lambda: f"must be a valid {value}",
+        "pattern": lambda: _pattern_phrase(error.schema),
+        "format": lambda: _FORMAT_PHRASES.get(value, f"must be a valid {value}"),
         "maxItems": lambda: f"must have at most {value} items",
         "minItems": lambda: f"must have at least {value} items",
         "uniqueItems": lambda: "must not repeat items",

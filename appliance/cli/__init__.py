@@ -1,7 +1,9 @@
 """The `appliance` command-line client.
 
-Layout: `main` parses arguments and dispatches, `client` speaks HTTP to the API,
-`session` keeps the login between runs, `output` renders results for people or scripts.
+Layout: `main` parses arguments and dispatches, `common` holds what every command module
+shares (the environment, the logged-in client, output, request bodies), `groups`, `em` and
+`repo` add the commands per capability, `client` speaks HTTP to the API, `session` keeps
+the login between runs, `output` renders results for people or scripts.
 
 The exit-code contract lives here because every module raises errors that carry one.
 """

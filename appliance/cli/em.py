@@ -11,6 +11,7 @@ import time
 import yaml
 
 from . import CliError, UsageError
+from .common import emit, session_client
 
 POLL_SECONDS = 0.2
 MANIFESTS = "/v1/em/manifests/"
@@ -83,8 +84,11 @@ def element_view(element):
 
 
 def add_em_group(commands, common, make_parser):
-    em = commands.add_parser("em", help="install, upgrade, uninstall elements",
-                             description="the Element Manager", parents=[common])
+    em = commands.add_parser("em", help="install, upgrade, uninstall elements from manifest files",
+                             description="the Element Manager: elements from manifest files",
+                             parents=[common], formatter_class=argparse.RawDescriptionHelpFormatter,
+                             epilog="example:\n  appliance em install examples/hello-1.0.0.yaml --wait\n"
+                                    "  appliance em show hello")
     verbs = em.add_subparsers(dest="verb", metavar="VERB", required=True,
                               parser_class=make_parser)
 
@@ -98,49 +102,41 @@ def add_em_group(commands, common, make_parser):
     def wait_options(sub):
         sub.add_argument("--wait", action="store_true",
                          help="follow until done, printing each status move")
-        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS")
+        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
+                         help="default 300")
 
     for name, summary in (("install", "install the element of a manifest file"),
                           ("upgrade", "upgrade the installed element to a manifest file")):
-        sub = verb(name, summary, f"appliance em {name} app.yaml --wait", _install(name))
+        example = "examples/hello-1.0.0.yaml" if name == "install" else "examples/hello-1.1.0.yaml"
+        sub = verb(name, summary, f"appliance em {name} {example} --wait", _install(name))
         sub.add_argument("file", metavar="FILE", help="manifest, YAML or JSON")
         wait_options(sub)
-    sub = verb("uninstall", "uninstall an element by name", "appliance em uninstall app --wait",
+    sub = verb("uninstall", "uninstall an element by name", "appliance em uninstall hello --wait",
                cmd_uninstall)
     sub.add_argument("name", metavar="NAME")
     wait_options(sub)
     verb("list", "list installed elements", "appliance em list", cmd_list)
     sub = verb("show", "an element with its resources and their statuses",
-               "appliance em show app", cmd_show)
+               "appliance em show hello", cmd_show)
     sub.add_argument("name", metavar="NAME")
-
-
-def _client(args, env):
-    from .main import _session_client  # noqa: PLC0415 - import cycle
-    return _session_client(args, env)
-
-
-def _emit(args, env, data):
-    from .main import _emit as emit  # noqa: PLC0415
-    emit(args, env, data)
 
 
 def _install(action):
     def handler(args, env):
         manifest = read_manifest(args.file)
-        client = _client(args, env)
+        client = session_client(args, env)
         manifest_uuid = upload(client, manifest)
         element = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/{action}/invoke",
                                  body={}).payload()
         if args.wait:
             element = follow(client, env, manifest["name"], args.wait_timeout)
-        _emit(args, env, element)
+        show_element(args, env, element)
         return 0
     return handler
 
 
 def cmd_uninstall(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     element = find_element(client, args.name)
     if element is None:
         raise CliError(f"no element {args.name} is installed")
@@ -151,29 +147,34 @@ def cmd_uninstall(args, env):
         follow(client, env, args.name, args.wait_timeout, until_gone=True)
         env.stdout.write(f"uninstalled {args.name}\n")
         return 0
-    _emit(args, env, result)
+    emit(args, env, result)
     return 0
 
 
 def cmd_list(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     elements = client.request("GET", ELEMENTS).payload()
-    _emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
-                                            "status_reason")} for e in elements]
-          if not getattr(args, "json", False) else elements)
+    emit(args, env, [{k: e.get(k) for k in ("uuid", "name", "version", "status",
+                                           "status_reason")} for e in elements]
+         if not getattr(args, "json", False) else elements)
     return 0
 
 
 def cmd_show(args, env):
-    client = _client(args, env)
+    client = session_client(args, env)
     element = find_element(client, args.name)
     if element is None:
         raise CliError(f"no element {args.name} is installed")
-    if getattr(args, "json", False):
-        _emit(args, env, element)
-        return 0
-    head, rows = element_view(element)
-    _emit(args, env, head)
-    env.stdout.write("\n")
-    _emit(args, env, rows)
+    show_element(args, env, element)
     return 0
+
+
+def show_element(args, env, element):
+    """The element's fields, then a table of its resources (--json: the record)."""
+    if getattr(args, "json", False):
+        emit(args, env, element)
+        return
+    head, rows = element_view(element)
+    emit(args, env, head)
+    env.stdout.write("\n")
+    emit(args, env, rows)

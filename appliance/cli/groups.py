@@ -2,8 +2,8 @@
 
 They are the generic verbs with the collection filled in (`appliance secret passwords
 list` is `appliance list secret/passwords`), plus what only makes sense per resource:
-naming an item by its name instead of its UUID, and `--wait` for resources that a daemon
-moves to ACTIVE.
+naming an item by its name instead of its UUID, defaults the API leaves to the client,
+and `--wait` for resources that a daemon moves to ACTIVE.
 """
 
 import argparse
@@ -11,26 +11,47 @@ import re
 import time
 
 from . import CliError, UsageError
+from .common import build_body, emit, positive_int, session_client
 
 UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 
-# service -> collections; a collection with a status field supports --wait
+# service -> collections. Optional per collection: `name_field` (how items are named),
+# `parents` (a sub-collection under an item of another collection), `create_defaults`
+# (body fields sent unless given), `create_example`. `waitable`: a daemon moves the
+# service's records to ACTIVE; `waits_for` says which, for the --wait message.
 GROUPS = {
     "iam": {"help": "identities, projects, roles and bindings",
             "collections": ["users", "organizations", "projects", "roles", "permissions",
                             "permission_bindings", "role_bindings", "clients"],
-            "name_field": {"users": "username"}},
+            "name_field": {"users": "username"},
+            "create_example": {"projects": "name=demo",
+                               "users": "username=alice password=s3cret-pass"}},
     "vs": {"help": "values store: profiles, variables, values",
            "collections": ["profiles", "variables", "values"]},
     "dns": {"help": "domains and their records",
             "collections": ["domains", "records"],
             # records live under a domain: `appliance dns records list example.test`
-            "parents": {"records": ("domain", "domains")}},
+            "parents": {"records": ("domain", "domains")},
+            "create_example": {
+                "domains": f"name=example.test project_id={ADMIN_PROJECT}",
+                "records": "type=A record:='{\"kind\": \"A\", \"name\": \"www\", "
+                           "\"address\": \"10.0.0.5\"}'"}},
     "secret": {"help": "secrets, passwords, SSH and RSA keys",
                "collections": ["secrets", "passwords", "ssh_keys", "rsa_keys"],
-               "waitable": True},
+               "waitable": True,
+               "waits_for": "the delivery daemon to write it to the data plane",
+               # `plain` is the only constructor kind; the API still asks for it on secrets
+               # to leave room for others, so the CLI fills it in.
+               "create_defaults": {"secrets": {"constructor": {"kind": "plain"}}},
+               "create_example": {
+                   "secrets": f"name=token project_id={ADMIN_PROJECT} value=abc --wait",
+                   "passwords": f"name=db project_id={ADMIN_PROJECT} --wait",
+                   "ssh_keys": f"name=deploy project_id={ADMIN_PROJECT} --wait",
+                   "rsa_keys": f"name=tls project_id={ADMIN_PROJECT} --wait"}},
 }
 POLL_SECONDS = 0.2
+WAIT_TIMEOUT = 60.0
 
 
 def resolve(client, collection_path, ref, name_field="name"):
@@ -45,8 +66,24 @@ def resolve(client, collection_path, ref, name_field="name"):
     return collection_path.rstrip("/") + "/" + found[0]["uuid"]
 
 
-def wait_active(client, item_path, env, timeout):
-    """Poll until ACTIVE, showing each status move on stderr. ERROR or timeout: CliError."""
+def never_delivered(item_path, obj):
+    """Why `obj` will stay NEW whatever we wait for, or None.
+
+    A secret with neither value nor default_value has nothing to deliver: the delivery daemon
+    leaves it NEW by design (docs/secrets.md) until one is set.
+    """
+    if "/v1/secret/secrets/" in item_path and obj.get("status") == "NEW" and \
+            obj.get("value") is None and obj.get("default_value") is None:
+        return (f"{item_path} has neither value nor default_value, so there is nothing to "
+                "deliver and it stays NEW by design; set one (e.g. `value=...`) to deliver it")
+    return None
+
+
+def wait_active(client, item_path, env, timeout, waits_for):
+    """Poll until ACTIVE, showing what we wait for and each status move on stderr.
+
+    ERROR, timeout, or a record that can never become ACTIVE: CliError."""
+    env.stderr.write(f"waiting up to {timeout:g} s for {waits_for} ({item_path} to be ACTIVE)\n")
     started = env.clock()
     last = None
     while True:
@@ -61,8 +98,12 @@ def wait_active(client, item_path, env, timeout):
             return obj
         if status == "ERROR":
             raise CliError(f"{item_path} is in ERROR: {obj.get('status_reason') or 'no reason'}")
+        reason = never_delivered(item_path, obj)
+        if reason:
+            raise CliError(f"not waiting: {reason}")
         if elapsed > timeout:
-            raise CliError(f"{item_path} is still {status} after {timeout:g} s")
+            raise CliError(f"{item_path} is still {status} after {timeout:g} s; "
+                           f"is the daemon running? (--wait waits for {waits_for})")
         time.sleep(POLL_SECONDS)
 
 
@@ -70,32 +111,41 @@ def add_groups(commands, common, make_parser, handlers):
     """Add `appliance <service> ...` to the top-level subparsers. `handlers` maps the
     generic verb names to their command functions."""
     for service, spec in GROUPS.items():
-        group = commands.add_parser(service, help=spec["help"], description=spec["help"],
-                                    parents=[common])
+        first = spec["collections"][0]
+        group = commands.add_parser(
+            service, help=spec["help"], description=spec["help"], parents=[common],
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            epilog=f"example:\n  appliance {service} {first} list\n"
+                   f"  appliance {service} {first} create --help")
         collections = group.add_subparsers(dest="collection", metavar="COLLECTION",
                                            required=True, parser_class=make_parser)
         for name in spec["collections"]:
-            path = f"{service}/{name}"
+            parent = spec.get("parents", {}).get(name)
+            api = f"/v1/{service}/{parent[1]}/<{parent[0].upper()}>/{name}/" if parent \
+                else f"/v1/{service}/{name}/"
             aliases = [name.replace("_", "-")] if "_" in name else []
-            coll = collections.add_parser(name, aliases=aliases, help=f"/v1/{path}/",
-                                          description=f"the collection /v1/{path}/",
+            coll = collections.add_parser(name, aliases=aliases, help=api,
+                                          description=f"the collection {api}",
                                           parents=[common])
             verbs = coll.add_subparsers(dest="verb", metavar="VERB", required=True,
                                         parser_class=make_parser)
-            _add_verbs(verbs, common, path, spec, name, handlers)
+            _add_verbs(verbs, common, service, spec, name, handlers)
 
 
-def _add_verbs(verbs, common, path, spec, name, handlers):
+def _add_verbs(verbs, common, service, spec, name, handlers):
+    path = f"{service}/{name}"
     name_field = spec.get("name_field", {}).get(name, "name")
     waitable = spec.get("waitable", False)
     parent = spec.get("parents", {}).get(name)
-    example = f"appliance {path.replace('/', ' ')}" + (f" {parent[0].upper()}" if parent else "")
+    parent_arg = f" {parent[0].upper()}" if parent else ""
+    create_example = spec.get("create_example", {}).get(name, "name=...")
 
     def verb(word, summary, handler, item=False, fields=False):
+        example = f"appliance {service} {name} {word}{parent_arg}" + \
+            (" NAME-OR-UUID" if item else "") + (f" {create_example}" if word == "create" else "")
         sub = verbs.add_parser(word, help=summary, description=summary, parents=[common],
                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=f"example:\n  {example} {word}" +
-                               (" NAME-OR-UUID" if item else ""))
+                               epilog=f"example:\n  {example}")
         if parent:
             sub.add_argument("parent_ref", metavar=parent[0].upper(),
                              help=f"the {parent[0]}'s name or UUID")
@@ -108,33 +158,36 @@ def _add_verbs(verbs, common, path, spec, name, handlers):
             sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
         if waitable and word in ("create", "update", "show"):
             sub.add_argument("--wait", action="store_true",
-                             help="wait until the daemon has made it ACTIVE, showing progress")
-            sub.add_argument("--wait-timeout", type=float, default=60.0, metavar="SECONDS")
+                             help=f"wait until it is ACTIVE, that is for "
+                                  f"{spec['waits_for']}, showing progress")
+            sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
+                             metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
         sub.set_defaults(handler=handler, group_path=path, name_field=name_field,
-                         parent=parent)
+                         parent=parent, create_defaults=spec.get("create_defaults", {}).get(name),
+                         waits_for=spec.get("waits_for"))
         return sub
 
     listing = verb("list", f"list {name}", _run(handlers["list"]))
-    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[])
-    listing.add_argument("--sort", metavar="KEY")
-    listing.add_argument("--desc", action="store_true")
-    listing.add_argument("--limit", metavar="N", type=int)
-    listing.add_argument("--marker", metavar="UUID")
+    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
+                         help="equality filter; repeat a key for 'any of'")
+    listing.add_argument("--sort", metavar="KEY", help="sort by this field")
+    listing.add_argument("--desc", action="store_true", help="sort descending")
+    listing.add_argument("--limit", metavar="N", type=positive_int, help="page size")
+    listing.add_argument("--marker", metavar="UUID", help="start after this item")
     listing.add_argument("--all", action="store_true", help="walk every page")
     verb("show", f"show one of {name}", _run(handlers["show"], item=True), item=True)
-    verb("create", f"create one of {name}", _run(handlers["create"], method="POST"),
-         fields=True)
-    verb("update", f"change fields of one of {name}",
-         _run(handlers["update"], item=True, method="PUT"), item=True, fields=True)
+    verb("create", f"create one of {name}", _run(None, method="POST"), fields=True)
+    verb("update", f"change fields of one of {name}", _run(None, item=True, method="PUT"),
+         item=True, fields=True)
     verb("delete", f"delete one of {name}", _run(handlers["delete"], item=True), item=True)
 
 
 def _run(generic, item=False, method=None):
-    """The generic verb on this collection (an item named by UUID or name); with --wait,
-    send the request here, then wait for ACTIVE and print the final object."""
+    """The verb on this collection (an item named by UUID or name): reads go to the generic
+    verb; writes are sent here, with the collection's defaults; with --wait, wait for
+    ACTIVE and print the final object."""
     def handler(args, env):
-        from .main import _emit, _session_client, build_body  # noqa: PLC0415 - import cycle
-        client = _session_client(args, env)
+        client = session_client(args, env)
         if args.parent:
             # e.g. dns/records under DOMAIN -> dns/domains/<uuid>/records
             service, leaf = args.group_path.split("/")
@@ -143,15 +196,27 @@ def _run(generic, item=False, method=None):
         collection = f"/v1/{args.group_path}/"
         args.path = resolve(client, collection, args.ref, args.name_field) if item \
             else args.group_path
-        if not getattr(args, "wait", False):
-            return generic(args, env)
         target = args.path if item else collection
-        if method is not None:
+        if method is None:
+            if not getattr(args, "wait", False):
+                return generic(args, env)
+        else:
             body = build_body(args, env)
             if method == "PUT" and body is None:
                 raise UsageError("nothing to update: give key=value fields or --data")
-            sent = client.request(method, target, body={} if body is None else body).payload()
+            if method == "POST" and (body is None or isinstance(body, dict)):
+                body = {**(args.create_defaults or {}), **(body or {})}
+            sent = client.request(method, target, body=body).payload()
             target = collection + sent["uuid"]
-        _emit(args, env, wait_active(client, target, env, args.wait_timeout))
+            if not getattr(args, "wait", False):
+                emit(args, env, sent, target)
+                return 0
+        try:
+            result = wait_active(client, target, env, args.wait_timeout, args.waits_for)
+        except CliError:
+            if method is not None:
+                env.stderr.write(f"{target} was saved; the wait failed\n")
+            raise
+        emit(args, env, result, target)
         return 0
     return handler

@@ -11,15 +11,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import getpass
 import importlib
-import json
 import os
 import sys
-import time
 import uuid
-from pathlib import Path
-from typing import Callable, Mapping, Sequence, TextIO
+from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
@@ -29,44 +25,27 @@ from appliance.cli.client import (
     LOGOUT_PATH,
     MARKER_HEADER,
     ApiClient,
-    Transport,
-    UrllibTransport,
     api_path,
     normalize_endpoint,
 )
-from appliance.cli.session import SessionStore, config_dir_from_environ, new_session, to_rfc3339
+from appliance.cli.common import (
+    DEFAULT_PAGE_SIZE,
+    DEFAULT_TIMEOUT_SECONDS,
+    Environment,
+    build_body,
+    emit,
+    option,
+    positive_float,
+    positive_int,
+    session_client,
+    split_field,
+    timeout,
+)
+from appliance.cli.session import SessionStore, new_session, to_rfc3339
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:11010"
-DEFAULT_TIMEOUT_SECONDS = 30.0
-DEFAULT_PAGE_SIZE = 100
-
-
-@dataclasses.dataclass
-class Environment:
-    stdin: TextIO
-    stdout: TextIO
-    stderr: TextIO
-    config_dir: Path
-    environ: Mapping[str, str]
-    transport: Transport
-    getpass: Callable[[str], str]
-    stdin_isatty: bool = False
-    stdout_isatty: bool = False
-    clock: Callable[[], float] = time.time
-
-    @classmethod
-    def from_process(cls) -> "Environment":
-        return cls(
-            stdin=sys.stdin,
-            stdout=sys.stdout,
-            stderr=sys.stderr,
-            config_dir=config_dir_from_environ(os.environ, Path.home()),
-            environ=os.environ,
-            transport=UrllibTransport(),
-            getpass=getpass.getpass,
-            stdin_isatty=bool(sys.stdin and sys.stdin.isatty()),
-            stdout_isatty=bool(sys.stdout and sys.stdout.isatty()),
-        )
+DEFAULT_API_HOST = "127.0.0.1"
+DEFAULT_API_PORT = 11010
+DEFAULT_ENDPOINT = f"http://{DEFAULT_API_HOST}:{DEFAULT_API_PORT}"
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> int:
@@ -140,23 +119,6 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(ExitStatus.USAGE_ERROR, f"error: {message}\n")
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(text)
-    return value
-
-
-def positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise ValueError(text)
-    return value
-
-
-positive_int.__name__ = "positive integer"  # argparse names the type in its error message
-positive_float.__name__ = "positive number"
-
 FIELDS_HELP = "body fields: key=value sets a string, key:=JSON a typed value (key:=3, key:=true, key:='[\"a\"]')"
 DATA_HELP = "JSON body: literal JSON, @FILE to read a file, - to read stdin; key=value fields override its keys"
 PATH_HELP = "API path, with or without /v1 (iam/users, /v1/iam/users/)"
@@ -178,6 +140,14 @@ examples:
 {EXIT_CODES_HELP}"""
 
 
+LOGIN_DETAILS = f"""
+
+The API is the first of: --endpoint URL; $APPLIANCE_ENDPOINT;
+http://$APPLIANCE_API_HOST:$APPLIANCE_API_PORT, the variables `appliance up` reads (each
+optional); {DEFAULT_ENDPOINT}. The password is the first of: stdin with --password-stdin;
+$APPLIANCE_PASSWORD; a prompt when stdin is a terminal."""
+
+
 def _common_options(env: Environment) -> ArgumentParser:
     # SUPPRESS keeps a subcommand's unset option from overwriting one given before it, so
     # `appliance --json list x` and `appliance list x --json` mean the same.
@@ -186,8 +156,11 @@ def _common_options(env: Environment) -> ArgumentParser:
     group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                        help="print the server's JSON unchanged (for scripts)")
     group.add_argument("--endpoint", metavar="URL", default=argparse.SUPPRESS,
-                       help=f"API endpoint (login: default $APPLIANCE_ENDPOINT or {DEFAULT_ENDPOINT}; "
-                            "other commands: the endpoint of the session)")
+                       help="API endpoint (for login, see `appliance login --help`; "
+                            "other commands use the session's)")
+    group.add_argument("--show-values", action="store_true", default=argparse.SUPPRESS,
+                       help="show secret values in tables and views (hidden by default; "
+                            "--json always has them)")
     group.add_argument("--timeout", metavar="SECONDS", type=positive_float, default=argparse.SUPPRESS,
                        help=f"seconds to wait for the API (default {DEFAULT_TIMEOUT_SECONDS:g})")
     return common
@@ -201,15 +174,17 @@ def build_parser(env: Environment) -> ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
                                      parser_class=functools.partial(ArgumentParser, env=env))
 
-    def command(name: str, summary: str, example: str, handler) -> ArgumentParser:
+    def command(name: str, summary: str, example: str, handler, details: str = "") -> ArgumentParser:
         epilog = f"example:\n  {example}\n\nexit codes: 0 ok, 1 refused (4xx), 2 usage, 3 server error (5xx), " \
                  "4 unreachable, 5 not logged in"
-        sub = commands.add_parser(name, help=summary, description=summary, epilog=epilog, parents=[common])
+        sub = commands.add_parser(name, help=summary, description=summary + details, epilog=epilog,
+                                  parents=[common])
         sub.set_defaults(handler=handler)
         return sub
 
     login = command("login", "log in and keep the session for later commands",
-                    "appliance login --endpoint http://127.0.0.1:11010 --username admin", cmd_login)
+                    "appliance login --endpoint http://127.0.0.1:11010 --username admin\n"
+                    "  APPLIANCE_API_PORT=11020 appliance login", cmd_login, details=LOGIN_DETAILS)
     login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
     login.add_argument("--password-stdin", action="store_true",
                        help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")
@@ -258,8 +233,7 @@ def build_parser(env: Environment) -> ArgumentParser:
     action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
 
     groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
-        "list": cmd_list, "show": cmd_show, "create": cmd_create, "update": cmd_update,
-        "delete": cmd_delete})
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
 
     em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
     repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
@@ -308,94 +282,7 @@ def parse_arguments(parser: ArgumentParser, args: list[str]) -> argparse.Namespa
     return parsed
 
 
-# --- shared helpers ---------------------------------------------------------------------------
-
-
-def _option(args: argparse.Namespace, name: str, default=None):
-    return getattr(args, name, default)
-
-
-def _timeout(args: argparse.Namespace) -> float:
-    return _option(args, "timeout", DEFAULT_TIMEOUT_SECONDS)
-
-
-def _session_client(args: argparse.Namespace, env: Environment) -> ApiClient:
-    store = SessionStore(env.config_dir)
-    session = store.load()
-    if session is None:
-        raise NotLoggedIn("not logged in; run `appliance login`")
-    requested = _option(args, "endpoint")
-    # Never send the session's token to a server other than the one that issued it.
-    if requested and normalize_endpoint(requested) != session.endpoint:
-        raise NotLoggedIn(
-            f"the session is for {session.endpoint}, not {requested}; "
-            f"run `appliance login --endpoint {requested}`"
-        )
-    return ApiClient(session.endpoint, env.transport, _timeout(args), env.clock, session,
-                     on_session_change=store.save)
-
-
-def _emit(args: argparse.Namespace, env: Environment, data) -> None:
-    if _option(args, "json"):
-        if data is not None:
-            output.write_json(env.stdout, data)
-        return
-    text = output.render(data)
-    if text:
-        env.stdout.write(text + "\n")
-
-
-def split_field(item: str) -> tuple[str, bool, str]:
-    """`key=value` -> (key, False, value); `key:=json` -> (key, True, json)."""
-    index = item.find("=")
-    is_json = index > 0 and item[index - 1] == ":"
-    key = item[: index - 1] if is_json else item[:index]
-    if index < 0 or not key:
-        raise UsageError(f"expected key=value or key:=json, got {item!r}")
-    return key, is_json, item[index + 1:]
-
-
-def parse_fields(items: Sequence[str]) -> dict:
-    body = {}
-    for item in items:
-        key, is_json, raw = split_field(item)
-        if is_json:
-            try:
-                body[key] = json.loads(raw)
-            except ValueError as exc:
-                raise UsageError(f"{key}:= needs a JSON value ({exc}), got {raw!r}") from None
-        else:
-            body[key] = raw
-    return body
-
-
-def read_data(spec: str, env: Environment):
-    if spec == "-":
-        text, source = env.stdin.read(), "stdin"
-    elif spec.startswith("@"):
-        try:
-            text, source = Path(spec[1:]).read_text(encoding="utf-8"), spec[1:]
-        except OSError as exc:
-            raise UsageError(f"cannot read {spec[1:]}: {exc.strerror}") from None
-    else:
-        text, source = spec, "--data"
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise UsageError(f"{source} is not valid JSON: {exc}") from None
-
-
-def build_body(args: argparse.Namespace, env: Environment):
-    """The request body from --data and key=value fields, or None when neither was given."""
-    fields = parse_fields(args.fields)
-    if args.data is None:
-        return fields if args.fields else None
-    data = read_data(args.data, env)
-    if not fields:
-        return data
-    if not isinstance(data, dict):
-        raise UsageError("key=value fields can only be combined with a --data JSON object")
-    return {**data, **fields}
+# --- commands ---------------------------------------------------------------------------------
 
 
 def run_supervisor(argv: Sequence[str]) -> int:
@@ -408,9 +295,6 @@ def run_supervisor(argv: Sequence[str]) -> int:
             raise
         raise CliError("`appliance up` is not available in this installation (no appliance.supervisor)") from None
     return int(supervisor.main(list(argv)) or 0)
-
-
-# --- commands ---------------------------------------------------------------------------------
 
 
 def _read_password(args: argparse.Namespace, env: Environment, username: str, endpoint: str) -> str:
@@ -431,10 +315,27 @@ def _read_password(args: argparse.Namespace, env: Environment, username: str, en
     return password
 
 
+# Addresses a server binds to in order to listen everywhere; a client reaches it over loopback.
+_LISTEN_ALL = {"0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1"}
+
+
+def login_endpoint(args: argparse.Namespace, env: Environment) -> str:
+    """--endpoint, else $APPLIANCE_ENDPOINT, else the API address `appliance up` uses."""
+    explicit = option(args, "endpoint") or env.environ.get("APPLIANCE_ENDPOINT")
+    if explicit:
+        return normalize_endpoint(explicit)
+    host = env.environ.get("APPLIANCE_API_HOST") or DEFAULT_API_HOST
+    host = _LISTEN_ALL.get(host, host)
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 literal in a URL
+    port = env.environ.get("APPLIANCE_API_PORT") or str(DEFAULT_API_PORT)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"APPLIANCE_API_PORT must be a port number (1-65535), not {port!r}")
+    return normalize_endpoint(f"http://{host}:{int(port)}")
+
+
 def cmd_login(args: argparse.Namespace, env: Environment) -> int:
-    endpoint = normalize_endpoint(
-        _option(args, "endpoint") or env.environ.get("APPLIANCE_ENDPOINT") or DEFAULT_ENDPOINT
-    )
+    endpoint = login_endpoint(args, env)
     username = args.username or env.environ.get("APPLIANCE_USERNAME") or "admin"
     scope = ""
     if args.project:
@@ -444,7 +345,7 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
             raise UsageError(f"--project needs a project UUID, got {args.project!r}") from None
     password = _read_password(args, env, username, endpoint)
 
-    client = ApiClient(endpoint, env.transport, _timeout(args), env.clock)
+    client = ApiClient(endpoint, env.transport, timeout(args), env.clock)
     tokens = client.get_token(
         {"grant_type": "password", "username": username, "password": password, "scope": scope}
     )
@@ -459,7 +360,7 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
         "expires_at": to_rfc3339(session.expires_at),
         "session_file": str(store.path),
     }
-    if _option(args, "json"):
+    if option(args, "json"):
         output.write_json(env.stdout, summary)
     else:
         where = f" in project {args.project}" if scope else ""
@@ -480,7 +381,7 @@ def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
         return ExitStatus.SUCCESS
 
     # A refresh only to revoke the fresh token would be pointless: an expired token is dead already.
-    client = ApiClient(session.endpoint, env.transport, _timeout(args), env.clock,
+    client = ApiClient(session.endpoint, env.transport, timeout(args), env.clock,
                        dataclasses.replace(session, refresh_token=None))
     try:
         client.request("POST", LOGOUT_PATH, body={})
@@ -501,9 +402,9 @@ def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
 
 
 def cmd_whoami(args: argparse.Namespace, env: Environment) -> int:
-    client = _session_client(args, env)
+    client = session_client(args, env)
     identity = client.request("GET", INTROSPECT_PATH).payload()
-    if _option(args, "json"):
+    if option(args, "json"):
         output.write_json(env.stdout, identity)
     elif isinstance(identity, dict):
         env.stdout.write(output.render_identity(identity, client.endpoint) + "\n")
@@ -525,39 +426,42 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
     if args.sort or args.desc:
         query.append(("sort_dir", "desc" if args.desc else "asc"))
 
-    client = _session_client(args, env)
+    client = session_client(args, env)
     next_marker = None
     if args.all:
         items = []
         for page in client.iter_pages(path, query, args.limit or DEFAULT_PAGE_SIZE, args.marker):
             items.extend(page)
     else:
-        if args.limit:
-            query.append(("page_limit", str(args.limit)))
+        if args.limit or args.marker:
+            # the API pages only with a page size; a marker alone would be refused
+            query.append(("page_limit", str(args.limit or DEFAULT_PAGE_SIZE)))
         if args.marker:
             query.append(("page_marker", args.marker))
         response = client.request("GET", path, query=query)
         items = response.payload()
         next_marker = response.headers.get(MARKER_HEADER)
 
-    _emit(args, env, items)
+    emit(args, env, items, path)
     if next_marker:
-        env.stderr.write(f"more items follow: add --all, or --marker {next_marker}\n")
+        env.stderr.write(f"more items follow: add --all, or --limit {args.limit or DEFAULT_PAGE_SIZE} "
+                         f"--marker {next_marker}\n")
     return ExitStatus.SUCCESS
 
 
 def cmd_show(args: argparse.Namespace, env: Environment) -> int:
-    client = _session_client(args, env)
-    _emit(args, env, client.request("GET", api_path(args.path, collection=False)).payload())
+    client = session_client(args, env)
+    path = api_path(args.path, collection=False)
+    emit(args, env, client.request("GET", path).payload(), path)
     return ExitStatus.SUCCESS
 
 
 def cmd_create(args: argparse.Namespace, env: Environment) -> int:
     path = api_path(args.path, collection=True)
     body = build_body(args, env)
-    client = _session_client(args, env)
+    client = session_client(args, env)
     response = client.request("POST", path, body={} if body is None else body)
-    _emit(args, env, response.payload())
+    emit(args, env, response.payload(), path)
     return ExitStatus.SUCCESS
 
 
@@ -566,17 +470,17 @@ def cmd_update(args: argparse.Namespace, env: Environment) -> int:
     body = build_body(args, env)
     if body is None:
         raise UsageError("nothing to update: give key=value fields or --data")
-    client = _session_client(args, env)
-    _emit(args, env, client.request("PUT", path, body=body).payload())
+    client = session_client(args, env)
+    emit(args, env, client.request("PUT", path, body=body).payload(), path)
     return ExitStatus.SUCCESS
 
 
 def cmd_delete(args: argparse.Namespace, env: Environment) -> int:
     path = api_path(args.path, collection=False)
-    client = _session_client(args, env)
+    client = session_client(args, env)
     payload = client.request("DELETE", path).payload()
-    if _option(args, "json") or payload is not None:
-        _emit(args, env, payload)
+    if option(args, "json") or payload is not None:
+        emit(args, env, payload, path)
     else:
         env.stdout.write(f"deleted {path}\n")
     return ExitStatus.SUCCESS
@@ -596,17 +500,17 @@ def cmd_action(args: argparse.Namespace, env: Environment) -> int:
             if is_json:
                 raise UsageError(f"--get takes key=value query parameters, got {field!r}")
             query.append((key, value))
-        client = _session_client(args, env)
+        client = session_client(args, env)
         payload = client.request("GET", f"{item}/actions/{name}", query=query).payload()
     else:
         body = build_body(args, env)
-        client = _session_client(args, env)
+        client = session_client(args, env)
         payload = client.request("POST", f"{item}/actions/{name}/invoke",
                                  body={} if body is None else body).payload()
-    if payload is None and not _option(args, "json"):
+    if payload is None and not option(args, "json"):
         env.stdout.write(f"{name}: done\n")
     else:
-        _emit(args, env, payload)
+        emit(args, env, payload, item)
     return ExitStatus.SUCCESS
 
 

@@ -1,7 +1,9 @@
 """Rendering: `--json` gives scripts the server's JSON untouched; people get tables.
 
 Tables hold only what fits on a line: identifying columns first, then a few scalar fields,
-long values cut. Anything cut is one `--json` away.
+long values cut. Anything cut is one `--json` away. Secret material is hidden from people's
+views unless they ask for it (`--show-values`): a table on a shared screen or in a terminal
+recording must not leak a password.
 """
 
 from __future__ import annotations
@@ -16,6 +18,9 @@ MAX_COLUMNS = 7
 TABLE_CELL_WIDTH = 40
 DETAIL_VALUE_WIDTH = 120
 ELLIPSIS = "..."
+HIDDEN = "(hidden)"
+# The sealed fields of the secret service (appliance/secret/resources.py).
+SECRET_FIELDS = ("value", "default_value", "private_key")
 
 
 def write_json(stream: TextIO, data: Any) -> None:
@@ -48,26 +53,57 @@ def truncate(text: str, width: int) -> str:
     return text[: width - len(ELLIPSIS)] + ELLIPSIS
 
 
-def choose_columns(rows: list[dict]) -> list[str]:
+def choose_columns(rows: list[dict], wanted: Iterable[str] = ()) -> list[str]:
+    """Identifying columns, then `wanted` ones, then other scalars, timestamps last."""
     keys: list[str] = []
     for row in rows:
         for key in row:
             if key not in keys:
                 keys.append(key)
     scalar_keys = [key for key in keys if all(is_scalar(row.get(key)) for row in rows)]
-    leading = [key for key in LEADING_COLUMNS if key in scalar_keys]
+    leading = [key for key in (*LEADING_COLUMNS, *wanted) if key in scalar_keys]
     others = [key for key in scalar_keys if key not in leading and key not in LOW_PRIORITY_COLUMNS]
     low = [key for key in LOW_PRIORITY_COLUMNS if key in scalar_keys]
     return (leading + others + low)[:MAX_COLUMNS]
 
 
-def render_table(rows: Iterable[Any]) -> str:
+def sensitive_fields(path: str | None) -> tuple[str, ...]:
+    """The fields of the payload from `path` that people's views hide by default."""
+    return SECRET_FIELDS if path and path.startswith("/v1/secret/") else ()
+
+
+def _hide(item: dict, hidden: Iterable[str]) -> dict:
+    # An unset value stays visible as "-": whether a secret has a value at all is not secret.
+    return {key: HIDDEN if key in hidden and value is not None else value
+            for key, value in item.items()}
+
+
+def dns_record_row(record: dict) -> dict:
+    """A DNS record as a table row: its name, address or content lifted out of `record`."""
+    body = record.get("record") if isinstance(record.get("record"), dict) else {}
+    content = body.get("content")
+    if record.get("type") == "SOA":
+        content = f"{body.get('primary_dns')} serial {body.get('serial')}"
+    return {"uuid": record.get("uuid"), "type": record.get("type"), "name": body.get("name"),
+            "address": body.get("address"), "content": content, "ttl": record.get("ttl"),
+            "disabled": record.get("disabled")}
+
+
+def table_rows(path: str | None, rows: list) -> list:
+    """Rows shaped for the collection they came from, where the generic shape says too little."""
+    if path and path.rstrip("/").endswith("/records") and path.startswith("/v1/dns/"):
+        return [dns_record_row(row) if isinstance(row, dict) else row for row in rows]
+    return rows
+
+
+def render_table(rows: Iterable[Any], hidden: Iterable[str] = (), wanted: Iterable[str] = ()) -> str:
     rows = list(rows)
     if not rows:
         return "(no items)"
     if not all(isinstance(row, dict) for row in rows):
         return "\n".join(truncate(format_value(row), TABLE_CELL_WIDTH * 2) for row in rows)
-    columns = choose_columns(rows) or ["uuid"]
+    rows = [_hide(row, hidden) for row in rows]
+    columns = choose_columns(rows, wanted) or ["uuid"]
     cells = [[truncate(format_value(row.get(column)), TABLE_CELL_WIDTH) for column in columns] for row in rows]
     headers = [column.upper() for column in columns]
     widths = [max(len(header), *(len(line[index]) for line in cells)) for index, header in enumerate(headers)]
@@ -75,9 +111,10 @@ def render_table(rows: Iterable[Any]) -> str:
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)
 
 
-def render_details(item: dict) -> str:
+def render_details(item: dict, hidden: Iterable[str] = ()) -> str:
     if not item:
         return "(empty)"
+    item = _hide(item, hidden)
     width = max(len(str(key)) for key in item)
     return "\n".join(
         f"{str(key).ljust(width)}  {truncate(format_value(value), DETAIL_VALUE_WIDTH)}".rstrip()
@@ -85,12 +122,15 @@ def render_details(item: dict) -> str:
     )
 
 
-def render(data: Any) -> str:
-    """The people's view of any payload: a list as a table, an object as key/value lines."""
+def render(data: Any, hidden: Iterable[str] = (), wanted: Iterable[str] = ()) -> str:
+    """The people's view of any payload: a list as a table, an object as key/value lines.
+
+    Fields named in `hidden` show as "(hidden)" unless unset; a table keeps a column for
+    the fields named in `wanted` before other fields."""
     if isinstance(data, list):
-        return render_table(data)
+        return render_table(data, hidden, wanted)
     if isinstance(data, dict):
-        return render_details(data)
+        return render_details(data, hidden)
     if data is None:
         return ""
     return format_value(data)

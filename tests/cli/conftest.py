@@ -1,4 +1,5 @@
-"""Fixtures: a real Waitress server with the fake API, and a runner for `program()`."""
+"""Fixtures: the real API on Waitress (with the daemons a module names), and a runner for
+`program()` whose transport is the real urllib one, recorded so tests can see what was sent."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 import io
 import json
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -13,24 +15,11 @@ import pytest
 from appliance.cli.client import UrllibTransport
 from appliance.cli.main import Environment, program
 
-from tests.wsgiserver import LoopbackServer
+from tests.apiserver import ApiServer
+from tests.conftest import ADMIN_PASSWORD
+from tests.secret.conftest import DaemonProcess
 
-from .fake_api import PASSWORD, FakeApi
-
-
-@pytest.fixture(scope="session")
-def api_server():
-    fake = FakeApi()
-    with LoopbackServer(fake.app) as server:
-        yield fake, f"http://127.0.0.1:{server.port}"
-
-
-@pytest.fixture
-def api(api_server) -> FakeApi:
-    fake, url = api_server
-    fake.reset()
-    fake.url = url
-    return fake
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 
 
 @dataclasses.dataclass
@@ -43,15 +32,48 @@ class Result:
         return json.loads(self.stdout)
 
 
+@dataclasses.dataclass
+class Sent:
+    method: str
+    url: str
+    path: str
+    query: list
+    authorization: str | None
+    body: object
+
+
+class RecordingTransport:
+    """The CLI's real transport, keeping a note of each request it sends."""
+
+    def __init__(self):
+        # An empty proxy map: a proxy configured on the test machine must not reroute loopback.
+        self.inner = UrllibTransport(proxies={})
+        self.sent: list[Sent] = []
+
+    def __call__(self, method, url, headers, body, timeout):
+        parts = urllib.parse.urlsplit(url)
+        self.sent.append(Sent(method, url, parts.path, urllib.parse.parse_qsl(parts.query),
+                              headers.get("Authorization"), json.loads(body) if body else None))
+        return self.inner(method, url, headers, body, timeout)
+
+    def to(self, path):
+        return [request for request in self.sent if request.path == path]
+
+
 class Cli:
     """Runs `program()` with an injected Environment: no real home dir, terminal or proxy."""
 
-    def __init__(self, config_dir: Path, endpoint: str):
+    def __init__(self, config_dir: Path, endpoint: str | None):
         self.config_dir = config_dir
-        self.environ = {"APPLIANCE_ENDPOINT": endpoint}
+        self.environ = {"APPLIANCE_ENDPOINT": endpoint} if endpoint else {}
         self.clock = time.time
         self.prompts: list[str] = []
-        self.typed_password = PASSWORD
+        self.typed_password = ADMIN_PASSWORD
+        self.transport = RecordingTransport()
+
+    @property
+    def sent(self) -> list[Sent]:
+        return self.transport.sent
 
     @property
     def session_path(self) -> Path:
@@ -59,6 +81,9 @@ class Cli:
 
     def session(self) -> dict:
         return json.loads(self.session_path.read_text())
+
+    def edit_session(self, **changes) -> None:
+        self.session_path.write_text(json.dumps({**self.session(), **changes}))
 
     def _prompt(self, prompt: str) -> str:
         self.prompts.append(prompt)
@@ -72,8 +97,7 @@ class Cli:
             stderr=stderr,
             config_dir=self.config_dir,
             environ={**self.environ, **(environ or {})},
-            # An empty proxy map: a proxy configured on the test machine must not reroute loopback.
-            transport=UrllibTransport(proxies={}),
+            transport=self.transport,
             getpass=self._prompt,
             stdin_isatty=tty,
             stdout_isatty=False,
@@ -83,24 +107,14 @@ class Cli:
         return Result(code, stdout.getvalue(), stderr.getvalue())
 
     def login(self, *extra: str) -> Result:
-        result = self("login", "--password-stdin", *extra, stdin=PASSWORD + "\n")
+        result = self("login", "--password-stdin", *extra, stdin=ADMIN_PASSWORD + "\n")
         assert result.code == 0, result.stderr
         return result
 
 
-@pytest.fixture
-def cli(tmp_path, api) -> Cli:
-    return Cli(tmp_path / "config", api.url)
-
-
-# ---- the real API, for the tests of the CLI against it -------------------------------------
-
 @pytest.fixture(scope="module")
 def real_api(request, tmp_path_factory):
     """The real app on Waitress, with the daemons the test module names in DAEMONS."""
-    from tests.apiserver import ApiServer
-    from tests.conftest import ADMIN_PASSWORD
-    from tests.secret.conftest import DaemonProcess
     srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
     daemons = [DaemonProcess(name, srv.settings["state_dir"]).start()
                for name in getattr(request.module, "DAEMONS", ())]
@@ -111,9 +125,14 @@ def real_api(request, tmp_path_factory):
 
 
 @pytest.fixture
-def logged_in(real_api, tmp_path):
-    """A CLI logged in to the real API as admin."""
-    from tests.conftest import ADMIN_PASSWORD
-    cli = Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
-    assert cli("login", "--password-stdin", stdin=ADMIN_PASSWORD + "\n").code == 0
+def cli(real_api, tmp_path) -> Cli:
+    """A CLI pointed at the real API, not logged in."""
+    return Cli(tmp_path / "config", f"http://127.0.0.1:{real_api.port}")
+
+
+@pytest.fixture
+def logged_in(cli) -> Cli:
+    """A CLI logged in to the real API as admin, with nothing recorded yet."""
+    cli.login()
+    cli.sent.clear()
     return cli

@@ -1,17 +1,32 @@
-"""Login, sessions, token refresh and the exit-code contract, against a real HTTP server."""
+"""Login, sessions, token refresh and the exit-code contract, against the real API.
+
+The real API never fails on purpose, so the server errors (5xx, a proxy's HTML page, a
+server that never answers) come from a small misbehaving server made here; everything
+else is the real app on real Waitress.
+"""
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import stat
 import sys
 import types
 
-from appliance.cli.main import main, Environment
+import bottle
+import pytest
+
+from appliance.cli.client import TOKEN_PATH
+from appliance.cli.main import Environment, main
 from appliance.cli.session import from_rfc3339, to_rfc3339
 
-from .fake_api import PROJECT_ID
+from tests.conftest import ADMIN_PASSWORD
+from tests.wsgiserver import LoopbackServer
+
+from .conftest import ADMIN_PROJECT, Cli
+
+INTROSPECT = "/v1/iam/clients/default/actions/introspect"
 
 
 def closed_port_url() -> str:
@@ -21,55 +36,127 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
+@pytest.fixture(scope="module")
+def failing_server():
+    """What stands between a CLI and an API on a bad day: a 500 with the JSON error body
+    and a proxy's 502 HTML page."""
+    app = bottle.Bottle()
+
+    @app.route("/v1/boom/")
+    def boom():
+        body = json.dumps({"type": "InternalError", "code": 500, "message": "database on fire"})
+        return bottle.HTTPResponse(body, status=500, headers={"Content-Type": "application/json"})
+
+    @app.route("/v1/badgateway/")
+    def bad_gateway():
+        return bottle.HTTPResponse("<html><body>502 Bad Gateway</body></html>", status=502)
+
+    with LoopbackServer(app) as server:
+        yield f"http://127.0.0.1:{server.port}"
+
+
+@pytest.fixture
+def silent_server():
+    """A server that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+def token_grants(cli) -> list[str]:
+    return [request.body["grant_type"] for request in cli.transport.to(TOKEN_PATH)]
+
+
 # --- login / logout / whoami ---
 
 
-def test_login_with_prompt_stores_a_private_session_file(cli, api):
+def test_login_with_prompt_stores_a_private_session_file(cli, real_api):
     result = cli("login", "--username", "admin", tty=True)
 
     assert result.code == 0, result.stderr
-    assert cli.prompts == [f"Password for admin at {api.url}: "]
-    assert f"logged in to {api.url} as admin" in result.stdout
+    url = f"http://127.0.0.1:{real_api.port}"
+    assert cli.prompts == [f"Password for admin at {url}: "]
+    assert f"logged in to {url} as admin" in result.stdout
     assert stat.S_IMODE(cli.session_path.stat().st_mode) == 0o600
     assert stat.S_IMODE(cli.config_dir.stat().st_mode) == 0o700
     session = cli.session()
-    assert session["endpoint"] == api.url
-    assert session["access_token"] in api.access_tokens
-    assert session["refresh_token"] in api.refresh_tokens
+    assert session["endpoint"] == url
     assert from_rfc3339(session["expires_at"]) > cli.clock() + 3000
-    assert api.token_bodies == [{"grant_type": "password", "username": "admin", "password": "s3cret", "scope": ""}]
-    assert "s3cret" not in result.stdout + result.stderr
+    assert [r.body for r in cli.transport.to(TOKEN_PATH)] == [
+        {"grant_type": "password", "username": "admin", "password": ADMIN_PASSWORD, "scope": ""}]
+    assert ADMIN_PASSWORD not in result.stdout + result.stderr
+    # the stored token is one the server accepts
+    assert real_api.client(session["access_token"]).get(INTROSPECT).status == 200
 
 
-def test_login_password_from_stdin_with_project_scope(cli, api):
-    result = cli("login", "--password-stdin", "--project", PROJECT_ID, stdin="s3cret\n")
+def test_login_password_from_stdin_with_project_scope(cli):
+    result = cli("login", "--password-stdin", "--project", ADMIN_PROJECT, stdin=ADMIN_PASSWORD + "\n")
 
     assert result.code == 0, result.stderr
-    assert api.token_bodies[-1]["scope"] == f"project:{PROJECT_ID}"
-    whoami = cli("whoami", "--json")
-    assert whoami.json()["project_id"] == PROJECT_ID
+    assert cli.transport.to(TOKEN_PATH)[-1].body["scope"] == f"project:{ADMIN_PROJECT}"
+    assert cli("whoami", "--json").json()["project_id"] == ADMIN_PROJECT
 
 
-def test_login_password_from_environment_and_endpoint_flag(cli, api, tmp_path):
-    result = cli("login", "--endpoint", api.url + "/", environ={"APPLIANCE_ENDPOINT": "http://nowhere.invalid",
-                                                                "APPLIANCE_PASSWORD": "s3cret"})
+def test_login_bad_project_is_a_usage_error(cli):
+    result = cli("login", "--password-stdin", "--project", "default", stdin="x\n")
+    assert (result.code, result.stderr) == (2, "error: --project needs a project UUID, got 'default'\n")
+    assert cli.sent == []
+
+
+def test_login_password_from_environment_and_endpoint_flag(cli, real_api):
+    url = f"http://127.0.0.1:{real_api.port}"
+    result = cli("login", "--endpoint", url + "/", environ={"APPLIANCE_ENDPOINT": "http://nowhere.invalid",
+                                                           "APPLIANCE_PASSWORD": ADMIN_PASSWORD})
     assert result.code == 0, result.stderr
-    assert cli.session()["endpoint"] == api.url  # trailing slash normalized away
+    assert cli.session()["endpoint"] == url  # trailing slash normalized away
 
 
-def test_login_with_wrong_password_is_a_client_error_and_stores_nothing(cli, api):
-    result = cli("login", stdin="wrong", environ={"APPLIANCE_PASSWORD": "wrong"})
+def test_login_finds_the_api_by_the_variables_appliance_up_reads(real_api, tmp_path):
+    cli = Cli(tmp_path / "config", endpoint=None)
+    password = {"APPLIANCE_PASSWORD": ADMIN_PASSWORD}
+    port = str(real_api.port)
+    # 0.0.0.0 is where `appliance up` listens on every address; a client connects over loopback.
+    for host in (None, "127.0.0.1", "0.0.0.0"):
+        environ = {**password, "APPLIANCE_API_PORT": port, **({"APPLIANCE_API_HOST": host} if host else {})}
+        result = cli("login", environ=environ)
+        assert result.code == 0, (host, result.stderr)
+        assert cli.session()["endpoint"] == f"http://127.0.0.1:{port}"
+    # APPLIANCE_ENDPOINT and --endpoint come first: a closed port named there is tried, not the variables
+    closed = closed_port_url()
+    for extra_args, environ in (((), {"APPLIANCE_ENDPOINT": closed}), (("--endpoint", closed), {})):
+        result = cli("login", *extra_args, environ={**password, "APPLIANCE_API_PORT": port, **environ})
+        assert result.code == 4 and closed[len("http://"):] in result.stderr
+
+
+@pytest.mark.parametrize("port", ["eleven", "0", "70000", "-1"])
+def test_login_with_a_bad_api_port_variable_sends_nothing(tmp_path, port):
+    cli = Cli(tmp_path / "config", endpoint=None)
+    result = cli("login", environ={"APPLIANCE_API_PORT": port, "APPLIANCE_PASSWORD": "x"})
+    assert result.code == 2
+    assert result.stderr == f"error: APPLIANCE_API_PORT must be a port number (1-65535), not {port!r}\n"
+    assert cli.sent == []
+
+
+def test_login_without_any_setting_tries_the_default_port(tmp_path):
+    cli = Cli(tmp_path / "config", endpoint=None)
+    cli("login", environ={"APPLIANCE_PASSWORD": "x"})  # whether anything listens there is not ours to know
+    assert [r.url for r in cli.sent] == [f"http://127.0.0.1:11010{TOKEN_PATH}"]
+
+
+def test_login_with_wrong_password_is_a_client_error_and_stores_nothing(cli):
+    result = cli("login", environ={"APPLIANCE_PASSWORD": "wrong"})
 
     assert result.code == 1
-    assert result.stderr == "error: invalid_grant: invalid username or password\n"
+    assert result.stderr.startswith("error: invalid_grant: ")
     assert not cli.session_path.exists()
 
 
-def test_login_without_a_password_source_does_not_hang(cli, api):
+def test_login_without_a_password_source_does_not_hang(cli):
     result = cli("login", tty=False)
     assert result.code == 2
     assert "--password-stdin" in result.stderr
-    assert api.requests == []
+    assert cli.sent == []
 
 
 def test_login_to_unreachable_endpoint_exits_4(cli):
@@ -79,130 +166,128 @@ def test_login_to_unreachable_endpoint_exits_4(cli):
     assert "Traceback" not in result.stderr
 
 
-def test_whoami_shows_user_project_and_permissions(cli, api):
-    cli.login()
-    result = cli("whoami")
+def test_whoami_shows_user_project_and_permissions(logged_in, real_api):
+    token = logged_in.session()["access_token"]
+    admin = real_api.client(token).get("/v1/iam/users/", query={"username": "admin"}).json[0]
+    result = logged_in("whoami")
     assert result.code == 0, result.stderr
-    assert "admin" in result.stdout and api.admin_uuid in result.stdout
+    assert f"user         admin ({admin['uuid']})" in result.stdout
     assert "(unscoped)" in result.stdout
     assert "*.*.*" in result.stdout
 
 
-def test_logout_revokes_token_and_removes_session(cli, api):
-    cli.login()
-    token = cli.session()["access_token"]
+def test_logout_revokes_token_and_removes_session(logged_in, real_api):
+    token = logged_in.session()["access_token"]
 
-    result = cli("logout")
+    result = logged_in("logout")
 
     assert result.code == 0, result.stderr
-    assert not cli.session_path.exists()
-    assert token not in api.access_tokens
-    assert api.requests_to("/v1/iam/clients/default/actions/logout/invoke")[0]["authorization"] == f"Bearer {token}"
-    assert cli("whoami").code == 5
+    assert not logged_in.session_path.exists()
+    assert [r.authorization for r in logged_in.transport.to(
+        "/v1/iam/clients/default/actions/logout/invoke")] == [f"Bearer {token}"]
+    assert real_api.client(token).get(INTROSPECT).status == 401
+    assert logged_in("whoami").code == 5
 
 
-def test_logout_removes_session_even_when_server_is_unreachable(cli, api):
-    cli.login()
-    session = cli.session()
-    session["endpoint"] = closed_port_url()
-    cli.session_path.write_text(json.dumps(session))
+def test_logout_removes_session_even_when_server_is_unreachable(logged_in):
+    logged_in.edit_session(endpoint=closed_port_url())
 
-    result = cli("logout")
+    result = logged_in("logout")
 
     assert result.code == 4
     assert "local session was removed" in result.stderr
-    assert not cli.session_path.exists()
+    assert not logged_in.session_path.exists()
 
 
 def test_logout_without_session_is_a_no_op(cli):
     result = cli("logout")
     assert result.code == 0
     assert "not logged in" in result.stderr
+    assert cli.sent == []
 
 
 # --- exit codes ---
 
 
-def test_no_session_exits_5_without_calling_the_server(cli, api):
-    result = cli("list", "things")
+def test_no_session_exits_5_without_calling_the_server(cli):
+    result = cli("list", "iam/users")
     assert result.code == 5
     assert result.stderr == "error: not logged in; run `appliance login`\n"
-    assert api.requests == []
+    assert cli.sent == []
 
 
-def test_damaged_session_file_exits_5(cli, api):
+def test_damaged_session_file_exits_5(cli):
     cli.config_dir.mkdir(parents=True)
     cli.session_path.write_text("{not json")
-    result = cli("list", "things")
+    result = cli("list", "iam/users")
     assert result.code == 5
     assert "damaged" in result.stderr
 
 
-def test_client_error_exits_1_with_server_message(cli, api):
-    cli.login()
-    result = cli("create", "things", "name=x", "colour=red")
+def test_client_error_exits_1_with_server_message(logged_in):
+    result = logged_in("create", "iam/projects", "name=x", "colour=red")
     assert result.code == 1
-    assert result.stderr == "error: unknown field 'colour'\n"
+    assert result.stderr == "error: unknown field(s) for Project: colour\n"
 
 
-def test_not_found_exits_1(cli, api):
-    cli.login()
-    result = cli("show", "things/00000000-0000-0000-0000-00000000abcd")
+def test_not_found_exits_1(logged_in):
+    result = logged_in("show", "iam/projects/00000000-0000-0000-0000-00000000abcd")
     assert result.code == 1
-    assert result.stderr == "error: thing 00000000-0000-0000-0000-00000000abcd not found\n"
+    assert result.stderr.startswith("error: ") and "not found" in result.stderr
 
 
-def test_server_error_exits_3_with_server_message(cli, api):
-    cli.login()
-    result = cli("list", "boom")
+def test_conflict_exits_1(logged_in):
+    assert logged_in("create", "iam/projects", "name=twice").code == 0
+    again = logged_in("create", "iam/projects", "name=twice")
+    assert again.code == 1 and "already exists" in again.stderr
+
+
+def test_server_error_exits_3_with_server_message(logged_in, failing_server):
+    logged_in.edit_session(endpoint=failing_server)
+    result = logged_in("list", "boom")
     assert result.code == 3
     assert result.stderr == "error: database on fire\n"
     assert result.stdout == ""
 
 
-def test_non_json_error_body_is_summarized(cli, api):
-    cli.login()
-    result = cli("list", "badgateway")
+def test_non_json_error_body_is_summarized(logged_in, failing_server):
+    logged_in.edit_session(endpoint=failing_server)
+    result = logged_in("list", "badgateway")
     assert result.code == 3
     assert result.stderr.startswith("error: HTTP 502 Bad Gateway: <html>")
 
 
-def test_connection_refused_exits_4(cli, api):
-    cli.login()
-    session = cli.session()
-    session["endpoint"] = closed_port_url()
-    cli.session_path.write_text(json.dumps(session))
-    result = cli("list", "things")
+def test_connection_refused_exits_4(logged_in):
+    logged_in.edit_session(endpoint=closed_port_url())
+    result = logged_in("list", "iam/users")
     assert result.code == 4
     assert result.stderr.startswith("error: cannot reach http://127.0.0.1:")
 
 
-def test_timeout_exits_4(cli, api):
-    cli.login()
-    result = cli("list", "slow", "--timeout", "0.2")
+def test_timeout_exits_4(logged_in, silent_server):
+    logged_in.edit_session(endpoint=silent_server)
+    result = logged_in("list", "iam/users", "--timeout", "0.2")
     assert result.code == 4
     assert "timed out after 0.2s" in result.stderr
 
 
-def test_token_is_not_sent_to_another_endpoint(cli, api):
-    cli.login()
-    api.requests.clear()
-    result = cli("list", "things", "--endpoint", "http://127.0.0.1:1")
+def test_token_is_not_sent_to_another_endpoint(logged_in):
+    result = logged_in("list", "iam/users", "--endpoint", "http://127.0.0.1:1")
     assert result.code == 5
     assert "session is for" in result.stderr
-    assert api.requests == []
+    assert logged_in.sent == []
 
 
-def test_usage_errors_exit_2_on_stderr(cli, api):
-    cli.login()
-    assert cli("list").code == 2
-    bad_field = cli("create", "things", "novalue")
+def test_usage_errors_exit_2_on_stderr_and_send_nothing(logged_in):
+    assert logged_in("list").code == 2
+    bad_field = logged_in("create", "iam/projects", "novalue")
     assert bad_field.code == 2
     assert bad_field.stderr == "error: expected key=value or key:=json, got 'novalue'\n"
-    bad_json = cli("create", "things", "size:=three")
+    bad_json = logged_in("create", "iam/projects", "size:=three")
     assert bad_json.code == 2 and "size:= needs a JSON value" in bad_json.stderr
-    assert cli("list", "things", "--limit", "0").code == 2
-    assert cli("list", "http://example.org/v1/things").code == 2
+    assert logged_in("list", "iam/projects", "--limit", "0").code == 2
+    assert logged_in("list", "http://example.org/v1/iam/projects").code == 2
+    assert logged_in.sent == []
 
 
 def test_help_shows_example_and_exit_codes(cli):
@@ -213,74 +298,68 @@ def test_help_shows_example_and_exit_codes(cli):
     assert sub.code == 0
     assert "example:\n  appliance create iam/users" in sub.stdout
     assert "--data" in sub.stdout and "--json" in sub.stdout
+    login = cli("login", "--help")
+    assert "APPLIANCE_API_PORT" in login.stdout and "--endpoint URL" in login.stdout
+    assert cli.sent == []
 
 
 # --- token refresh ---
 
 
-def test_refresh_after_server_rejects_expired_token(cli, api):
-    cli.login()
-    old_access = cli.session()["access_token"]
-    api.add_thing(name="a")
-    api.expire_access_tokens()
+def test_refresh_after_server_rejects_the_token(logged_in):
+    # The server no longer knows the token (as after a restart with new keys): 401.
+    logged_in.edit_session(access_token="no-longer-valid")
 
-    result = cli("list", "things", "--json")
+    result = logged_in("--json", "list", "iam/users")
 
     assert result.code == 0, result.stderr
-    assert [thing["name"] for thing in result.json()] == ["a"]
-    assert api.token_bodies[-1]["grant_type"] == "refresh_token"
-    new_session = cli.session()
-    assert new_session["access_token"] != old_access
-    assert new_session["access_token"] in api.access_tokens
-    assert stat.S_IMODE(cli.session_path.stat().st_mode) == 0o600
-    sent_tokens = [request["authorization"] for request in api.requests_to("/v1/things/")]
-    assert sent_tokens == [f"Bearer {old_access}", f"Bearer {new_session['access_token']}"]
+    assert [user["username"] for user in result.json()] == ["admin"]
+    assert token_grants(logged_in) == ["refresh_token"]
+    new_token = logged_in.session()["access_token"]
+    assert new_token != "no-longer-valid"
+    assert stat.S_IMODE(logged_in.session_path.stat().st_mode) == 0o600
+    assert [r.authorization for r in logged_in.transport.to("/v1/iam/users/")] == [
+        "Bearer no-longer-valid", f"Bearer {new_token}"]
 
 
-def test_refresh_before_request_when_session_says_expired(cli, api):
-    cli.login()
-    old_access = cli.session()["access_token"]
-    real_clock = cli.clock
-    cli.clock = lambda: real_clock() + 7200  # two hours later: access token lapsed, refresh token alive
+def test_refresh_before_request_when_session_says_expired(logged_in):
+    old_access = logged_in.session()["access_token"]
+    real_clock = logged_in.clock
+    logged_in.clock = lambda: real_clock() + 7200  # two hours on: access token lapsed, refresh token alive
 
-    result = cli("list", "things")
+    result = logged_in("list", "iam/users")
 
     assert result.code == 0, result.stderr
-    things_requests = api.requests_to("/v1/things/")
-    assert len(things_requests) == 1  # refreshed up front, no wasted 401
-    assert things_requests[0]["authorization"] != f"Bearer {old_access}"
+    users_requests = logged_in.transport.to("/v1/iam/users/")
+    assert len(users_requests) == 1  # refreshed up front, no wasted 401
+    assert users_requests[0].authorization != f"Bearer {old_access}"
+    assert token_grants(logged_in) == ["refresh_token"]
 
 
-def test_refused_refresh_means_logged_out(cli, api):
-    cli.login()
-    api.expire_access_tokens()
-    api.revoke_refresh_tokens()
+def test_refused_refresh_means_logged_out(logged_in):
+    logged_in.edit_session(access_token="no-longer-valid", refresh_token="neither-this")
 
-    result = cli("list", "things")
+    result = logged_in("list", "iam/users")
 
     assert result.code == 5
-    assert "could not be renewed" in result.stderr and "refresh token is not valid" in result.stderr
+    assert "could not be renewed" in result.stderr and "invalid_grant" in result.stderr
 
 
-def test_refresh_happens_at_most_once(cli, api):
-    cli.login()
-    real_clock = cli.clock
-    cli.clock = lambda: real_clock() + 7200
-    api.access_ttl = 0  # every refreshed token is already expired: server keeps saying 401
-    original_issue = api._issue
+def test_refresh_happens_at_most_once(logged_in):
+    # Something on the way (a broken proxy, say) mangles every bearer token: the server keeps
+    # answering 401, and the CLI must give up after one refresh instead of looping.
+    inner = logged_in.transport.inner
 
-    def issue_expired(username, scope):
-        tokens = original_issue(username, scope)
-        api.access_tokens[tokens["access_token"]]["expired"] = True
-        return tokens
+    def mangling(method, url, headers, body, timeout):
+        if "Authorization" in headers:
+            headers = {**headers, "Authorization": headers["Authorization"] + "x"}
+        return inner(method, url, headers, body, timeout)
 
-    api._issue = issue_expired
-    try:
-        result = cli("list", "things")
-    finally:
-        del api._issue
+    logged_in.transport.inner = mangling
+    result = logged_in("list", "iam/users")
     assert result.code == 5
-    assert [body["grant_type"] for body in api.token_bodies].count("refresh_token") == 1
+    assert token_grants(logged_in) == ["refresh_token"]
+    assert len(logged_in.transport.to("/v1/iam/users/")) == 2
 
 
 # --- delegation and the process shell ---
@@ -307,8 +386,6 @@ def test_up_without_a_supervisor_is_an_error_not_a_traceback(cli, monkeypatch):
 
 
 def test_main_turns_an_unexpected_failure_into_one_line(tmp_path):
-    import io
-
     def broken_transport(*_args):
         raise RuntimeError("kaboom")
 

@@ -15,14 +15,17 @@ def cli(logged_in):
     return logged_in
 
 
-def test_marketplace_round_trip(cli, tmp_path):
+def test_marketplace_round_trip(cli, tmp_path, monkeypatch):
     repo_dir = tmp_path / "repo"
     repo_dir.mkdir()
     write_manifest(repo_dir, manifest("shop", "1.0.0"))
     write_manifest(repo_dir, manifest("shop", "1.1.0"))
     write_manifest(repo_dir, manifest("shop", "2.0.0-dev.1"))
-    added = cli("--json", "repo", "add", "local", "--dir", str(repo_dir), "--wait")
+    monkeypatch.chdir(tmp_path)
+    added = cli("--json", "repo", "add", "local", "--dir", "repo", "--wait")
     assert added.code == 0, added.stderr
+    # the API reads the directory from its own working directory: the CLI sends it absolute
+    assert added.json()["driver_spec"]["manifests_dir"] == str(repo_dir)
     assert added.json()["status"] == "ACTIVE"
     listed = cli("--json", "repo", "list")
     assert [r["name"] for r in listed.json()] == ["local"]
@@ -35,8 +38,24 @@ def test_marketplace_round_trip(cli, tmp_path):
     installed = cli("--json", "elements", "install", "shop==1.0.0", "--wait")
     assert installed.code == 0, installed.stderr
     assert installed.json()["status"] == "ACTIVE" and "ACTIVE" in installed.stderr
-    upgraded = cli("--json", "elements", "upgrade", "shop", "1.1.0", "--wait")
+    # an older version installed shows as installed beside the newest one offered
+    assert [(e["name"], e["version"], e["installed"]) for e in
+            cli("--json", "elements", "available").json()] == [("shop", "1.1.0", "1.0.0")]
+    table = cli("elements", "available").stdout.splitlines()
+    assert table[0].split() == ["UUID", "NAME", "VERSION", "INSTALLED", "DEVELOPMENT"]
+    assert table[1].split()[1:] == ["shop", "1.1.0", "1.0.0", "false"]
+    # upgrade names its target as install does; the old two-word form is refused, nothing sent
+    cli.sent.clear()
+    old_form = cli("elements", "upgrade", "shop", "1.1.0")
+    assert old_form.code == 2 and cli.sent == []
+    assert "NAME==VERSION" in old_form.stderr and "shop==1.1.0" in old_form.stderr
+    same = cli("elements", "upgrade", "shop==1.0.0")
+    assert same.code == 1 and "shop 1.0.0 is installed already" in same.stderr
+    help_text = cli("elements", "upgrade", "--help").stdout
+    assert "NAME[==VERSION]" in help_text and "appliance elements upgrade app==1.3.0" in help_text
+    upgraded = cli("--json", "elements", "upgrade", "shop==1.1.0", "--wait")
     assert upgraded.code == 0 and upgraded.json()["version"] == "1.1.0"
+    assert cli("--json", "elements", "available").json()[0]["installed"] == "1.1.0"
     gone = cli("--json", "elements", "uninstall", "shop", "--wait")
     assert gone.code == 0 and gone.json()["status"] == "AVAILABLE"
     write_manifest(repo_dir, manifest("shop", "1.2.0"))

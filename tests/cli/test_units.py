@@ -8,7 +8,7 @@ import pytest
 
 from appliance.cli import UsageError
 from appliance.cli.client import api_path, normalize_endpoint
-from appliance.cli.main import parse_fields
+from appliance.cli.common import parse_fields
 from appliance.cli.output import choose_columns, render_table
 from appliance.cli.session import config_dir_from_environ
 
