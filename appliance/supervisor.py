@@ -4,6 +4,11 @@ processes until SIGINT/SIGTERM.
 Children get the supervisor's effective settings as APPLIANCE_* variables, die with it
 (PR_SET_PDEATHSIG, even when it is SIGKILLed) and are restarted when they die, with an
 exponential back-off for one that keeps dying young. See docs/supervisor.md.
+
+The supervisor lives as long as the appliance, so it is kept small: it imports neither the
+store nor any capability (the first-start bootstrap runs in a forked child) and probes the
+API's health over a plain socket rather than urllib (http, email, ssl). A test checks its
+modules (tests/supervisor/test_imports.py).
 """
 
 import argparse
@@ -13,12 +18,10 @@ import os
 import signal
 import subprocess
 import sys
+import socket
 import time
-import urllib.error
-import urllib.request
 
 from appliance import config, logs
-from appliance.bootstrap import bootstrap
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
@@ -35,14 +38,35 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 log = logging.getLogger("appliance.supervisor")
 _libc = ctypes.CDLL(None, use_errno=True)
-# The API is local: an http_proxy of the environment must not see the probes.
-_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# glibc malloc settings for every child, unless the environment sets them already. The API
+# hashes passwords with scrypt (a 16 MB buffer per login): with glibc's default, the first
+# free of such a buffer raises the mmap threshold to 16 MB, after which each one comes from
+# a thread's arena and stays there: 8 threads, 8 arenas, 300 MB after a few hundred logins.
+# A fixed threshold (which also turns the dynamic one off) keeps every block of 1 MB or more
+# in mmap, returned on free; two arenas bound what the other threads' fragmentation keeps.
+# See docs/supervisor.md ("Memory").
+MALLOC_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(1024 * 1024)}
+
+
+def python_command(module):
+    """argv of `python -m module` that imports this tree whatever the working directory:
+    `-m` puts the working directory first on sys.path, so started from another checkout it
+    would run that one's code; -P (Python 3.11+) leaves it out and PYTHONPATH decides."""
+    flags = ["-P"] if sys.version_info >= (3, 11) else []
+    return [sys.executable, *flags, "-m", module]
+
+
+def tree_first_pythonpath(environ):
+    """PYTHONPATH of `environ` with this tree's root in front."""
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([PROJECT_ROOT] + rest)
 
 
 def child_commands():
     """(name, argv) of every child process, the API first."""
-    commands = [("api", [sys.executable, "-m", "appliance.api.server"])]
-    commands += [(name, [sys.executable, "-m", module_of(name)]) for name in DAEMONS]
+    commands = [("api", python_command("appliance.api.server"))]
+    commands += [(name, python_command(module_of(name))) for name in DAEMONS]
     return commands
 
 
@@ -52,6 +76,8 @@ def child_environment(settings, config_file=None, environ=None):
     Unset (None) settings cannot be written as variables, so the child also reads the
     config file the supervisor read: the values it takes from there are the same ones."""
     env = dict(os.environ if environ is None else environ)
+    for key, value in MALLOC_ENVIRONMENT.items():
+        env.setdefault(key, value)
     for key in config.DEFAULTS:
         env.pop("APPLIANCE_" + key.upper(), None)
     for key, value in settings.items():
@@ -61,8 +87,7 @@ def child_environment(settings, config_file=None, environ=None):
     if config_file:
         env["APPLIANCE_CONFIG"] = os.path.abspath(config_file)
     # Children import appliance/ and daemons/ from this tree whatever the cwd.
-    env["PYTHONPATH"] = os.pathsep.join(
-        [PROJECT_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = tree_first_pythonpath(env)
     return env
 
 
@@ -204,13 +229,7 @@ class Supervisor:
         # A wildcard listen address is not one to connect to: probe loopback instead.
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
             self.settings["api_host"], self.settings["api_host"])
-        try:
-            with _no_proxy.open(self.api_url(host) + "/v1/health",
-                                timeout=HEALTH_PROBE_SECONDS) as response:
-                ready = response.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return
-        if ready:
+        if health_status(host, self.settings["api_port"], HEALTH_PROBE_SECONDS) == 200:
             self.api_announced = True
             print(f"appliance API is ready at {self.api_url()}", file=self.out, flush=True)
 
@@ -249,6 +268,52 @@ class Supervisor:
                 pass
 
 
+def health_status(host, port, timeout):
+    """The HTTP status of GET /v1/health, or None when there is no answer. One plain
+    HTTP/1.0 request on a socket: it never goes through a proxy of the environment."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(b"GET /v1/health HTTP/1.0\r\nHost: appliance\r\n\r\n")
+            head = b""
+            while b"\r\n" not in head and len(head) < 1024:
+                chunk = conn.recv(1024)
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
+        return None
+    parts = head.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def bootstrap_in_child(settings):
+    """Run appliance.bootstrap in a forked child and return its line; None if it failed.
+
+    Forked so that what it needs (the store, IAM, the other seeds, scrypt's 16 MB for the
+    admin password) is paid for in a process that exits, not kept by the supervisor for
+    the appliance's whole life. Called before any child or thread exists."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 1
+        try:
+            from appliance.bootstrap import bootstrap  # noqa: PLC0415 (the reason above)
+            os.write(write_end, bootstrap(settings).encode())
+            code = 0
+        except BaseException:
+            log.exception("cannot prepare the state directory %s", settings["state_dir"])
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        line = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return line if os.waitstatus_to_exitcode(status) == 0 else None
+
+
 def children_of(pid):
     """PIDs whose parent is `pid`, zombies excluded (they are gone but for the reaping)."""
     found = []
@@ -269,11 +334,10 @@ def children_of(pid):
 
 def run(settings, out=sys.stdout, config_file=None):
     """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
-    try:
-        print(bootstrap(settings), file=out, flush=True)
-    except Exception:
-        log.exception("cannot prepare the state directory %s", settings["state_dir"])
+    line = bootstrap_in_child(settings)
+    if line is None:
         return 1
+    print(line, file=out, flush=True)
     supervisor = Supervisor(settings, out, config_file)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
@@ -298,7 +362,16 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if __name__ != "__main__":
+        # Called from another program (the `appliance` CLI, with its own modules loaded):
+        # become a fresh `python -m appliance.supervisor` instead. Same pid, terminal and
+        # environment, but only the supervisor's modules, for the appliance's whole life.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        env = dict(os.environ, PYTHONPATH=tree_first_pythonpath(os.environ))
+        os.execve(sys.executable, python_command("appliance.supervisor") + argv, env)
+    args = parse_args(argv)
     overrides = {"state_dir": args.state_dir, "api_host": args.api_host,
                  "api_port": args.api_port, "dns_port": args.dns_port}
     try:

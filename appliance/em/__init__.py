@@ -1,8 +1,8 @@
 """Element Manager: manifests, elements, and the builder's reconcile step."""
 
-from .resources import all_resources
-
 
 def register(api):
+    # Imported here: the daemons import this package's other modules without the API.
+    from .resources import all_resources
     for resource in all_resources():
         resource.register(api)
