@@ -5,26 +5,31 @@ Children get the supervisor's effective settings as APPLIANCE_* variables, die w
 (PR_SET_PDEATHSIG, even when it is SIGKILLed) and are restarted when they die, with an
 exponential back-off for one that keeps dying young. See docs/supervisor.md.
 
-The supervisor lives as long as the appliance, so it is kept small: it imports neither the
-store nor any capability (the first-start bootstrap runs in a forked child) and probes the
-API's health over a plain socket rather than urllib (http, email, ssl). A test checks its
-modules (tests/supervisor/test_imports.py).
+Children are forked from the supervisor, which imports every module they run once, before
+any of them starts (a "zygote"): their code and the libraries' objects stay shared
+copy-on-write pages instead of one private copy per process, which halves the appliance's
+memory (docs/supervisor.md, "Memory"). So the supervisor never starts a thread: forking a
+threaded process can leave the child holding locks no thread will ever release.
 """
 
 import argparse
 import ctypes
+import gc
+import importlib
 import logging
 import os
 import signal
-import subprocess
-import sys
 import socket
+import sys
+import threading
 import time
+import traceback
 
 from appliance import config, logs
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 
 POLL_SECONDS = 0.1
@@ -39,14 +44,21 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 log = logging.getLogger("appliance.supervisor")
 _libc = ctypes.CDLL(None, use_errno=True)
 
-# glibc malloc settings for every child, unless the environment sets them already. The API
-# hashes passwords with scrypt (a 16 MB buffer per login): with glibc's default, the first
-# free of such a buffer raises the mmap threshold to 16 MB, after which each one comes from
-# a thread's arena and stays there: 8 threads, 8 arenas, 300 MB after a few hundred logins.
+# glibc malloc settings of the supervisor, inherited by every child it forks. The API hashes
+# passwords with scrypt (a 16 MB buffer per login): with glibc's defaults the first free of
+# such a buffer raises the mmap threshold to 16 MB, after which each one comes from a
+# thread's arena and stays there: 8 threads, 8 arenas, 300 MB after a few hundred logins.
 # A fixed threshold (which also turns the dynamic one off) keeps every block of 1 MB or more
-# in mmap, returned on free; two arenas bound what the other threads' fragmentation keeps.
-# See docs/supervisor.md ("Memory").
-MALLOC_ENVIRONMENT = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": str(1024 * 1024)}
+# in mmap, returned on free; two arenas bound what the threads' fragmentation keeps.
+# The systemd units set the same with MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_.
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
+MMAP_THRESHOLD_BYTES = 1024 * 1024
+ARENA_MAX = 2
+
+
+def tune_malloc():
+    _libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    _libc.mallopt(M_ARENA_MAX, ARENA_MAX)
 
 
 def python_command(module):
@@ -63,11 +75,61 @@ def tree_first_pythonpath(environ):
     return os.pathsep.join([PROJECT_ROOT] + rest)
 
 
-def child_commands():
-    """(name, argv) of every child process, the API first."""
-    commands = [("api", python_command("appliance.api.server"))]
-    commands += [(name, python_command(module_of(name))) for name in DAEMONS]
-    return commands
+def child_modules():
+    """(name, module) of every child process, the API first. A child runs module.main(),
+    as `python -m module` does (which is what the systemd units run)."""
+    return [("api", "appliance.api.server")] + [(name, module_of(name)) for name in DAEMONS]
+
+
+def preload():
+    """Import everything the children run, once, in the supervisor, and freeze it.
+
+    gc.freeze() moves these objects out of the collector's reach: a collection in a child
+    would otherwise write to every one of them and so copy every shared page."""
+    from appliance.api.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
+    for _, module in child_modules():
+        importlib.import_module(module)
+    # a capability's routes are imported when the API registers them
+    for capability in capabilities():
+        importlib.import_module(capability.__name__ + ".resources")
+    importlib.import_module("appliance.iam.auth")
+    gc.collect()
+    gc.freeze()
+
+
+def run_child(name, module, env, parent_pid):
+    """In a freshly forked child: run module.main() as `python -m module` would. Never
+    returns: it ends the process with main()'s exit code."""
+    code = 1
+    try:
+        # SIGTERM this child when the supervisor dies, however it dies.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        # The parent may have died between fork and prctl: then nobody would signal us.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)   # what ps and top show
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [module]
+        # main(): what `python -m module` runs too; the module itself is already imported
+        code = importlib.import_module(module).main() or 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        # os._exit: never unwind into the supervisor's loop, nor run its atexit handlers
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def child_environment(settings, config_file=None, environ=None):
@@ -76,8 +138,6 @@ def child_environment(settings, config_file=None, environ=None):
     Unset (None) settings cannot be written as variables, so the child also reads the
     config file the supervisor read: the values it takes from there are the same ones."""
     env = dict(os.environ if environ is None else environ)
-    for key, value in MALLOC_ENVIRONMENT.items():
-        env.setdefault(key, value)
     for key in config.DEFAULTS:
         env.pop("APPLIANCE_" + key.upper(), None)
     for key, value in settings.items():
@@ -86,7 +146,7 @@ def child_environment(settings, config_file=None, environ=None):
     env.pop("APPLIANCE_CONFIG", None)
     if config_file:
         env["APPLIANCE_CONFIG"] = os.path.abspath(config_file)
-    # Children import appliance/ and daemons/ from this tree whatever the cwd.
+    # What a child starts (a build, a tool) imports appliance/ from this tree too.
     env["PYTHONPATH"] = tree_first_pythonpath(env)
     return env
 
@@ -100,16 +160,6 @@ def effective_config_file(config_file=None, environ=None):
     return path or None
 
 
-def _die_with_parent(parent_pid):
-    """preexec_fn: SIGTERM this child when the supervisor dies, however it dies."""
-    def preexec():
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        # The parent may have died between fork and prctl: then nobody would signal us.
-        if os.getppid() != parent_pid:
-            os._exit(1)
-    return preexec
-
-
 def describe_status(status):
     if os.WIFSIGNALED(status):
         return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
@@ -117,19 +167,15 @@ def describe_status(status):
 
 
 class Child:
-    """One supervised process: its command, its current pid and its restart history."""
+    """One supervised process: its module, its current pid and its restart history."""
 
-    def __init__(self, name, argv):
+    def __init__(self, name, module):
         self.name = name
-        self.argv = argv
-        self.process = None        # subprocess.Popen of the running instance, if any
+        self.module = module
+        self.pid = None            # of the running instance, if any
         self.started_at = None
         self.quick_deaths = 0      # deaths in a row, each before STABLE_SECONDS of uptime
         self.start_after = 0.0     # monotonic time before which it is not restarted
-
-    @property
-    def pid(self):
-        return None if self.process is None else self.process.pid
 
     def restart_delay(self):
         """The first quick death restarts at once; later ones wait longer and longer."""
@@ -143,7 +189,7 @@ class Supervisor:
         self.settings = settings
         self.out = out
         self.env = child_environment(settings, config_file)
-        self.children = [Child(name, argv) for name, argv in child_commands()]
+        self.children = [Child(name, module) for name, module in child_modules()]
         self.stop_requested = False
         self.api_announced = False
         self._next_probe = 0.0
@@ -172,17 +218,22 @@ class Supervisor:
         self.stop_requested = True
 
     def spawn(self, child):
-        # Started from the main thread on purpose: PDEATHSIG fires when the forking
-        # *thread* exits, and the main thread lives exactly as long as the supervisor.
+        # Forked from the main thread on purpose: PDEATHSIG fires when the forking *thread*
+        # exits, and the main thread lives exactly as long as the supervisor.
+        if threading.active_count() != 1:
+            raise RuntimeError("the supervisor started a thread: forking is no longer safe")
+        parent = os.getpid()
         try:
-            child.process = subprocess.Popen(child.argv, env=self.env,
-                                             preexec_fn=_die_with_parent(os.getpid()))
+            pid = os.fork()
         except OSError as e:
-            child.process = None
+            child.pid = None
             child.quick_deaths += 1
             child.start_after = time.monotonic() + max(child.restart_delay(), 1.0)
             log.error("cannot start %s: %s", child.name, e)
             return
+        if pid == 0:
+            run_child(child.name, child.module, self.env, parent)
+        child.pid = pid
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.pid)
 
@@ -199,13 +250,11 @@ class Supervisor:
             if child is None:
                 log.debug("reaped adopted orphan %d (%s)", pid, describe_status(status))
                 continue
-            # We reaped it, not Popen: tell Popen, or it would wait for it again.
-            child.process.returncode = os.waitstatus_to_exitcode(status)
             self.on_child_exit(child, status)
 
     def on_child_exit(self, child, status):
         uptime = time.monotonic() - child.started_at
-        child.process = None
+        child.pid = None
         if self.stop_requested:
             return
         child.quick_deaths = child.quick_deaths + 1 if uptime < STABLE_SECONDS else 1
@@ -291,9 +340,9 @@ def health_status(host, port, timeout):
 def bootstrap_in_child(settings):
     """Run appliance.bootstrap in a forked child and return its line; None if it failed.
 
-    Forked so that what it needs (the store, IAM, the other seeds, scrypt's 16 MB for the
-    admin password) is paid for in a process that exits, not kept by the supervisor for
-    the appliance's whole life. Called before any child or thread exists."""
+    Forked so that what it allocates (the records it reads, scrypt's 16 MB for the admin
+    password) is paid for in a process that exits, not kept by the supervisor, and so
+    shared with every child, for the appliance's whole life."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -334,6 +383,8 @@ def children_of(pid):
 
 def run(settings, out=sys.stdout, config_file=None):
     """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
+    tune_malloc()
+    preload()
     line = bootstrap_in_child(settings)
     if line is None:
         return 1

@@ -1,11 +1,14 @@
-"""Each process of the appliance imports only what it runs (issue 11: memory).
+"""What each process of the appliance imports (issue 11: memory).
 
-Megabytes depend on the machine; the modules a process loads do not. So every real
-process — the supervisor and each child, started with the very command and environment
-the supervisor gives it — runs under module_probe.py, which records sys.modules when the
-process exits; the test then checks that heavy libraries the process has no use for were
-never imported. A module imported late (inside a function) can only make this test miss
-something, never fail at random.
+Megabytes depend on the machine; the modules a process loads do not. Two layouts:
+- systemd runs each child alone (`python -m MODULE`): there a daemon must import only what
+  it runs. Each runs here under module_probe.py, with the environment the supervisor gives
+  its children; the probe records sys.modules when the process exits, and the test checks
+  that heavy libraries it has no use for were never imported. A module imported late
+  (inside a function) can only make this test miss something, never fail at random.
+- `appliance up` forks every child from a supervisor that imported all of them first, so
+  that the pages are shared: there the supervisor must hold every child module and must
+  never have started a thread (forking a threaded process is unsafe).
 """
 
 import os
@@ -20,7 +23,7 @@ import pytest
 from tests.apiserver import free_port
 
 from appliance import config
-from appliance.supervisor import PROJECT_ROOT, child_commands, child_environment
+from appliance.supervisor import PROJECT_ROOT, child_environment, child_modules
 
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_probe.py")
 
@@ -37,8 +40,6 @@ HTTP_CLIENT = {"urllib.request", "http.client", "email", "ssl"}
 TEST_ONLY = {"pytest", "openapi_spec_validator", "dns"}      # dns: dnspython
 
 NEVER = {
-    "supervisor": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | STORE | CONFIG_FILE
-    | HTTP_CLIENT | {"appliance.bootstrap", "appliance.iam"},
     "api": DNS_WIRE,
     "builder": HTTP_SERVER | DNS_WIRE,
     "delivery": HTTP_SERVER | TOKENS | DNS_WIRE | CONFIG_FILE,
@@ -49,21 +50,17 @@ NEVER = {
 }
 
 
-def probed(out, argv):
-    """argv (`python [-P] -m MODULE ARGS`) run under the probe instead."""
-    module_at = argv.index("-m") + 1
-    return [sys.executable, "-P", PROBE, str(out), argv[module_at], *argv[module_at + 1:]]
-
-
 class Probed:
-    """A process under the probe; its stderr and stdout are read for a readiness line."""
+    """`python -m module args` under the probe; its output is read for a readiness line."""
 
-    def __init__(self, name, argv, env, ready, tmp_path):
+    def __init__(self, name, module, args, env, ready, tmp_path):
         self.name, self.ready = name, ready
         self.out = tmp_path / f"{name}.modules"
         self.lines = []
         self.seen = threading.Event()
-        self.proc = subprocess.Popen(probed(self.out, argv), env=env, cwd=tmp_path,
+        # -P: the probe's directory must not shadow anything; PYTHONPATH names the tree
+        self.proc = subprocess.Popen([sys.executable, "-P", PROBE, str(self.out), module, *args],
+                                     env=env, cwd=tmp_path,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -74,10 +71,13 @@ class Probed:
             if self.ready in line:
                 self.seen.set()
 
-    def modules(self, timeout):
-        """Wait until ready, stop with SIGTERM, return the set of modules it imported."""
+    def wait_ready(self, timeout):
         assert self.seen.wait(timeout), f"{self.name} never said {self.ready!r}: " \
                                         f"{''.join(self.lines)[-3000:]}"
+
+    def modules(self, timeout):
+        """Wait until ready, stop with SIGTERM, return the set of modules it imported."""
+        self.wait_ready(timeout)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(30)
@@ -111,31 +111,35 @@ def test_each_child_imports_only_what_it_runs(tmp_path, settings):
     env.pop("APPLIANCE_CONFIG", None)
     processes = []
     try:
-        for name, argv in child_commands():
+        for name, module in child_modules():
             ready = "serving on" if name == "api" else "started; watching"
-            processes.append(Probed(name, argv, env, ready, tmp_path))
+            processes.append(Probed(name, module, [], env, ready, tmp_path))
         found = {p.name: imported(p.modules(timeout=90), NEVER[p.name] | TEST_ONLY)
                  for p in processes}
     finally:
         for p in processes:
             p.kill()
     assert found == {name: [] for name in found}
-    assert set(found) == set(NEVER) - {"supervisor"}
+    assert set(found) == set(NEVER)
 
 
 @pytest.mark.timeout(120)
-def test_supervisor_imports_neither_the_store_nor_the_api(tmp_path, settings):
+def test_supervisor_preloads_every_child_module_and_never_starts_a_thread(tmp_path, settings):
     env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": PROJECT_ROOT,
            "APPLIANCE_ADMIN_PASSWORD": "probe-password"}
-    argv = [sys.executable, "-m", "appliance.supervisor",
-            "--state-dir", settings["state_dir"], "--api-port", str(settings["api_port"]),
+    args = ["--state-dir", settings["state_dir"], "--api-port", str(settings["api_port"]),
             "--dns-port", str(settings["dns_port"])]
-    supervisor = Probed("supervisor", argv, env, "appliance API is ready", tmp_path)
+    supervisor = Probed("supervisor", "appliance.supervisor", args, env,
+                        "appliance API is ready", tmp_path)
     try:
-        modules = supervisor.modules(timeout=90)
+        supervisor.wait_ready(timeout=90)
+        # the probe's process is the supervisor itself (runpy, no exec)
+        threads = os.listdir(f"/proc/{supervisor.proc.pid}/task")
+        modules = supervisor.modules(timeout=1)
     finally:
         supervisor.kill()
-    assert "appliance.supervisor" not in modules      # it ran as __main__, not imported
-    assert imported(modules, NEVER["supervisor"] | TEST_ONLY) == []
-    # the first-start bootstrap ran (in a forked child): the password line was printed
+    assert threads == [str(supervisor.proc.pid)]
+    assert [m for _, m in child_modules() if m not in modules] == []
+    assert imported(modules, TEST_ONLY) == []
+    # the first-start bootstrap ran (in a forked child): its line was printed
     assert any("admin password of user 'admin'" in line for line in supervisor.lines)
