@@ -50,7 +50,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 # thread's arena and stays there: 8 threads, 8 arenas, 300 MB after a few hundred logins.
 # A fixed threshold (which also turns the dynamic one off) keeps every block of 1 MB or more
 # in mmap, returned on free; two arenas bound what the threads' fragmentation keeps.
-# The systemd units set the same with MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_.
+# The API's systemd unit sets the same with MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_.
 M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
 MMAP_THRESHOLD_BYTES = 1024 * 1024
 ARENA_MAX = 2
@@ -87,12 +87,17 @@ def preload():
     gc.freeze() moves these objects out of the collector's reach: a collection in a child
     would otherwise write to every one of them and so copy every shared page."""
     from appliance.api.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
-    for _, module in child_modules():
-        importlib.import_module(module)
+    modules = [module for _, module in child_modules()]
     # a capability's routes are imported when the API registers them
-    for capability in capabilities():
-        importlib.import_module(capability.__name__ + ".resources")
-    importlib.import_module("appliance.iam.auth")
+    modules += [capability.__name__ + ".resources" for capability in capabilities()]
+    modules.append("appliance.iam.auth")
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            # Not fatal here: the child that needs it fails at start, logs why and is
+            # restarted with a back-off, while the others run, as with any broken child.
+            log.exception("cannot preload %s", module)
     gc.collect()
     gc.freeze()
 
