@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
@@ -33,7 +32,6 @@ API = {"bottle", "jsonschema", "appliance.api", "appliance.api.resource"}
 TOKENS = {"jwt"}
 CRYPTO = {"cryptography"}
 DNS_WIRE = {"dnslib"}
-STORE = {"state", "tinydb", "watchdog", "orjson"}
 # read only when there is a config file: none here, unless the machine has the default one
 CONFIG_FILE = set() if os.path.exists(config.DEFAULT_CONFIG_FILE) else {"yaml"}
 HTTP_CLIENT = {"urllib.request", "http.client", "email", "ssl"}
