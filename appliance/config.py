@@ -6,8 +6,6 @@ variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
 
 import os
 
-import yaml
-
 DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
 
 DEFAULTS = {
@@ -69,6 +67,8 @@ def load(config_file=None, environ=None, overrides=None):
     if path is None and os.path.exists(DEFAULT_CONFIG_FILE):
         path = DEFAULT_CONFIG_FILE
     if path:
+        # Imported here: every process loads settings, few have a config file to parse.
+        import yaml  # noqa: PLC0415
         try:
             with open(path) as f:
                 loaded = yaml.safe_load(f) or {}

@@ -4,24 +4,32 @@ processes until SIGINT/SIGTERM.
 Children get the supervisor's effective settings as APPLIANCE_* variables, die with it
 (PR_SET_PDEATHSIG, even when it is SIGKILLed) and are restarted when they die, with an
 exponential back-off for one that keeps dying young. See docs/supervisor.md.
+
+Children are forked from the supervisor, which imports every module they run once, before
+any of them starts (a "zygote"): their code and the libraries' objects stay shared
+copy-on-write pages instead of one private copy per process, which halves the appliance's
+memory (docs/supervisor.md, "Memory"). So the supervisor never starts a thread: forking a
+threaded process can leave the child holding locks no thread will ever release.
 """
 
 import argparse
 import ctypes
+import gc
+import importlib
 import logging
 import os
 import signal
-import subprocess
+import socket
 import sys
+import threading
 import time
-import urllib.error
-import urllib.request
+import traceback
 
 from appliance import config, logs
-from appliance.bootstrap import bootstrap
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
 
 POLL_SECONDS = 0.1
@@ -35,15 +43,98 @@ PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 log = logging.getLogger("appliance.supervisor")
 _libc = ctypes.CDLL(None, use_errno=True)
-# The API is local: an http_proxy of the environment must not see the probes.
-_no_proxy = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# glibc malloc settings of the supervisor, inherited by every child it forks. The API hashes
+# passwords with scrypt (a 16 MB buffer per login): with glibc's defaults the first free of
+# such a buffer raises the mmap threshold to 16 MB, after which each one comes from a
+# thread's arena and stays there: 8 threads, 8 arenas, 300 MB after a few hundred logins.
+# A fixed threshold (which also turns the dynamic one off) keeps every block of 1 MB or more
+# in mmap, returned on free; two arenas bound what the threads' fragmentation keeps.
+# The API's systemd unit sets the same with MALLOC_ARENA_MAX and MALLOC_MMAP_THRESHOLD_.
+M_MMAP_THRESHOLD, M_ARENA_MAX = -3, -8
+MMAP_THRESHOLD_BYTES = 1024 * 1024
+ARENA_MAX = 2
 
 
-def child_commands():
-    """(name, argv) of every child process, the API first."""
-    commands = [("api", [sys.executable, "-m", "appliance.api.server"])]
-    commands += [(name, [sys.executable, "-m", module_of(name)]) for name in DAEMONS]
-    return commands
+def tune_malloc():
+    _libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    _libc.mallopt(M_ARENA_MAX, ARENA_MAX)
+
+
+def python_command(module):
+    """argv of `python -m module` that imports this tree whatever the working directory:
+    `-m` puts the working directory first on sys.path, so started from another checkout it
+    would run that one's code; -P (Python 3.11+) leaves it out and PYTHONPATH decides."""
+    flags = ["-P"] if sys.version_info >= (3, 11) else []
+    return [sys.executable, *flags, "-m", module]
+
+
+def tree_first_pythonpath(environ):
+    """PYTHONPATH of `environ` with this tree's root in front."""
+    rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return os.pathsep.join([PROJECT_ROOT] + rest)
+
+
+def child_modules():
+    """(name, module) of every child process, the API first. A child runs module.main(),
+    as `python -m module` does (which is what the systemd units run)."""
+    return [("api", "appliance.api.server")] + [(name, module_of(name)) for name in DAEMONS]
+
+
+def preload():
+    """Import everything the children run, once, in the supervisor, and freeze it.
+
+    gc.freeze() moves these objects out of the collector's reach: a collection in a child
+    would otherwise write to every one of them and so copy every shared page."""
+    from appliance.api.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
+    modules = [module for _, module in child_modules()]
+    # a capability's routes are imported when the API registers them
+    modules += [capability.__name__ + ".resources" for capability in capabilities()]
+    modules.append("appliance.iam.auth")
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception:
+            # Not fatal here: the child that needs it fails at start, logs why and is
+            # restarted with a back-off, while the others run, as with any broken child.
+            log.exception("cannot preload %s", module)
+    gc.collect()
+    gc.freeze()
+
+
+def run_child(name, module, env, parent_pid):
+    """In a freshly forked child: run module.main() as `python -m module` would. Never
+    returns: it ends the process with main()'s exit code."""
+    code = 1
+    try:
+        # SIGTERM this child when the supervisor dies, however it dies.
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        # The parent may have died between fork and prctl: then nobody would signal us.
+        if os.getppid() != parent_pid:
+            os._exit(1)
+        _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)   # what ps and top show
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = [module]
+        # main(): what `python -m module` runs too; the module itself is already imported
+        code = importlib.import_module(module).main() or 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        # os._exit: never unwind into the supervisor's loop, nor run its atexit handlers
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
 
 def child_environment(settings, config_file=None, environ=None):
@@ -60,9 +151,8 @@ def child_environment(settings, config_file=None, environ=None):
     env.pop("APPLIANCE_CONFIG", None)
     if config_file:
         env["APPLIANCE_CONFIG"] = os.path.abspath(config_file)
-    # Children import appliance/ and daemons/ from this tree whatever the cwd.
-    env["PYTHONPATH"] = os.pathsep.join(
-        [PROJECT_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # What a child starts (a build, a tool) imports appliance/ from this tree too.
+    env["PYTHONPATH"] = tree_first_pythonpath(env)
     return env
 
 
@@ -75,16 +165,6 @@ def effective_config_file(config_file=None, environ=None):
     return path or None
 
 
-def _die_with_parent(parent_pid):
-    """preexec_fn: SIGTERM this child when the supervisor dies, however it dies."""
-    def preexec():
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        # The parent may have died between fork and prctl: then nobody would signal us.
-        if os.getppid() != parent_pid:
-            os._exit(1)
-    return preexec
-
-
 def describe_status(status):
     if os.WIFSIGNALED(status):
         return f"killed by {signal.Signals(os.WTERMSIG(status)).name}"
@@ -92,19 +172,15 @@ def describe_status(status):
 
 
 class Child:
-    """One supervised process: its command, its current pid and its restart history."""
+    """One supervised process: its module, its current pid and its restart history."""
 
-    def __init__(self, name, argv):
+    def __init__(self, name, module):
         self.name = name
-        self.argv = argv
-        self.process = None        # subprocess.Popen of the running instance, if any
+        self.module = module
+        self.pid = None            # of the running instance, if any
         self.started_at = None
         self.quick_deaths = 0      # deaths in a row, each before STABLE_SECONDS of uptime
         self.start_after = 0.0     # monotonic time before which it is not restarted
-
-    @property
-    def pid(self):
-        return None if self.process is None else self.process.pid
 
     def restart_delay(self):
         """The first quick death restarts at once; later ones wait longer and longer."""
@@ -118,7 +194,7 @@ class Supervisor:
         self.settings = settings
         self.out = out
         self.env = child_environment(settings, config_file)
-        self.children = [Child(name, argv) for name, argv in child_commands()]
+        self.children = [Child(name, module) for name, module in child_modules()]
         self.stop_requested = False
         self.api_announced = False
         self._next_probe = 0.0
@@ -147,17 +223,22 @@ class Supervisor:
         self.stop_requested = True
 
     def spawn(self, child):
-        # Started from the main thread on purpose: PDEATHSIG fires when the forking
-        # *thread* exits, and the main thread lives exactly as long as the supervisor.
+        # Forked from the main thread on purpose: PDEATHSIG fires when the forking *thread*
+        # exits, and the main thread lives exactly as long as the supervisor.
+        if threading.active_count() != 1:
+            raise RuntimeError("the supervisor started a thread: forking is no longer safe")
+        parent = os.getpid()
         try:
-            child.process = subprocess.Popen(child.argv, env=self.env,
-                                             preexec_fn=_die_with_parent(os.getpid()))
+            pid = os.fork()
         except OSError as e:
-            child.process = None
+            child.pid = None
             child.quick_deaths += 1
             child.start_after = time.monotonic() + max(child.restart_delay(), 1.0)
             log.error("cannot start %s: %s", child.name, e)
             return
+        if pid == 0:
+            run_child(child.name, child.module, self.env, parent)
+        child.pid = pid
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.pid)
 
@@ -174,13 +255,11 @@ class Supervisor:
             if child is None:
                 log.debug("reaped adopted orphan %d (%s)", pid, describe_status(status))
                 continue
-            # We reaped it, not Popen: tell Popen, or it would wait for it again.
-            child.process.returncode = os.waitstatus_to_exitcode(status)
             self.on_child_exit(child, status)
 
     def on_child_exit(self, child, status):
         uptime = time.monotonic() - child.started_at
-        child.process = None
+        child.pid = None
         if self.stop_requested:
             return
         child.quick_deaths = child.quick_deaths + 1 if uptime < STABLE_SECONDS else 1
@@ -204,13 +283,7 @@ class Supervisor:
         # A wildcard listen address is not one to connect to: probe loopback instead.
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(
             self.settings["api_host"], self.settings["api_host"])
-        try:
-            with _no_proxy.open(self.api_url(host) + "/v1/health",
-                                timeout=HEALTH_PROBE_SECONDS) as response:
-                ready = response.status == 200
-        except (urllib.error.URLError, OSError, ValueError):
-            return
-        if ready:
+        if health_status(host, self.settings["api_port"], HEALTH_PROBE_SECONDS) == 200:
             self.api_announced = True
             print(f"appliance API is ready at {self.api_url()}", file=self.out, flush=True)
 
@@ -249,6 +322,52 @@ class Supervisor:
                 pass
 
 
+def health_status(host, port, timeout):
+    """The HTTP status of GET /v1/health, or None when there is no answer. One plain
+    HTTP/1.0 request on a socket: it never goes through a proxy of the environment."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            conn.sendall(b"GET /v1/health HTTP/1.0\r\nHost: appliance\r\n\r\n")
+            head = b""
+            while b"\r\n" not in head and len(head) < 1024:
+                chunk = conn.recv(1024)
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
+        return None
+    parts = head.split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
+def bootstrap_in_child(settings):
+    """Run appliance.bootstrap in a forked child and return its line; None if it failed.
+
+    Forked so that what it allocates (the records it reads, scrypt's 16 MB for the admin
+    password) is paid for in a process that exits, not kept by the supervisor, and so
+    shared with every child, for the appliance's whole life."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        code = 1
+        try:
+            from appliance.bootstrap import bootstrap  # noqa: PLC0415 (the reason above)
+            os.write(write_end, bootstrap(settings).encode())
+            code = 0
+        except BaseException:
+            log.exception("cannot prepare the state directory %s", settings["state_dir"])
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        line = pipe.read().decode()
+    _, status = os.waitpid(pid, 0)
+    return line if os.waitstatus_to_exitcode(status) == 0 else None
+
+
 def children_of(pid):
     """PIDs whose parent is `pid`, zombies excluded (they are gone but for the reaping)."""
     found = []
@@ -269,11 +388,12 @@ def children_of(pid):
 
 def run(settings, out=sys.stdout, config_file=None):
     """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
-    try:
-        print(bootstrap(settings), file=out, flush=True)
-    except Exception:
-        log.exception("cannot prepare the state directory %s", settings["state_dir"])
+    tune_malloc()
+    preload()
+    line = bootstrap_in_child(settings)
+    if line is None:
         return 1
+    print(line, file=out, flush=True)
     supervisor = Supervisor(settings, out, config_file)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
@@ -298,7 +418,16 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if __name__ != "__main__":
+        # Called from another program (the `appliance` CLI, with its own modules loaded):
+        # become a fresh `python -m appliance.supervisor` instead. Same pid, terminal and
+        # environment, but only the supervisor's modules, for the appliance's whole life.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        env = dict(os.environ, PYTHONPATH=tree_first_pythonpath(os.environ))
+        os.execve(sys.executable, python_command("appliance.supervisor") + argv, env)
+    args = parse_args(argv)
     overrides = {"state_dir": args.state_dir, "api_host": args.api_host,
                  "api_port": args.api_port, "dns_port": args.dns_port}
     try:

@@ -13,5 +13,9 @@ class Agent(Daemon):
     kinds = ("config_configs",)
 
 
+def main():
+    return run(Agent)
+
+
 if __name__ == "__main__":
-    sys.exit(run(Agent))
+    sys.exit(main())

@@ -58,5 +58,9 @@ class Builder(Daemon):
         self._world = world
 
 
+def main():
+    return run(Builder)
+
+
 if __name__ == "__main__":
-    sys.exit(run(Builder))
+    sys.exit(main())

@@ -14,5 +14,9 @@ class Compute(Daemon):
     kinds = ("compute_nodes",)
 
 
+def main():
+    return run(Compute)
+
+
 if __name__ == "__main__":
-    sys.exit(run(Compute))
+    sys.exit(main())

@@ -24,5 +24,9 @@ class Delivery(Daemon):
             self.request_in(kind, retry_in)
 
 
+def main():
+    return run(Delivery)
+
+
 if __name__ == "__main__":
-    sys.exit(run(Delivery))
+    sys.exit(main())

@@ -230,5 +230,9 @@ class Mirror(Daemon):
         self.log.warning("domain %s: could not record the mirror status (busy)", uuid)
 
 
+def main():
+    return run(Mirror)
+
+
 if __name__ == "__main__":
-    sys.exit(run(Mirror))
+    sys.exit(main())

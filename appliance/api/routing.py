@@ -12,7 +12,6 @@ import logging
 
 import bottle
 import orjson
-import yaml
 
 import state
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
@@ -196,6 +195,7 @@ class Api:
             call.body = {k: v for k, v in bottle.FormsDict(
                 bottle._parse_qsl(text)).allitems()}
         elif media == YAML:
+            import yaml  # noqa: PLC0415 (imported here: the daemons build resources, not bodies)
             try:
                 call.body = yaml.safe_load(text)
             except yaml.YAMLError as e:

@@ -1,8 +1,8 @@
 """Values Store: profiles, variables and the values bound to them."""
 
-from .resources import all_resources
-
 
 def register(api):
+    # Imported here: the daemons import this package's other modules without the API.
+    from .resources import all_resources
     for resource in all_resources():
         resource.register(api)

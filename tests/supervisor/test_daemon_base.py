@@ -148,6 +148,7 @@ def test_every_listed_daemon_has_a_module_and_a_unit(name):
                if isinstance(obj, type) and issubclass(obj, Daemon) and obj is not Daemon]
     assert [d.name for d in daemons] == [name]
     assert daemons[0].kinds
+    assert callable(module.main)       # what the supervisor runs in the child it forks
     unit = os.path.join(ROOT, "systemd", f"appliance-{name}.service")
     with open(unit) as f:
         assert f"-m {module_of(name)}\n" in f.read()

@@ -20,7 +20,7 @@ from daemons import DAEMONS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UP = "import sys; from appliance.supervisor import main; sys.exit(main(sys.argv[1:]))"
-CHILD_MODULES = ["appliance.api.server"] + [f"daemons.{name}" for name in DAEMONS]
+CHILD_NAMES = ["api"] + DAEMONS
 
 
 def free_port():
@@ -69,18 +69,19 @@ def still_alive(pid, started):
     return info is not None and info[0] != "Z" and info[2] == started
 
 
-def cmdline(pid):
+def comm(pid):
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().split(b"\0")
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
     except OSError:
-        return []
+        return None
 
 
-def child_of_module(parent, module):
-    """The pid of the child of `parent` running `python -m module`, or None."""
+def child_named(parent, name):
+    """The pid of the child of `parent` named `name` (the supervisor names each child it
+    forks, as its command line is the supervisor's own), or None."""
     for pid in children_of(parent):
-        if module.encode() in cmdline(pid):
+        if comm(pid) == name:
             return pid
     return None
 
@@ -125,7 +126,7 @@ class Up:
     def wait_all_children(self, timeout=10):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            pids = {m: child_of_module(self.proc.pid, m) for m in CHILD_MODULES}
+            pids = {n: child_named(self.proc.pid, n) for n in CHILD_NAMES}
             if all(pids.values()):
                 self.tree()
                 return pids
@@ -177,12 +178,12 @@ def test_health_answers_and_url_is_printed(up):
 
 @pytest.mark.timeout(60)
 def test_killed_daemon_is_restarted_within_two_seconds(up):
-    victim = up.wait_all_children()["daemons.dns"]
+    victim = up.wait_all_children()["dns"]
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     replacement = None
     while time.monotonic() - killed_at < 2.0:
-        replacement = child_of_module(up.proc.pid, "daemons.dns")
+        replacement = child_named(up.proc.pid, "dns")
         if replacement not in (None, victim):
             break
         time.sleep(0.02)
@@ -195,7 +196,7 @@ def test_killed_daemon_is_restarted_within_two_seconds(up):
 def test_signal_stops_everything_and_exits_zero(up, signum):
     up.wait_all_children()
     tree = up.tree()
-    assert len(tree) >= len(CHILD_MODULES)
+    assert len(tree) >= len(CHILD_NAMES)
     up.proc.send_signal(signum)
     assert up.proc.wait(timeout=10) == 0, up.log()
     survivors = [pid for pid, started in tree.items() if still_alive(pid, started)]
@@ -244,7 +245,7 @@ def test_children_load_exactly_the_supervisors_settings(tmp_path):
 
 
 def test_restart_back_off_grows_and_is_capped():
-    child = Child("dns", ["true"])
+    child = Child("dns", "daemons.dns")
     delays = []
     for deaths in range(1, 12):
         child.quick_deaths = deaths
