@@ -5,7 +5,7 @@ from appliance.api.errors import BadRequest, Conflict
 from appliance.api.fields import Boolean, Enum, Field, Reference, String, Tags, Text
 from appliance.api.resource import Resource
 
-from . import builtin, passwords
+from . import builtin, lockout, passwords
 from .permissions import NAME_PATTERN
 
 USERNAME = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$"
@@ -17,7 +17,7 @@ def _require(api, kind, uuid, what):
         raise BadRequest(f"{what} {uuid} does not exist")
 
 
-class Users(Resource):
+class Users(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="User", path="/v1/iam/users", kind="iam_users", service="iam", policy="user",
@@ -47,11 +47,15 @@ class Users(Resource):
             changes["password_hash"] = passwords.hash_password(password) if password else None
         if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
             raise Conflict("the built-in admin user cannot be disabled")
+        if "status" in changes or "password_hash" in changes:
+            lockout.check(call.store, f"this change of user {current['username']}",
+                          changed_users={current["uuid"]: {**current, **changes}})
         return changes
 
     def check_delete(self, call, record):
         if record["username"] == builtin.ADMIN_USERNAME:
             raise Conflict("the built-in admin user cannot be deleted")
+        lockout.check(call.store, f"deleting user {record['username']}", {record["uuid"]})
 
     def after_delete(self, call, record):
         call.store.collection("iam_role_bindings").delete_where(
@@ -106,7 +110,7 @@ class Projects(Resource):
             lambda b: b.get("project") == record["uuid"])
 
 
-class Roles(Resource):
+class Roles(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="Role", path="/v1/iam/roles", kind="iam_roles", service="iam", policy="role",
@@ -127,13 +131,14 @@ class Roles(Resource):
     def check_delete(self, call, record):
         if record.get("builtin"):
             raise Conflict(f"built-in role {record['name']} cannot be deleted")
+        lockout.check(call.store, f"deleting role {record['name']}", {record["uuid"]})
 
     def after_delete(self, call, record):
         for kind in ("iam_role_bindings", "iam_permission_bindings"):
             call.store.collection(kind).delete_where(lambda b: b.get("role") == record["uuid"])
 
 
-class Permissions(Resource):
+class Permissions(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="Permission", path="/v1/iam/permissions", kind="iam_permissions",
@@ -143,12 +148,15 @@ class Permissions(Resource):
                           description="<service>.<policy>.<action>; * matches a whole part"),
                     Field("description", Text(4096))])
 
+    def check_delete(self, call, record):
+        lockout.check(call.store, f"deleting permission {record['name']}", {record["uuid"]})
+
     def after_delete(self, call, record):
         call.store.collection("iam_permission_bindings").delete_where(
             lambda b: b.get("permission") == record["uuid"])
 
 
-class PermissionBindings(Resource):
+class PermissionBindings(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="PermissionBinding", path="/v1/iam/permission_bindings",
@@ -163,8 +171,11 @@ class PermissionBindings(Resource):
         _require(call.api, "iam_permissions", record["permission"], "permission")
         return record
 
+    def check_delete(self, call, record):
+        lockout.check(call.store, "deleting this permission binding", {record["uuid"]})
 
-class RoleBindings(Resource):
+
+class RoleBindings(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="RoleBinding", path="/v1/iam/role_bindings", kind="iam_role_bindings",
@@ -179,6 +190,9 @@ class RoleBindings(Resource):
         _require(call.api, "iam_roles", record["role"], "role")
         _require(call.api, "iam_projects", record.get("project"), "project")
         return record
+
+    def check_delete(self, call, record):
+        lockout.check(call.store, "deleting this role binding", {record["uuid"]})
 
 
 class Clients(Resource):
