@@ -134,7 +134,10 @@ def test_two_admins_removing_each_other_at_once_leave_one(admin, fresh_server):
             t.start()
         for t in threads:
             t.join()
-        assert sorted(answers.values()) == [204, 409], answers
+        # one goes; the other is refused: 409 by the guard when both passed authentication
+        # before either deleted, 403 when the first delete landed before the second
+        # request was authenticated
+        assert sorted(answers.values()) in ([204, 403], [204, 409]), answers
         if answers[admins_binding] == 204:      # the other one won: it hands the power back
             bind(other_client, admin_uuid, "admin")
             assert other_client.delete(f"{RB}/{other_binding}").status == 204
