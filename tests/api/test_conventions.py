@@ -293,6 +293,10 @@ def test_openapi_document_is_valid_and_covers_every_route(server):
     assert "status" not in widget["WidgetCreate"]["properties"]
     assert "serial" not in widget["WidgetUpdate"]["properties"]
     assert "status" in widget["Widget"]["properties"]
+    # a write may answer 503 when a record kept changing under every retry; a read may not
+    item = doc["paths"]["/v1/test/widgets/{uuid}"]
+    assert "503" in item["put"]["responses"] and "503" in item["delete"]["responses"]
+    assert "503" not in item["get"]["responses"]
 
 
 def test_every_route_declares_a_permission(server):
