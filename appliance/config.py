@@ -13,6 +13,10 @@ DEFAULTS = {
     "api_host": "127.0.0.1",
     "api_port": 11010,
     "api_threads": 8,
+    # connections held open at once, idle ones included; past it new ones wait in the
+    # listen backlog (docs/server.md: why 1000, and the descriptor limit)
+    "api_connection_limit": 1000,
+    "api_channel_timeout": 30.0,        # seconds a connection may stay silent
     "dns_host": "127.0.0.1",
     "dns_port": 5353,
     "admin_password": None,

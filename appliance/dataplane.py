@@ -13,6 +13,23 @@ ROOT = "data-plane"
 class DataPlane:
     def __init__(self, state_dir):
         self.root = os.path.join(state_dir, ROOT)
+        self._tighten_existing()
+
+    def _tighten_existing(self):
+        """Directories left 0755 by an older version (os.makedirs gives the levels it
+        creates on the way 0777 minus the umask, whatever `mode` says) are closed at start."""
+        for directory, _, _ in os.walk(self.root):
+            os.chmod(directory, 0o700)
+
+    def _make_dirs(self, directory):
+        """Every level from the data plane's root down to `directory`, each one 0700."""
+        path = os.path.dirname(self.root)
+        for part in os.path.relpath(directory, path).split(os.sep):
+            path = os.path.join(path, part)
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                pass
 
     def path(self, *parts):
         return os.path.join(self.root, *parts)
@@ -27,7 +44,7 @@ class DataPlane:
     def write(self, parts, text):
         target = self.path(*parts)
         directory = os.path.dirname(target)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        self._make_dirs(directory)
         tmp = os.path.join(directory, f".{os.path.basename(target)}.{secrets.token_hex(4)}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:

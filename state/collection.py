@@ -25,6 +25,13 @@ BOOKKEEPING = ("uuid", "created_at", "updated_at", "revision")
 # watch follows them there, where no rename ever happens (see watch.py)
 LOCK_DIR = ".locks"
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_written = threading.local()
+
+
+def writes_in_thread():
+    """How many writes this thread has committed: a caller that retries work after a
+    conflict compares two readings to know that the failed attempt wrote nothing."""
+    return getattr(_written, "count", 0)
 
 
 def utcnow():
@@ -318,6 +325,7 @@ class Collection:
             else:
                 table[index[uuid]] = new
         self.storage.write({self.kind: table})
+        _written.count = writes_in_thread() + 1
         stat_key = self.storage.stat_key()
         generation = self.lock.bump_generation()
         fresh = Snapshot((generation, stat_key), table, index)

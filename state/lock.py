@@ -39,6 +39,10 @@ class KindLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
 
+    def held(self):
+        """True while a thread of this process holds the lock."""
+        return self._depth > 0
+
     def settled_generation(self, read_more=lambda: None):
         """The generation (and whatever read_more() reads) while no writer is between
         replacing the file and bumping the counter: a shared flock waits for it."""

@@ -14,6 +14,7 @@ class Store:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, LOCK_DIR), mode=0o700, exist_ok=True)
         self._collections = {}
+        self._named_locks = {}
         self._lock = threading.Lock()
 
     def collection(self, kind, unique=()):
@@ -27,6 +28,17 @@ class Store:
                     coll.add_unique(fields)
             return coll
 
+    def named_lock(self, name):
+        """A cross-process lock that guards no kind: for a rule that spans several kinds.
+        Take it before any kind's lock, never while holding one (else two processes
+        taking them in the other order would deadlock)."""
+        with self._lock:
+            lock = self._named_locks.get(name)
+            if lock is None:
+                lock = KindLock(os.path.join(self.directory, LOCK_DIR, f"named-{name}.lock"))
+                self._named_locks[name] = lock
+            return lock
+
     def close(self):
         """Release the lock files of every opened kind (a long-lived process that opens
         many stores, like a test run, would otherwise run out of descriptors)."""
@@ -34,6 +46,9 @@ class Store:
             for coll in self._collections.values():
                 coll.lock.close()
             self._collections.clear()
+            for lock in self._named_locks.values():
+                lock.close()
+            self._named_locks.clear()
 
     def path_of(self, kind):
         return os.path.join(self.directory, f"{kind}.json")

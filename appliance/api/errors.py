@@ -57,3 +57,4 @@ ERROR_TYPES = {cls.status: cls.type for cls in (
     BadRequest, Unauthorized, Forbidden, NotFound, MethodNotAllowed, Conflict,
     PayloadTooLarge, UnsupportedMediaType)}
 ERROR_TYPES[500] = "InternalError"
+ERROR_TYPES[503] = "ServiceUnavailable"

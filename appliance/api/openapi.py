@@ -21,6 +21,8 @@ def _error_responses(route):
         codes += ["401", "403"]
     if route.method in ("POST", "PUT"):
         codes += ["413", "415"]
+    if route.method != "GET":
+        codes.append("503")     # a record kept changing under every retry (conflicts.py)
     return {c: {"description": ERROR_TYPES.get(int(c), "error"),
                 "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/Error"}}}}

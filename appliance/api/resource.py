@@ -8,8 +8,7 @@ Capabilities subclass `Resource` and override the hooks (`prepare_create`,
 
 import uuid as uuidlib
 
-from state import RevisionConflict
-
+from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_RE, DateTime, Field, UUID
 from .listing import check_project_filter, matches, parse_filters, sort_and_page
@@ -18,7 +17,6 @@ from .validation import Validator
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 PROJECTS = "iam_projects"       # the kind a project-scoped record's project_id must name
-UPDATE_ATTEMPTS = 5
 OPERATIONS = ("list", "create", "get", "update", "delete")
 BOOKKEEPING_FIELDS = [
     Field("uuid", UUID(), read_only=True, description="identifier; may be given on create"),
@@ -365,26 +363,24 @@ class Resource:
                                               self._body_object(call)))
 
     def update_record(self, call, uuid, body):
-        """Validate and apply a partial update; the stored record."""
-        # compare-and-set against the revision the hooks saw. A PUT sets the fields it
-        # names, so when another writer (a daemon writing status) got in between, the same
-        # change is worked out again on the fresh record; only persistent contention is 409.
-        for attempt in range(UPDATE_ATTEMPTS):
+        """Validate and apply a partial update; the stored record. The write is a
+        compare-and-set against the revision the hooks saw: when another writer (a daemon
+        writing status) got in between, the change is worked out again on the fresh
+        record, since a PUT sets only the fields it names."""
+        def attempt():
             current = self.load_visible(call, uuid)
             if self.project_scoped:
                 self.writable_project(call, current.get("project_id"))
             changes = self._normalize(body, current)
             self.update_validator.check(changes)
             changes = self.prepare_update(call, current, changes)
-            try:
-                updated = self.collection().update(current["uuid"], changes,
-                                                   expect_revision=current["revision"])
-            except RevisionConflict:
-                if attempt == UPDATE_ATTEMPTS - 1:
-                    raise
-                continue
-            self.after_update(call, current, updated)
-            return updated
+            return current, self.collection().update(current["uuid"], changes,
+                                                     expect_revision=current["revision"])
+
+        # prepare_update hooks only read, so the last attempt may hold the kind's lock
+        current, updated = retry_conflicts(attempt, last_under=self.collection().lock)
+        self.after_update(call, current, updated)
+        return updated
 
     def delete_handler(self, call):
         self.delete_record(call, call.params["uuid"])

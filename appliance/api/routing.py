@@ -14,6 +14,7 @@ import bottle
 import orjson
 
 import state
+from .conflicts import retry_conflicts
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
 
@@ -150,8 +151,6 @@ class Api:
                 what = route.resource.name if route.resource else e.kind
                 pairs = ", ".join(f"{f}={v!r}" for f, v in zip(e.fields, e.values))
                 return self._error(Conflict(f"a {what} with {pairs} already exists"))
-            except state.RevisionConflict as e:
-                return self._error(Conflict(str(e)))
             except Exception:
                 log.exception("unhandled error in %s %s", route.method, route.path)
                 return self._error(ApiError("internal error; see the API log"))
@@ -169,7 +168,7 @@ class Api:
                 raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
         if route.method in _BODY_METHODS:
             self._read_body(route, call)
-        return route.handler(call)
+        return retry_conflicts(lambda: route.handler(call))
 
     def _read_body(self, route, call):
         request = call.request

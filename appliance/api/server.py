@@ -1,6 +1,7 @@
 """The API process: `python -m appliance.api.server` (settings from APPLIANCE_* variables)."""
 
 import logging
+import resource
 import signal
 import sys
 
@@ -11,19 +12,64 @@ from appliance.api.app import create_app
 from appliance.bootstrap import bootstrap
 
 
+# descriptors kept for what is not a client connection: state files, locks, log files
+RESERVED_DESCRIPTORS = 64
+# how often waitress looks for silent connections: a small part of the timeout, so that one
+# is closed soon after api_channel_timeout, not up to a whole default interval (30 s) late
+CLEANUP_FRACTION = 0.2
+
+
+def raise_descriptor_limit():
+    """Soft RLIMIT_NOFILE up to the hard one (a service often starts with a soft 1024).
+    Returns the soft limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return soft
+
+
+def waitress_settings(settings, descriptors=None):
+    """Waitress's adjustments for the API, from the appliance settings: one function for
+    the API process and its flood test, so that the two cannot drift apart.
+
+    Idle connections cost a descriptor and no thread (waitress reads headers in its event
+    loop), so the connection limit is high; a client that opens connections and never
+    finishes its headers then needs more of them than the limit to shut others out, and
+    those it has are closed after api_channel_timeout of silence."""
+    limit = settings["api_connection_limit"]
+    if descriptors is not None and descriptors != resource.RLIM_INFINITY:
+        limit = min(limit, max(1, descriptors - RESERVED_DESCRIPTORS))
+    timeout = settings["api_channel_timeout"]
+    return {
+        "host": settings["api_host"], "port": settings["api_port"],
+        "threads": settings["api_threads"], "ident": "appliance",
+        "max_request_body_size": max(settings["max_body_bytes"],
+                                     settings["max_upload_bytes"]),
+        "clear_untrusted_proxy_headers": True,
+        "connection_limit": limit,
+        "channel_timeout": timeout,
+        "cleanup_interval": max(1, round(timeout * CLEANUP_FRACTION)),
+        # poll(), not select(): select cannot watch a descriptor numbered 1024 or more,
+        # which a busy API process reaches
+        "asyncore_use_poll": True,
+    }
+
+
 def serve(settings):
     log = logs.setup("api", settings["log_level"])
     # idempotent: the supervisor ran it already, but a unit may start the API alone
     log.info(bootstrap(settings))
     app, _ = create_app(settings)
-    server = waitress.create_server(
-        app, host=settings["api_host"], port=settings["api_port"],
-        threads=settings["api_threads"], ident="appliance",
-        max_request_body_size=max(settings["max_body_bytes"], settings["max_upload_bytes"]),
-        clear_untrusted_proxy_headers=True,
-        # poll(), not select(): select cannot watch a descriptor numbered 1024 or more,
-        # which a busy API process reaches
-        asyncore_use_poll=True)
+    descriptors = raise_descriptor_limit()
+    adjustments = waitress_settings(settings, descriptors)
+    if adjustments["connection_limit"] < settings["api_connection_limit"]:
+        log.warning("api_connection_limit lowered to %s: the descriptor limit is %s",
+                    adjustments["connection_limit"], descriptors)
+    server = waitress.create_server(app, **adjustments)
     signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)

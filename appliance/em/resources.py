@@ -122,53 +122,62 @@ class Manifests(Resource):
         errors = [m for _, m in self.problems(call.store, plan)]
         return {"valid": not errors, "errors": errors, "order": [e.key for e in plan.entries]}
 
+    # Each action reads the elements, checks and writes under the elements' lock: the
+    # builder cannot slip a write in between (no internal conflict can reach the caller),
+    # and two actions cannot both pass checks that each would fail after the other (an
+    # install of a dependent and the uninstall of what it requires).
+
     def install(self, call, record):
         plan = self.plan(record)
         elements = call.store.collection("em_elements")
-        existing = elements.find_one(name=plan.name)
-        if existing is not None:
-            if existing["desired"] == "installed" and existing["manifest"] == record["uuid"] \
-                    and existing["status"] == "ERROR":
-                return self._retry(call, existing)
-            raise Conflict(f"element {plan.name} is already installed at version "
-                           f"{existing['version']}; use upgrade")
-        self._raise_first(self.problems(call.store, plan))
-        element = elements.insert(self._element_fields(record, plan, {
-            "name": plan.name, "desired": "installed", "resources": {}, "applied": None,
-            "last_repair": None}))
+        with elements.lock:
+            existing = elements.find_one(name=plan.name)
+            if existing is not None:
+                if existing["desired"] == "installed" and existing["manifest"] == record[
+                        "uuid"] and existing["status"] == "ERROR":
+                    return self._retry(call, existing)
+                raise Conflict(f"element {plan.name} is already installed at version "
+                               f"{existing['version']}; use upgrade")
+            self._raise_first(self.problems(call.store, plan))
+            element = elements.insert(self._element_fields(record, plan, {
+                "name": plan.name, "desired": "installed", "resources": {}, "applied": None,
+                "last_repair": None}))
         return self.api.resources["/v1/em/elements"].render(element)
 
     def upgrade(self, call, record):
         plan = self.plan(record)
         elements = call.store.collection("em_elements")
-        element = elements.find_one(name=plan.name)
-        if element is None or element["desired"] != "installed":
-            raise Conflict(f"element {plan.name} is not installed; use install")
-        if element["manifest"] == record["uuid"]:
-            if element["status"] == "ERROR":
-                return self._retry(call, element)
-            raise Conflict(f"element {plan.name} is already at version {element['version']}")
-        if element["version"] == record["version"]:
-            raise Conflict(f"element {plan.name} is already at version {record['version']}")
-        # dependents are not consulted: an upgrade may leave their range, after which
-        # they no longer hold this element against uninstall (spec 3.3 refuses only that)
-        self._raise_first(self.problems(call.store, plan))
-        updated = elements.update(element["uuid"], self._element_fields(record, plan, {}),
-                                  expect_revision=element["revision"])
+        with elements.lock:
+            element = elements.find_one(name=plan.name)
+            if element is None or element["desired"] != "installed":
+                raise Conflict(f"element {plan.name} is not installed; use install")
+            if element["manifest"] == record["uuid"]:
+                if element["status"] == "ERROR":
+                    return self._retry(call, element)
+                raise Conflict(f"element {plan.name} is already at version "
+                               f"{element['version']}")
+            if element["version"] == record["version"]:
+                raise Conflict(f"element {plan.name} is already at version "
+                               f"{record['version']}")
+            # dependents are not consulted: an upgrade may leave their range, after which
+            # they no longer hold this element against uninstall (spec 3.3 refuses only that)
+            self._raise_first(self.problems(call.store, plan))
+            updated = elements.update(element["uuid"], self._element_fields(record, plan, {}))
         return self.api.resources["/v1/em/elements"].render(updated)
 
     def uninstall(self, call, record):
         elements = call.store.collection("em_elements")
-        element = elements.find_one(name=record["name"])
-        if element is None or element["manifest"] != record["uuid"]:
-            raise Conflict(f"no element is installed from manifest {record['name']} "
-                           f"{record['version']}")
-        if element["desired"] == "uninstalled":
-            raise Conflict(f"element {record['name']} is already being uninstalled")
-        self._check_dependents(call.store, record["name"])
-        updated = elements.update(element["uuid"], {
-            "desired": "uninstalled", "status": "IN_PROGRESS", "status_reason": "uninstalling"},
-            expect_revision=element["revision"])
+        with elements.lock:
+            element = elements.find_one(name=record["name"])
+            if element is None or element["manifest"] != record["uuid"]:
+                raise Conflict(f"no element is installed from manifest {record['name']} "
+                               f"{record['version']}")
+            if element["desired"] == "uninstalled":
+                raise Conflict(f"element {record['name']} is already being uninstalled")
+            self._check_dependents(call.store, record["name"])
+            updated = elements.update(element["uuid"], {
+                "desired": "uninstalled", "status": "IN_PROGRESS",
+                "status_reason": "uninstalling"})
         return self.api.resources["/v1/em/elements"].render(updated)
 
     def _check_dependents(self, store, name):
@@ -193,10 +202,10 @@ class Manifests(Resource):
                 "imports": record.get("imports") or {}, "exports": record.get("exports") or {}}
 
     def _retry(self, call, element):
-        """Re-invoking the action on an element in ERROR: the builder tries again."""
+        """Re-invoking the action on an element in ERROR: the builder tries again. The
+        caller holds the elements' lock."""
         updated = call.store.collection("em_elements").update(
-            element["uuid"], {"status": "IN_PROGRESS", "status_reason": "retrying"},
-            expect_revision=element["revision"])
+            element["uuid"], {"status": "IN_PROGRESS", "status_reason": "retrying"})
         return self.api.resources["/v1/em/elements"].render(updated)
 
 

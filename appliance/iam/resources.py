@@ -7,7 +7,7 @@ from appliance.api.resource import Action, Resource
 from appliance.api.routing import AUTHENTICATED
 from appliance.api.validation import Validator
 
-from . import builtin, passwords
+from . import builtin, lockout, passwords
 from .permissions import NAME_PATTERN
 
 PASSWORD = {"type": "string", "minLength": 8, "maxLength": 256}
@@ -36,7 +36,7 @@ def _require(api, kind, uuid, what):
         raise BadRequest(f"{what} {uuid} does not exist")
 
 
-class Users(Resource):
+class Users(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="User", path="/v1/iam/users", kind="iam_users", service="iam", policy="user",
@@ -74,6 +74,9 @@ class Users(Resource):
             changes.update(new_password(call, current, changes.pop("password")))
         if current["username"] == builtin.ADMIN_USERNAME and changes.get("status") == "DISABLED":
             raise Conflict("the built-in admin user cannot be disabled")
+        if "status" in changes or "password_hash" in changes:
+            lockout.check(call.store, f"this change of user {current['username']}",
+                          changed_users={current["uuid"]: {**current, **changes}})
         return changes
 
     def change_password(self, call, record):
@@ -97,6 +100,7 @@ class Users(Resource):
     def check_delete(self, call, record):
         if record["username"] == builtin.ADMIN_USERNAME:
             raise Conflict("the built-in admin user cannot be deleted")
+        lockout.check(call.store, f"deleting user {record['username']}", {record["uuid"]})
 
     def after_delete(self, call, record):
         call.store.collection("iam_role_bindings").delete_where(
@@ -151,7 +155,7 @@ class Projects(Resource):
             lambda b: b.get("project") == record["uuid"])
 
 
-class Roles(Resource):
+class Roles(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="Role", path="/v1/iam/roles", kind="iam_roles", service="iam", policy="role",
@@ -172,13 +176,14 @@ class Roles(Resource):
     def check_delete(self, call, record):
         if record.get("builtin"):
             raise Conflict(f"built-in role {record['name']} cannot be deleted")
+        lockout.check(call.store, f"deleting role {record['name']}", {record["uuid"]})
 
     def after_delete(self, call, record):
         for kind in ("iam_role_bindings", "iam_permission_bindings"):
             call.store.collection(kind).delete_where(lambda b: b.get("role") == record["uuid"])
 
 
-class Permissions(Resource):
+class Permissions(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="Permission", path="/v1/iam/permissions", kind="iam_permissions",
@@ -188,12 +193,15 @@ class Permissions(Resource):
                           description="<service>.<policy>.<action>; * matches a whole part"),
                     Field("description", Text(4096)), Field("tags", Tags())])
 
+    def check_delete(self, call, record):
+        lockout.check(call.store, f"deleting permission {record['name']}", {record["uuid"]})
+
     def after_delete(self, call, record):
         call.store.collection("iam_permission_bindings").delete_where(
             lambda b: b.get("permission") == record["uuid"])
 
 
-class PermissionBindings(Resource):
+class PermissionBindings(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="PermissionBinding", path="/v1/iam/permission_bindings",
@@ -208,8 +216,11 @@ class PermissionBindings(Resource):
         _require(call.api, "iam_permissions", record["permission"], "permission")
         return record
 
+    def check_delete(self, call, record):
+        lockout.check(call.store, "deleting this permission binding", {record["uuid"]})
 
-class RoleBindings(Resource):
+
+class RoleBindings(lockout.Guarded, Resource):
     def __init__(self):
         super().__init__(
             name="RoleBinding", path="/v1/iam/role_bindings", kind="iam_role_bindings",
@@ -224,6 +235,9 @@ class RoleBindings(Resource):
         _require(call.api, "iam_roles", record["role"], "role")
         _require(call.api, "iam_projects", record.get("project"), "project")
         return record
+
+    def check_delete(self, call, record):
+        lockout.check(call.store, "deleting this role binding", {record["uuid"]})
 
 
 class Clients(Resource):

@@ -33,7 +33,7 @@ authentication first, and an anonymous caller learns nothing about which paths p
 
 Path rules (:func:`check_path`)
 -------------------------------
-The URI is ``/<prefix>/<project_uuid>/<name>[/<name>...][/]`` (the query string is cut off):
+The URI is ``/<prefix>/<project_uuid>/<name>[/<name>...]`` (the query string is cut off):
 
 * it is printable ASCII (``%21``-``%7E``): a raw space, control character or non-ASCII byte
   is not a valid request-target (RFC 9112) and is refused; clients percent-encode them;
@@ -42,9 +42,9 @@ The URI is ``/<prefix>/<project_uuid>/<name>[/<name>...][/]`` (the query string 
 * the prefix is exactly one segment; the project segment is a lowercase, hyphenated UUID
   written literally (no escapes, no uppercase: the file system is case-sensitive, so
   ``ABC...`` would be another directory than ``abc...``);
-* at least one name follows the project; a single trailing ``/`` is allowed (a directory:
-  nginx's DAV needs it to DELETE a collection) but ``//`` anywhere, a trailing ``//`` and an
-  empty segment are refused;
+* at least one name follows the project; an empty segment is refused: ``//`` anywhere and
+  a trailing ``/`` (spec 4.3.1 and 7 list the empty segment without exception, so a
+  directory, which only a trailing slash can name, is never a target: files only);
 * every segment, raw and after each round of percent-decoding (repeated until nothing
   changes, so ``%252e`` -> ``%2e`` -> ``.``), must not be ``.`` or ``..``, must not contain
   ``/`` (an encoded ``%2f``), ``\\`` (raw or ``%5c``), NUL or another control character
@@ -139,8 +139,7 @@ def check_path(raw_uri):
     """Split a raw X-Original-URI into ``(prefix, project_id, rest_segments)`` or refuse it.
 
     `prefix` and `project_id` are returned as written (both are checked to need no
-    decoding); `rest_segments` are the fully decoded names after the project, without the
-    empty piece of a single trailing slash. Raises :class:`PathRefused` (see the module
+    decoding); `rest_segments` are the fully decoded names after the project. Raises :class:`PathRefused` (see the module
     docstring for the rules). Nothing is ever resolved or normalized.
     """
     if isinstance(raw_uri, bytes):
@@ -160,8 +159,6 @@ def check_path(raw_uri):
     if not path.startswith("/"):
         raise PathRefused("URI is not an absolute path")
     segments = path[1:].split("/")
-    if len(segments) > 3 and segments[-1] == "":
-        segments.pop()  # one trailing slash names a directory; a second one stays and fails
     if len(segments) < 3:
         raise PathRefused("URI is not /<prefix>/<project_uuid>/<name>...")
     decoded = [_check_segment(s) for s in segments]

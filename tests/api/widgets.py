@@ -1,5 +1,7 @@
 """A resource declared only for the framework tests: one field of every type."""
 
+import threading
+
 from appliance.api.fields import Boolean, Enum, Field, Integer, Object, Reference, String, Tags
 from appliance.api.resource import Action, Resource
 
@@ -10,6 +12,15 @@ def echo_action(call, record):
 
 def peek_action(call, record):
     return {"name": record["name"]}
+
+
+def contend_action(call, record):
+    """Loses every compare-and-set to another writer: contention that never ends."""
+    coll = call.store.collection("test_widgets")
+    other = threading.Thread(target=coll.update, args=(record["uuid"], {"status": "ACTIVE"}))
+    other.start()
+    other.join()
+    coll.update(record["uuid"], {"color": "red"}, expect_revision=record["revision"])
 
 
 class Widgets(Resource):
@@ -31,7 +42,8 @@ class Widgets(Resource):
                 Field("secret_note", String(64), omit_unset=True),
                 Field("serial", Integer(), create_only=True),
             ],
-            actions=[Action("echo", echo_action), Action("peek", peek_action, method="GET")])
+            actions=[Action("echo", echo_action), Action("peek", peek_action, method="GET"),
+                     Action("contend", contend_action)])
 
     def prepare_create(self, call, record):
         record["status"] = "NEW"
@@ -39,10 +51,17 @@ class Widgets(Resource):
 
     def prepare_update(self, call, current, changes):
         # tests/api: `tags: ["race"]` makes another writer (think: a daemon writing status)
-        # land between this PUT's read and its write, `times` times
-        if changes.get("tags") == ["race"] and self.races_left > 0:
+        # land between this PUT's read and its write, `races_left` times. It writes from
+        # its own thread, as a daemon would (a write of the handler's own would forbid the
+        # retry). While this request holds the kind's lock (its last attempt), a daemon
+        # would wait for it: then the writer stays away, or it would wait for ever here
+        coll = self.collection()
+        if changes.get("tags") == ["race"] and self.races_left > 0 and not coll.lock.held():
             self.races_left -= 1
-            self.collection().update(current["uuid"], {"status": "ACTIVE"})
+            other = threading.Thread(target=coll.update,
+                                     args=(current["uuid"], {"status": "ACTIVE"}))
+            other.start()
+            other.join()
         return changes
 
     races_left = 0

@@ -172,6 +172,9 @@ REFUSED = [
     f"{B}/a//b",
     f"{B}/a//",
     f"{B}/a///",
+    f"{B}/dir/",                           # a trailing slash is an empty segment (spec 7)
+    f"{B}/a/b/",
+    f"{B}/dir/?x=1",
     f"/{PREFIX}//{P1}/x",
     f"//{PREFIX}/{P1}/x",
     f"{B}/",
@@ -297,7 +300,6 @@ ACCEPTED = [
     (f"{B}/a%3Fb", ["a?b"]),
     (f"{B}/a;b=c", ["a;b=c"]),
     (f"{B}/%ef%bc%8e%ef%bc%8e", ["\uff0e\uff0e"]),   # fullwidth dots: a name, not ..
-    (f"{B}/dir/", ["dir"]),                 # one trailing slash: a directory
     (f"{B}/a/b/c/d/e.json", ["a", "b", "c", "d", "e.json"]),
     (f"{B}/x?y=1&z=../..", ["x"]),          # the query string is cut off
     (f"{B}/x?", ["x"]),

@@ -68,6 +68,10 @@ def test_create_with_value_is_delivered(server, admin):
     wait_status(admin, secret["uuid"], "ACTIVE")
     assert delivered(server, secret["uuid"]) == value
     assert stat.S_IMODE(os.stat(data_file(server, secret["uuid"])).st_mode) == 0o600
+    plane = os.path.join(server.settings["state_dir"], "data-plane")
+    for directory in (plane, os.path.join(plane, "secret"), os.path.dirname(
+            data_file(server, secret["uuid"]))):
+        assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700, directory
 
 
 def test_create_with_default_only_delivers_the_default(server, admin):
