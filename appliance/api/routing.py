@@ -12,9 +12,9 @@ import logging
 
 import bottle
 import orjson
-import yaml
 
 import state
+from . import bodies
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
 
@@ -186,22 +186,17 @@ class Api:
                 + " or ".join(route.accepts))
         call.content_type = media
         try:
-            text = raw.decode("utf-8")
+            if media == FORM:
+                call.body = {k: v for k, v in bottle.FormsDict(
+                    bottle._parse_qsl(raw.decode("utf-8"))).allitems()}
+            elif media == YAML:
+                call.body = bodies.parse_yaml(raw.decode("utf-8"))
+            else:
+                call.body = bodies.parse_json(raw)
         except UnicodeDecodeError:
             raise BadRequest("body is not valid UTF-8") from None
-        if media == FORM:
-            call.body = {k: v for k, v in bottle.FormsDict(
-                bottle._parse_qsl(text)).allitems()}
-        elif media == YAML:
-            try:
-                call.body = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise BadRequest(f"body is not valid YAML: {str(e).splitlines()[0]}") from None
-        else:
-            try:
-                call.body = json.loads(text)
-            except ValueError as e:
-                raise BadRequest(f"body is not valid JSON: {e}") from None
+        except bodies.ShapeError as e:
+            raise BadRequest(str(e)) from None
 
     # ---- responses ---------------------------------------------------------------
 

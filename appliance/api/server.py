@@ -8,6 +8,7 @@ import waitress
 
 from appliance import config, logs
 from appliance.api.app import create_app
+from appliance.api.wsgi import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 
 
@@ -19,11 +20,12 @@ def serve(settings):
     server = waitress.create_server(
         app, host=settings["api_host"], port=settings["api_port"],
         threads=settings["api_threads"], ident="appliance",
-        max_request_body_size=max(settings["max_body_bytes"], settings["max_upload_bytes"]),
+        max_request_body_size=body_limit(settings),
         clear_untrusted_proxy_headers=True,
         # poll(), not select(): select cannot watch a descriptor numbered 1024 or more,
         # which a busy API process reaches
         asyncore_use_poll=True)
+    json_errors(server)
     signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)

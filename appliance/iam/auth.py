@@ -82,7 +82,11 @@ class Authenticator:
     # ---- per request ---------------------------------------------------------------
 
     def __call__(self, request):
-        header = request.get_header("Authorization") or ""
+        # the raw value: Bottle's get_header() re-decodes it as UTF-8 and raises on other
+        # bytes; a token is ASCII, so anything else is simply not a token
+        header = request.environ.get("HTTP_AUTHORIZATION", "")
+        if not header.isascii():
+            raise Unauthorized("the Authorization header must be ASCII")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("a bearer token is required")
