@@ -71,7 +71,8 @@ class SystemCall:
 
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
-                 response_schema, status, max_body, accepts, tag, query_params, resource):
+                 response_schema, status, max_body, accepts, tag, query_params, resource,
+                 error_schemas=None):
         self.method = method
         self.path = path
         self.handler = handler
@@ -85,6 +86,8 @@ class Route:
         self.tag = tag
         self.query_params = query_params or []
         self.resource = resource
+        # status -> schema, for a route whose errors are not all the Error body (OpenAPI)
+        self.error_schemas = error_schemas or {}
 
     @property
     def public(self):
@@ -117,14 +120,14 @@ class Api:
 
     def route(self, method, path, handler, *, permission, summary="", request_schema=None,
               response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
-              query_params=None, resource=None):
+              query_params=None, resource=None, error_schemas=None):
         if not permission:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
                       self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
-                      query_params, resource)
+                      query_params, resource, error_schemas)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route

@@ -20,6 +20,12 @@ from .permissions import Principal
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
+# The grant's errors are RFC 6749's; a request that cannot be read as one at all (a body
+# that is not JSON, a malformed header) is refused earlier with the API's Error body.
+_EITHER = {"description": "OAuthError from the grant; Error when the request cannot be read",
+           "anyOf": [{"$ref": "#/components/schemas/OAuthError"},
+                     {"$ref": "#/components/schemas/Error"}]}
+OAUTH_ERRORS = {"400": _EITHER, "401": _EITHER}
 
 
 class OAuthError(Exception):
@@ -241,7 +247,7 @@ def register(api):
                   "refresh_token": {"type": "string"}, "scope": {"type": "string"},
                   "ttl": {"type": ["integer", "string"]},
                   "client_secret": {"type": "string"}}},
-              response_schema={"type": "object"})
+              response_schema={"type": "object"}, error_schemas=OAUTH_ERRORS)
     api.route("GET", f"{base}/introspect", auth.introspect,
               permission="iam.client.introspect", tag="iam",
               summary="Who the token belongs to and what it may do",

@@ -274,3 +274,30 @@ def test_yaml_values_without_a_json_form_are_400(admin):
                   '"\\ud800"'):
         assert_error(post_yaml(admin, f"name: x\nversion: '1'\nresources: {{}}\nx: {value}"),
                      400, "JSON")
+
+
+# ---- the token endpoint's error bodies, as documented -------------------------------
+
+def test_openapi_describes_the_token_endpoints_oauth_errors(server):
+    import jsonschema
+    document = server.client().get("/v1/openapi.json").json
+    responses = document["paths"]["/v1/iam/clients/{client}/actions/get_token/invoke"][
+        "post"]["responses"]
+
+    def check(resp, body_keys):
+        assert set(resp.json) == body_keys, resp
+        schema = {**responses[str(resp.status)]["content"]["application/json"]["schema"],
+                  "components": document["components"]}
+        jsonschema.validate(resp.json, schema)
+
+    client = server.client()
+    oauth = {"error", "error_description"}
+    check(server.token_response("admin", "wrong password"), oauth)
+    check(client.post(TOKEN_PATH, {"grant_type": "magic"}), oauth)
+    check(client.post("/v1/iam/clients/%s/actions/get_token/invoke" % uuid.uuid4(),
+                      {"grant_type": "password"}), oauth)
+    check(client.post(TOKEN_PATH, raw=b"{", content_type="application/json"),
+          {"type", "code", "message"})
+    assert responses["400"]["content"]["application/json"]["schema"]["anyOf"][0] == {
+        "$ref": "#/components/schemas/OAuthError"}
+    assert document["components"]["schemas"]["OAuthError"]["required"] == ["error"]
