@@ -7,7 +7,7 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns"]
+BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "fuzz"]
 
 
 def main(argv):
