@@ -47,10 +47,18 @@ class Middleware:
                             size, (time.perf_counter() - started) * 1000)
 
 
+# Waitress's own body limit is a backstop at this many times the largest route limit
+BACKSTOP = 2
+
+
 def body_limit(settings):
-    """Waitress's max_request_body_size: it refuses a body of this size or more (">="), so
-    one byte above the largest limit a route has; the routes then apply their own."""
-    return max(settings["max_body_bytes"], settings["max_upload_bytes"]) + 1
+    """Waitress's max_request_body_size. Waitress reads a whole body before it calls the
+    application, and refuses one over its limit from the headers alone, closing the
+    connection: a client that sends its whole body before reading (http.client, urllib)
+    then sees a broken pipe, not the 413. So a body over a route's limit but under the
+    backstop is read and refused by the route, and only a grossly oversized one is refused
+    unread, by Waitress, answered with the JSON error body all the same."""
+    return BACKSTOP * max(settings["max_body_bytes"], settings["max_upload_bytes"])
 
 
 def json_errors(server):
@@ -87,8 +95,8 @@ class _JsonErrorTask(ErrorTask):
             error = Unauthorized("the Authorization header is malformed")
         elif found.code == 413:
             error = ApiError(f"body exceeds the limit of "
-                             f"{self.channel.adj.max_request_body_size - 1} bytes", 413,
-                             ERROR_TYPES[413])
+                             f"{self.channel.adj.max_request_body_size // BACKSTOP} bytes",
+                             413, ERROR_TYPES[413])
         else:
             error = ApiError(f"{found.reason}: {found.body}", found.code,
                              ERROR_TYPES.get(found.code, found.reason.replace(" ", "")))

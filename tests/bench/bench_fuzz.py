@@ -32,7 +32,6 @@ def serve_app(state_dir):
 def main():
     from tests.fuzz import Fuzzer, Stats, failure_text
     title(f"fuzz: schemathesis over /v1/openapi.json, at least {REQUESTS} requests")
-    note(f"load average before: {os.getloadavg()[0]:.1f}")
     state = temp_dir("bench-fuzz-")
     child = Child("tests.bench.bench_fuzz", state)
     started = time.perf_counter()
