@@ -8,10 +8,13 @@ Used by tests/api/test_fuzz.py (bounded, deterministic) and tests/bench/bench_fu
 The fuzzer works as its own user, `fuzzer-<hex>`, bound to the admin role globally, so
 the bootstrap admin is never the one at risk. Generated path parameters are random, yet
 the run guards its own user and binding anyway (a case aimed at either is skipped), and
-it logs in again when its token stops working (the logout operation revokes it).
+it logs in again when its token stops working (the logout operation revokes it). Each
+operation on an item also gets cases aimed at a record that exists (the newest of its
+collection), outside IAM, so that updates and actions are tried on real state.
 """
 
 import collections
+import re
 import secrets
 import uuid
 
@@ -40,6 +43,15 @@ class Stats:
         self.by_status = collections.Counter()
         self.operations = set()      # labels of the operations that got a request
         self.failures = {}      # (operation, first line) -> reproduction
+
+    def add(self, other):
+        self.requests += other.requests
+        self.server_errors += other.server_errors
+        self.skipped += other.skipped
+        self.relogins += other.relogins
+        self.by_status.update(other.by_status)
+        self.operations |= other.operations
+        self.failures.update(other.failures)
 
     def report(self):
         return (f"{self.requests} requests, {self.server_errors} server errors, "
@@ -82,15 +94,34 @@ class Fuzzer:
         for operation in self.operations:
             if only is not None and operation.label not in only:
                 continue
+            known = self._existing_records(operation)
             for mode in modes:
                 self._run_operation(operation, mode, examples, derandomize, stats)
+                if known:
+                    self._run_operation(operation, mode, examples, derandomize, stats, known)
         return stats
 
-    def _run_operation(self, operation, mode, examples, derandomize, stats):
+    def _existing_records(self, operation):
+        """Path parameters naming records that exist, so that cases get past the 404.
+        Never IAM records: a random body on the admin's user or bindings is how an
+        admin gets locked out."""
+        if "{" not in operation.path or operation.path.startswith("/v1/iam/"):
+            return None
+        params = {}
+        for match in re.finditer(r"\{(\w+)\}", operation.path):
+            collection = operation.path[:match.start()].rstrip("/").format(**params)
+            listed = self.session.get(self.base_url + collection, timeout=60,
+                                      headers={"Authorization": f"Bearer {self.token}"})
+            if listed.status_code != 200 or not listed.json():
+                return None
+            params[match.group(1)] = listed.json()[-1]["uuid"]
+        return params
+
+    def _run_operation(self, operation, mode, examples, derandomize, stats, known=None):
         @settings(max_examples=examples, deadline=None, database=None,
                   derandomize=derandomize, phases=[Phase.generate],
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet)
-        @given(case=operation.as_strategy(generation_mode=mode))
+        @given(case=operation.as_strategy(generation_mode=mode, path_parameters=known))
         def one(case):
             self._send(case, stats)
         try:
