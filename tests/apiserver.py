@@ -7,6 +7,7 @@ import urllib.parse
 
 from appliance import config
 from appliance.api.app import create_app
+from appliance.api.wsgi import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
 
@@ -102,7 +103,11 @@ class ApiServer:
         self.app, self.api = create_app(self.settings)
         if self.extra is not None:
             self.extra(self.api)
-        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4).start()
+        # the production server's body limit and error bodies (appliance/api/server.py)
+        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4,
+                                   max_request_body_size=body_limit(self.settings))
+        json_errors(self.loop.server)
+        self.loop.start()
         self.port = self.loop.port
         return self
 

@@ -15,6 +15,17 @@ ERROR_SCHEMA = {
 }
 
 
+# RFC 6749 section 5.2: the token endpoint's own errors
+OAUTH_ERROR_SCHEMA = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {"error": {"type": "string", "enum": [
+        "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client",
+        "unsupported_grant_type", "invalid_scope"]},
+        "error_description": {"type": "string"}, "error_uri": {"type": "string"}},
+}
+
+
 def _error_responses(route):
     codes = ["400", "404", "405", "409"]
     if not route.public:
@@ -23,9 +34,11 @@ def _error_responses(route):
         codes += ["413", "415"]
     if route.method != "GET":
         codes.append("503")     # a record kept changing under every retry (conflicts.py)
-    return {c: {"description": ERROR_TYPES.get(int(c), "error"),
-                "content": {"application/json": {
-                    "schema": {"$ref": "#/components/schemas/Error"}}}}
+    codes += [c for c in route.error_schemas if c not in codes]
+    return {c: {"description": route.error_schemas.get(c, {}).get(
+                    "description", ERROR_TYPES.get(int(c), "error")),
+                "content": {"application/json": {"schema": route.error_schemas.get(
+                    c, {"$ref": "#/components/schemas/Error"})}}}
             for c in sorted(codes)}
 
 
@@ -74,7 +87,7 @@ def build(api):
     for route in api.routes:
         path = _PARAM.sub(r"{\1}", route.path)
         paths.setdefault(path, {})[route.method.lower()] = _operation(route)
-    schemas = {"Error": ERROR_SCHEMA}
+    schemas = {"Error": ERROR_SCHEMA, "OAuthError": OAUTH_ERROR_SCHEMA}
     for resource in {r.resource for r in api.routes if r.resource is not None}:
         schemas[resource.name] = resource.read_schema()
         schemas[resource.name + "Create"] = resource.create_schema()

@@ -15,6 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
+from . import bodies
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
 
@@ -73,7 +74,8 @@ class SystemCall:
 
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
-                 response_schema, status, max_body, accepts, tag, query_params, resource):
+                 response_schema, status, max_body, accepts, tag, query_params, resource,
+                 error_schemas=None):
         self.method = method
         self.path = path
         self.handler = handler
@@ -87,6 +89,8 @@ class Route:
         self.tag = tag
         self.query_params = query_params or []
         self.resource = resource
+        # status -> schema, for a route whose errors are not all the Error body (OpenAPI)
+        self.error_schemas = error_schemas or {}
 
     @property
     def public(self):
@@ -119,14 +123,14 @@ class Api:
 
     def route(self, method, path, handler, *, permission, summary="", request_schema=None,
               response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
-              query_params=None, resource=None):
+              query_params=None, resource=None, error_schemas=None):
         if not permission:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
                       self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
-                      query_params, resource)
+                      query_params, resource, error_schemas)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route
@@ -187,23 +191,17 @@ class Api:
                 + " or ".join(route.accepts))
         call.content_type = media
         try:
-            text = raw.decode("utf-8")
+            if media == FORM:
+                call.body = {k: v for k, v in bottle.FormsDict(
+                    bottle._parse_qsl(raw.decode("utf-8"))).allitems()}
+            elif media == YAML:
+                call.body = bodies.parse_yaml(raw.decode("utf-8"))
+            else:
+                call.body = bodies.parse_json(raw)
         except UnicodeDecodeError:
             raise BadRequest("body is not valid UTF-8") from None
-        if media == FORM:
-            call.body = {k: v for k, v in bottle.FormsDict(
-                bottle._parse_qsl(text)).allitems()}
-        elif media == YAML:
-            import yaml  # noqa: PLC0415 (imported here: the daemons build resources, not bodies)
-            try:
-                call.body = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise BadRequest(f"body is not valid YAML: {str(e).splitlines()[0]}") from None
-        else:
-            try:
-                call.body = json.loads(text)
-            except ValueError as e:
-                raise BadRequest(f"body is not valid JSON: {e}") from None
+        except bodies.ShapeError as e:
+            raise BadRequest(str(e)) from None
 
     # ---- responses ---------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import waitress
 
 from appliance import config, logs
 from appliance.api.app import create_app
+from appliance.api.wsgi import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 
 
@@ -47,8 +48,7 @@ def waitress_settings(settings, descriptors=None):
     return {
         "host": settings["api_host"], "port": settings["api_port"],
         "threads": settings["api_threads"], "ident": "appliance",
-        "max_request_body_size": max(settings["max_body_bytes"],
-                                     settings["max_upload_bytes"]),
+        "max_request_body_size": body_limit(settings),
         "clear_untrusted_proxy_headers": True,
         "connection_limit": limit,
         "channel_timeout": timeout,
@@ -70,6 +70,7 @@ def serve(settings):
         log.warning("api_connection_limit lowered to %s: the descriptor limit is %s",
                     adjustments["connection_limit"], descriptors)
     server = waitress.create_server(app, **adjustments)
+    json_errors(server)
     signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)

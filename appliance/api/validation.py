@@ -3,12 +3,25 @@
 The schema a resource publishes is the schema its bodies are checked against, so the two
 cannot drift. Messages name the field and the rule but never echo the value sent: a
 rejected value may be a secret, and error messages end up in logs.
+
+"integer" is strict here: JSON Schema counts 32.0 as an integer, but then a float would
+reach the code behind the field (password lengths, key sizes) and fail there. A number
+written with a fraction or an exponent is refused wherever an integer is expected.
 """
 
 import jsonschema
 from jsonschema.exceptions import best_match
 
 from .errors import BadRequest
+
+
+def _is_integer(checker, instance):
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_STRICT = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
 
 _TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number",
                "boolean": "a boolean", "object": "an object", "array": "a list",
@@ -68,7 +81,7 @@ class Validator:
     def __init__(self, schema):
         jsonschema.Draft202012Validator.check_schema(schema)
         self.schema = schema
-        self._validator = jsonschema.Draft202012Validator(
+        self._validator = _STRICT(
             schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
 
     def check(self, instance):

@@ -39,6 +39,12 @@ def survives_password_changes(claims, user):
     """A token lives on after a password change only in the session that made it."""
     return claims.get("pwv", 0) == password_version(user) or (
         claims.get("sid") is not None and claims["sid"] == user.get("password_session"))
+# The grant's errors are RFC 6749's; a request that cannot be read as one at all (a body
+# that is not JSON, a malformed header) is refused earlier with the API's Error body.
+_EITHER = {"description": "OAuthError from the grant; Error when the request cannot be read",
+           "anyOf": [{"$ref": "#/components/schemas/OAuthError"},
+                     {"$ref": "#/components/schemas/Error"}]}
+OAUTH_ERRORS = {"400": _EITHER, "401": _EITHER}
 
 
 class OAuthError(Exception):
@@ -120,7 +126,11 @@ class Authenticator:
     # ---- per request ---------------------------------------------------------------
 
     def __call__(self, request):
-        header = request.get_header("Authorization") or ""
+        # the raw value: Bottle's get_header() re-decodes it as UTF-8 and raises on other
+        # bytes; a token is ASCII, so anything else is simply not a token
+        header = request.environ.get("HTTP_AUTHORIZATION", "")
+        if not header.isascii():
+            raise Unauthorized("the Authorization header must be ASCII")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("a bearer token is required")
@@ -295,7 +305,7 @@ def register(api):
                   "refresh_ttl": {"type": ["number", "string"], "description":
                                   "seconds; as ttl, for the refresh token"},
                   "client_secret": {"type": "string"}}},
-              response_schema={"type": "object"})
+              response_schema={"type": "object"}, error_schemas=OAUTH_ERRORS)
     # the caller's own token and user only: any valid token will do, a newcomer's too
     api.route("GET", f"{base}/introspect", auth.introspect, permission=AUTHENTICATED,
               tag="iam", summary="Who the token belongs to and what it may do",

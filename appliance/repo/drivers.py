@@ -14,6 +14,8 @@ import urllib.request
 
 import yaml
 
+from appliance.api import bodies
+
 from . import inventory
 
 TIMEOUT = 15
@@ -85,8 +87,9 @@ class NginxDriver(Driver):
     def element(self, name, version):
         quoted = f"{urllib.parse.quote(name)}/{urllib.parse.quote(version)}"
         try:
-            manifest = yaml.safe_load(self._get(f"{quoted}/manifests/{urllib.parse.quote(name)}.yaml"))
-        except yaml.YAMLError as e:
+            manifest = bodies.load_yaml(
+                self._get(f"{quoted}/manifests/{urllib.parse.quote(name)}.yaml"))
+        except (yaml.YAMLError, bodies.ShapeError) as e:
             raise DriverError(f"manifest of {name} {version} is not YAML: {e}") from None
         if not isinstance(manifest, dict):
             raise DriverError(f"manifest of {name} {version} is not a mapping")
@@ -106,8 +109,8 @@ def valid_manifest(path):
         return None
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            data = bodies.load_yaml(f)
+    except (OSError, yaml.YAMLError, bodies.ShapeError, UnicodeDecodeError):
         return None
     if isinstance(data, dict) and all(k in data for k in ("name", "version", "resources")):
         data["version"] = str(data["version"])

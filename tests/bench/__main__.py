@@ -7,7 +7,7 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory"]
+BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz"]
 
 
 def main(argv):
