@@ -7,7 +7,7 @@ import urllib.parse
 
 from appliance import config
 from appliance.api.app import create_app
-from appliance.api.wsgi import body_limit, json_errors
+from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
 

@@ -9,7 +9,7 @@ import waitress
 
 from appliance import config, logs
 from appliance.api.app import create_app
-from appliance.api.wsgi import body_limit, json_errors
+from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 
 

@@ -14,7 +14,7 @@ import urllib.request
 
 import yaml
 
-from appliance.api import bodies
+from appliance.api import bodies, yaml_bodies
 
 from . import inventory
 
@@ -87,7 +87,7 @@ class NginxDriver(Driver):
     def element(self, name, version):
         quoted = f"{urllib.parse.quote(name)}/{urllib.parse.quote(version)}"
         try:
-            manifest = bodies.load_yaml(
+            manifest = yaml_bodies.load_yaml(
                 self._get(f"{quoted}/manifests/{urllib.parse.quote(name)}.yaml"))
         except (yaml.YAMLError, bodies.ShapeError) as e:
             raise DriverError(f"manifest of {name} {version} is not YAML: {e}") from None
@@ -109,7 +109,7 @@ def valid_manifest(path):
         return None
     try:
         with open(path) as f:
-            data = bodies.load_yaml(f)
+            data = yaml_bodies.load_yaml(f)
     except (OSError, yaml.YAMLError, bodies.ShapeError, UnicodeDecodeError):
         return None
     if isinstance(data, dict) and all(k in data for k in ("name", "version", "resources")):

@@ -46,7 +46,9 @@ class ApiProcess:
             "state_dir": str(tmp_path / "state"), "admin_password": ADMIN_PASSWORD,
             "api_port": free_port(), **overrides})
         self.port = self.settings["api_port"]
-        (name, argv), = [c for c in supervisor.child_commands() if c[0] == "api"]
+        # as the API's systemd unit runs it (the supervisor forks the same main())
+        (module,) = [m for n, m in supervisor.child_modules() if n == "api"]
+        argv = supervisor.python_command(module)
         log = open(os.path.join(RUN_LOG_DIR, f"api-flood-{self.port}.log"), "wb")
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         self.proc = subprocess.Popen(

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from appliance.api import bodies
-from appliance.api.wsgi import body_limit
+from appliance.api.server_errors import body_limit
 from appliance.iam.builtin import ADMIN_PROJECT
 from tests.apiserver import TOKEN_PATH, ApiServer
 from tests.conftest import ADMIN_PASSWORD
