@@ -645,8 +645,8 @@ def test_every_object_of_a_kind_has_the_same_keys(admin):
     bound = create(admin, VAL, variable=sel["uuid"], value=1)
     free = create(admin, VAL, value=None)
     assert set(bound) == set(free) == {"uuid", "name", "description", "project_id",
-                                       "variable", "value", "manual_selected", "created_at",
-                                       "updated_at"}
+                                       "variable", "value", "manual_selected", "tags",
+                                       "created_at", "updated_at"}
     assert set(profile(admin, "develop")) == {
         "uuid", "name", "description", "project_id", "profile_type", "active", "created_at",
         "updated_at"}
