@@ -74,7 +74,7 @@ class ChangeWatch(FileSystemEventHandler):
 
     def _key(self, kind):
         coll = self.store.collection(kind)
-        return coll.lock.settled_generation(coll.storage.stat_key)
+        return coll.lock.settled_generation(coll.journal.stat_key)
 
     def _dispatch(self):
         while not self._stop.is_set():
