@@ -19,8 +19,6 @@ import datetime
 import os
 import re
 import threading
-import uuid as uuidlib
-
 import orjson
 
 from .errors import DuplicateKey, NotFound, RevisionConflict, StoreError
@@ -64,7 +62,20 @@ def _in_default_order(records):
 
 
 def _values(record, fields):
-    return tuple(record.get(f) for f in fields)
+    return tuple(map(record.get, fields))
+
+
+def _new_uuids(count):
+    """`count` random (version 4) uuids as strings; str(uuid.uuid4()) costs several
+    times more, which shows in a batch of 100,000."""
+    raw = bytearray(os.urandom(16 * count))
+    made = []
+    for i in range(0, 16 * count, 16):
+        raw[i + 6] = (raw[i + 6] & 0x0F) | 0x40
+        raw[i + 8] = (raw[i + 8] & 0x3F) | 0x80
+        h = raw[i:i + 16].hex()
+        made.append(f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}")
+    return made
 
 
 def _last(mapping):
@@ -263,9 +274,10 @@ class Collection:
         def plan():
             stamp = self._stamp()
             created = []
+            fresh_uuids = iter(_new_uuids(sum(1 for r in records if not r.get("uuid"))))
             for record in records:
                 new = dict(record)
-                new["uuid"] = str(new.get("uuid") or uuidlib.uuid4())
+                new["uuid"] = str(new.get("uuid") or next(fresh_uuids))
                 new["created_at"] = new["updated_at"] = stamp
                 new["revision"] = 1
                 created.append(new)
@@ -346,6 +358,10 @@ class Collection:
         """Start over from `table` (uuid -> record); indexes are rebuilt on demand."""
         self._table = table
         self._sorted = _in_default_order(table.values())
+        # the newest (created_at, uuid) appended: a record put after it and not past it
+        # makes the dict's order differ from the default order
+        self._last_key = ((order_key(_last(table)) if self._sorted else
+                           max(map(order_key, table.values()))) if table else ("", ""))
         self._latest = (_last(table)["created_at"] if self._sorted else
                         max(r["created_at"] for r in table.values())) if table else ""
         self._uniques = {}          # fields -> {values: uuid}, built by the first write
@@ -384,8 +400,12 @@ class Collection:
         uuid = record["uuid"]
         table = self._table
         old = table.get(uuid)
-        if old is None and self._sorted and table and order_key(record) < order_key(_last(table)):
-            self._sorted = False
+        if old is None:
+            key = (record["created_at"], uuid)
+            if key < self._last_key:
+                self._sorted = False
+            else:
+                self._last_key = key
         table[uuid] = record            # an update keeps its place in the dict's order
         if record["created_at"] > self._latest:
             self._latest = record["created_at"]
