@@ -1,8 +1,8 @@
 """Change watch: call subscribers within milliseconds of a write to a kind.
 
 Every write ends by bumping the generation counter in `.locks/<kind>.lock`; watchdog
-(inotify here) reports that modification at once. The data files are not watched: their
-atomic renames make watchdog hold events up to 0.5 s while it pairs the two halves of a
+(inotify here) reports that modification at once. The data files are not watched: the
+atomic renames of a compaction make watchdog hold events up to 0.5 s while it pairs the two halves of a
 move, and one held event delays every event queued behind it. A periodic re-scan driven
 by `schedule` compares keys and covers any event that was lost. Each subscriber is called
 at most once per observed change, on one dispatcher thread, so a slow subscriber delays
