@@ -574,9 +574,11 @@ class Collection:
             try:
                 entry = orjson.loads(line)
             except orjson.JSONDecodeError:
+                entry = None
+            if not isinstance(entry, dict):
                 if i == len(lines) - 1:
                     break
-                raise StoreError(f"{self.journal.path}: damaged line at byte {offset}") from None
+                raise StoreError(f"{self.journal.path}: damaged line at byte {offset}")
             self._apply(entry)
             offset += len(line) + 1
         self._offset = offset
