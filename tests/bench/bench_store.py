@@ -20,6 +20,8 @@ two sides alternating, measurement by measurement, in one run. Everything above 
     200 rounds. Goal p99 < 50 ms. The same list with no write before it shows what the
     list itself costs (filter and render), apart from catching up with the write.
 (d) a fresh process's first `records()` of 10,000 and 100,000 records.
+(e) another process's insert seen by this process's ChangeWatch: time from the command
+    to the write's acknowledgement, and to the watch callback.
 """
 
 import json
@@ -164,6 +166,43 @@ def measure_cold(rounds=200):
         remove(directory)
 
 
+def measure_watch(rounds=200):
+    """Another process inserts; seconds from the command to its acknowledgement and to
+    this process's ChangeWatch callback."""
+    import threading
+    from state import ChangeWatch, Store
+    directory = temp_dir("store-watch")
+    fill(directory, N)
+    seen = threading.Event()
+    watch = ChangeWatch(Store(directory)).start()
+    watch.subscribe(KIND, lambda kind: seen.set())
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "tests.bench.bench_store", "--writer", directory],
+        cwd=os.getcwd(), env=os.environ, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    acks, events = [], []
+    try:
+        writer.stdin.write(f"{N + rounds}\n")     # the child's start-up and first load
+        writer.stdin.flush()
+        writer.stdout.readline()
+        for i in range(rounds):
+            time.sleep(0.01)
+            seen.clear()
+            t0 = now()
+            writer.stdin.write(f"{N + i}\n")
+            writer.stdin.flush()
+            assert writer.stdout.readline().strip() == "ok"
+            acks.append(now() - t0)
+            if seen.wait(5):
+                events.append(now() - t0)
+        return {"acks": acks, "events": events}
+    finally:
+        writer.stdin.close()
+        writer.wait()
+        watch.stop()
+        remove(directory)
+
+
 def serve_writes(directory):
     """Another process: insert record(i) for each i read from stdin, say ok after it."""
     from state import Store
@@ -189,7 +228,7 @@ def measure_reload(size):
 
 
 MEASURES = {"single": measure_single, "inserts": measure_inserts, "cold": measure_cold,
-            "reload": measure_reload}
+            "reload": measure_reload, "watch": measure_watch}
 
 
 # ---- the two sides (parent side) --------------------------------------------------------
@@ -295,6 +334,17 @@ def main():
                 rows.append([f"{size:,}", label, *tri(result["times"])])
         note("\n(d) a fresh process's first records() (5 loads)")
         table(["records", "side", "min ms", "median ms", "max ms"], rows)
+
+        rows = []
+        for label, result in alternate(sides, "watch").items():
+            for what, t in (("write acknowledged", result["acks"]),
+                            ("ChangeWatch callback", result["events"])):
+                rows.append([label, what, len(t), f"{p(t, 0.5) * 1000:.2f}",
+                             f"{p(t, 0.99) * 1000:.2f}", f"{max(t) * 1000:.2f}"])
+        note(f"\n(e) another process inserts into a kind of {N:,} records: time from its "
+             "command to its acknowledgement and to this process's watch callback "
+             "(goal: seen within 10 ms of the write)")
+        table(["side", "until", "rounds", "p50 ms", "p99 ms", "max ms"], rows)
     finally:
         if made and made != before:
             remove(made)
