@@ -63,9 +63,16 @@ def test_sigkill_at_random_moment_loses_no_acknowledged_write(tmp_path, mode, co
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], leftovers
 
 
+# None: the default; 4096: the children compact every few writes, racing each other's
+# compactions, appends and full loads
+COMPACTIONS = [None, 4096]
+
+
 @pytest.mark.timeout(180)
-def test_four_processes_inserting_at_once_lose_nothing(tmp_path):
-    children = [spawn(tmp_path, "insert", 500) for _ in range(4)]
+@pytest.mark.parametrize("compact_min", COMPACTIONS)
+def test_four_processes_inserting_at_once_lose_nothing(tmp_path, compact_min):
+    extra = [compact_min] if compact_min else []
+    children = [spawn(tmp_path, "insert", 500, *extra) for _ in range(4)]
     outputs = [c.communicate()[0].split() for c in children]
     assert all(c.returncode == 0 for c in children)
     acknowledged = {u for out in outputs for u in out if u != "done"}
@@ -76,10 +83,12 @@ def test_four_processes_inserting_at_once_lose_nothing(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_four_processes_compare_and_set_one_counter(tmp_path):
+@pytest.mark.parametrize("compact_min", COMPACTIONS)
+def test_four_processes_compare_and_set_one_counter(tmp_path, compact_min):
     counter = Store(tmp_path).collection("counter")
     uuid = counter.insert({"n": 0})["uuid"]
-    children = [spawn(tmp_path, "cas", 200) for _ in range(4)]
+    extra = [compact_min] if compact_min else []
+    children = [spawn(tmp_path, "cas", 200, *extra) for _ in range(4)]
     for c in children:
         c.communicate()
         assert c.returncode == 0
