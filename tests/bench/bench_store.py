@@ -12,7 +12,8 @@ two sides alternating, measurement by measurement, in one run. Everything above 
 (the API's listing code) comes from this tree on both sides.
 
 (a) one `insert()` into a kind of 100 / 10,000 / 100,000 records (filled by insert_many):
-    min / median / max over up to 200 writes (fewer when a side is slow: a time budget).
+    min / median / max over up to 200 writes (fewer when a side is slow: a time budget),
+    beside a bare append + fdatasync made right after each (the disk's share).
 (b) 10,000 single `insert()` calls into an empty kind; a side that passes the budget
     (BENCH_INSERT_BUDGET seconds, default 60) stops and is extrapolated from a linear fit.
 (c) another process inserts one record, then this one runs the API's filtered list
@@ -61,19 +62,29 @@ def fill(directory, count):
 # ---- measurements (child side) ----------------------------------------------------------
 
 def measure_single(size, budget=20.0, writes=200):
+    """Each insert is followed by a bare append + fdatasync of a line of the same size to
+    a scratch file beside it: this disk's fsync latency swings tenfold with the machine's
+    load, and the pair shows what the store adds to it at that moment."""
     directory = temp_dir("store-single")
+    scratch = os.open(os.path.join(directory, "scratch"), os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         coll = fill(directory, size)
-        times = []
+        times, bare = [], []
+        line = b"x" * 300 + b"\n"
         started = now()
         for i in range(writes):
             t0 = now()
             coll.insert(record(size + i))
             times.append(now() - t0)
+            t0 = now()
+            os.write(scratch, line)
+            os.fdatasync(scratch)
+            bare.append(now() - t0)
             if now() - started > budget and len(times) >= 5:
                 break
-        return {"times": times}
+        return {"times": times, "bare": bare}
     finally:
+        os.close(scratch)
         remove(directory)
 
 
@@ -301,9 +312,12 @@ def main():
         rows = []
         for size in SIZES:
             for label, result in alternate(sides, "single", size).items():
-                rows.append([f"{size:,}", label, len(result["times"]), *tri(result["times"])])
-        note("(a) one insert() into a kind of N records (lock, catch up, write, fsync)")
-        table(["records", "side", "writes", "min ms", "median ms", "max ms"], rows)
+                rows.append([f"{size:,}", label, len(result["times"]), *tri(result["times"]),
+                             *tri(result["bare"])])
+        note("(a) one insert() into a kind of N records (lock, catch up, write, fsync), and "
+             "right after each, a bare append + fdatasync of a line to another file")
+        table(["records", "side", "writes", "min ms", "median ms", "max ms",
+               "bare min", "bare median", "bare max"], rows)
 
         rows = []
         for label, result in alternate(sides, "inserts", budget).items():
