@@ -1,8 +1,9 @@
 """Cross-process lock of one kind, plus its change generation.
 
 A kind's lock file `<kind>.lock` is locked with flock(2) around every write. Its first
-8 bytes hold a generation counter, bumped by each writer *after* the data file has been
-replaced, so that any process can tell with one pread whether its cache is stale.
+8 bytes hold a generation counter, bumped by each writer *after* its journal line is on
+disk (or its compaction is in place), so that any process can tell with one pread (and a
+stat of the journal) whether its state is stale, and the change watch gets an event.
 """
 
 import fcntl
@@ -60,7 +61,7 @@ class KindLock:
         return _GEN.unpack(raw)[0] if len(raw) == _GEN.size else 0
 
     def bump_generation(self):
-        """Called by the lock holder after it replaced the data file."""
+        """Called by the lock holder after its change is on disk."""
         gen = self.generation() + 1
         os.pwrite(self._fd, _GEN.pack(gen), 0)
         return gen

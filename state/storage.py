@@ -1,4 +1,4 @@
-"""TinyDB storage that writes atomically and reads through a stat-keyed cache.
+"""TinyDB storage that writes atomically (the base files, journal headers, private files).
 
 The file is an ordinary TinyDB database (`{"<table>": {"<doc_id>": {...}}}`), so stock
 TinyDB can open it. Unlike `JSONStorage` it never rewrites the file in place: it writes a
@@ -49,17 +49,14 @@ class AtomicJSONStorage(Storage):
             return None
         return orjson.loads(raw)
 
-    def read_with_key(self):
-        """The content and the stat key of the very file read (no race between them)."""
+    def read_sized(self):
+        """The content and its size in bytes; (None, 0) when there is no file."""
         try:
-            f = open(self.path, "rb")
+            with open(self.path, "rb") as f:
+                raw = f.read()
         except FileNotFoundError:
-            return None, None
-        with f:
-            st = os.fstat(f.fileno())
-            raw = f.read()
-        data = orjson.loads(raw) if raw else None
-        return data, (st.st_ino, st.st_size, st.st_mtime_ns)
+            return None, 0
+        return (orjson.loads(raw) if raw else None), len(raw)
 
     def write(self, data):
         self.write_bytes(orjson.dumps(data))

@@ -3,7 +3,7 @@
 import os
 import threading
 
-from .collection import LOCK_DIR, Collection
+from .collection import JOURNAL_SUFFIX, LOCK_DIR, Collection
 from .lock import KindLock
 from .storage import AtomicJSONStorage
 
@@ -44,14 +44,19 @@ class Store:
         many stores, like a test run, would otherwise run out of descriptors)."""
         with self._lock:
             for coll in self._collections.values():
-                coll.lock.close()
+                coll.close()
             self._collections.clear()
             for lock in self._named_locks.values():
                 lock.close()
             self._named_locks.clear()
 
     def path_of(self, kind):
+        """The kind's TinyDB base file (as of its last compaction; see files_of)."""
         return os.path.join(self.directory, f"{kind}.json")
+
+    def files_of(self, kind):
+        """Every file that holds the kind's records: the base and its journal."""
+        return [self.path_of(kind), os.path.join(self.directory, kind + JOURNAL_SUFFIX)]
 
     def kinds(self):
         return sorted(name[:-5] for name in os.listdir(self.directory)

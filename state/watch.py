@@ -1,8 +1,8 @@
 """Change watch: call subscribers within milliseconds of a write to a kind.
 
 Every write ends by bumping the generation counter in `.locks/<kind>.lock`; watchdog
-(inotify here) reports that modification at once. The data files are not watched: their
-atomic renames make watchdog hold events up to 0.5 s while it pairs the two halves of a
+(inotify here) reports that modification at once. The data files are not watched: the
+atomic renames of a compaction make watchdog hold events up to 0.5 s while it pairs the two halves of a
 move, and one held event delays every event queued behind it. A periodic re-scan driven
 by `schedule` compares keys and covers any event that was lost. Each subscriber is called
 at most once per observed change, on one dispatcher thread, so a slow subscriber delays
@@ -74,7 +74,7 @@ class ChangeWatch(FileSystemEventHandler):
 
     def _key(self, kind):
         coll = self.store.collection(kind)
-        return coll.lock.settled_generation(coll.storage.stat_key)
+        return coll.lock.settled_generation(coll.journal.stat_key)
 
     def _dispatch(self):
         while not self._stop.is_set():

@@ -166,9 +166,11 @@ def test_private_parts_are_encrypted_at_rest(server, admin):
     make(admin, RSA)
     make(admin, SSH)
     for kind in ("secret_rsa_keys", "secret_ssh_keys", "secret_passwords"):
-        with open(server.store.path_of(kind)) as f:
-            content = f.read()
-        assert "PRIVATE KEY" not in content
+        for path in server.store.files_of(kind):            # the base and its journal
+            with open(path) as f:
+                content = f.read()
+            assert "PRIVATE KEY" not in content
     pw = make(admin, P)
-    with open(server.store.path_of("secret_passwords")) as f:
-        assert pw["value"] not in f.read()
+    for path in server.store.files_of("secret_passwords"):
+        with open(path) as f:
+            assert pw["value"] not in f.read()

@@ -211,11 +211,11 @@ def test_read_needs_secret_secret_read(server, admin):
 def test_values_are_encrypted_at_rest(server, admin):
     value = remember(f"at-rest-{uuid.uuid4().hex}")
     create(admin, value=value, default_value=remember(f"at-rest-default-{uuid.uuid4().hex}"))
-    path = server.store.path_of("secret_secrets")
-    with open(path) as f:
-        content = f.read()
-    assert value not in content and "at-rest-default" not in content
-    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    for path in server.store.files_of("secret_secrets"):     # the base and its journal
+        with open(path) as f:
+            content = f.read()
+        assert value not in content and "at-rest-default" not in content
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
 
 
 def test_restart_mid_delivery_converges(server, admin, delivery):

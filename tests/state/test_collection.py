@@ -1,9 +1,11 @@
 import threading
 import time
 
+import orjson
 import pytest
+from tinydb import TinyDB
 
-from state import ChangeWatch, DuplicateKey, NotFound, RevisionConflict, Store
+from state import ChangeWatch, DuplicateKey, NotFound, RevisionConflict, Store, order_key
 
 
 @pytest.fixture
@@ -96,8 +98,8 @@ def test_files_are_private(store):
     import os
     import stat
     store.collection("things").insert({})
-    mode = stat.S_IMODE(os.stat(store.path_of("things")).st_mode)
-    assert mode == 0o600
+    for path in store.files_of("things"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(store.directory).st_mode) & 0o077 == 0
 
 
@@ -160,6 +162,10 @@ def test_file_order_is_default_order_even_for_batches(store):
     things = store.collection("things")
     things.insert_many([{"i": i} for i in range(200)])
     things.insert({"i": "after"})
-    in_file = list(Store(store.directory).collection("things").snapshot().table.values())
-    assert in_file == sorted(in_file, key=lambda r: (r["created_at"], r["uuid"]))
-    assert [r["uuid"] for r in things.records()] == [r["uuid"] for r in in_file]
+    with open(store.files_of("things")[1], "rb") as f:
+        journal = [r for line in f.read().splitlines()[1:] for r in orjson.loads(line)["put"]]
+    assert journal == sorted(journal, key=order_key)
+    things.compact()
+    in_file = TinyDB(store.path_of("things")).table("things").all()
+    assert ([r["uuid"] for r in in_file] == [r["uuid"] for r in journal]
+            == [r["uuid"] for r in Store(store.directory).collection("things").records()])

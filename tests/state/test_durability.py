@@ -16,18 +16,26 @@ from tests.conftest import ROOT
 WRITER = os.path.join(os.path.dirname(__file__), "writer.py")
 
 
-def spawn(state_dir, mode, count):
+def spawn(state_dir, mode, count, *extra, stdin=None):
     env = dict(os.environ, PYTHONPATH=ROOT)
-    return subprocess.Popen([sys.executable, WRITER, str(state_dir), mode, str(count)],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen([sys.executable, WRITER, str(state_dir), mode, str(count),
+                             *map(str, extra)],
+                            stdin=stdin, stdout=subprocess.PIPE, text=True, env=env)
+
+
+# (mode, journal size past which the child compacts): the default, then compactions every
+# few writes so that kills land inside them, then long batch lines that a kill can tear
+KILL_CASES = [("insert", None), ("insert", 4096), ("batch", 16384)]
 
 
 @pytest.mark.timeout(180)
-def test_sigkill_at_random_moment_loses_no_acknowledged_write(tmp_path):
+@pytest.mark.parametrize("mode,compact_min", KILL_CASES)
+def test_sigkill_at_random_moment_loses_no_acknowledged_write(tmp_path, mode, compact_min):
     rng = random.Random(20261121)
     acknowledged = set()
-    for round_no in range(20):
-        child = spawn(tmp_path, "insert", 100000)
+    extra = [compact_min] if compact_min else []
+    for round_no in range(15):
+        child = spawn(tmp_path, mode, 100000, *extra)
         first = child.stdout.readline().strip()    # the child is writing now
         acknowledged.add(first)
         time.sleep(rng.uniform(0.0, 0.25))
@@ -35,21 +43,36 @@ def test_sigkill_at_random_moment_loses_no_acknowledged_write(tmp_path):
         # every line printed before the kill was acknowledged by insert()
         acknowledged.update(line.strip() for line in child.stdout if len(line.strip()) == 36)
         child.wait()
-        # a fresh process (fresh cache) loads the file and finds every acknowledged write
-        stored = {r["uuid"] for r in Store(tmp_path).collection("things").records()}
+        # a fresh process (fresh cache) loads base and journal and finds every acknowledged
+        # write, and no record twice
+        fresh = Store(tmp_path).collection("things")
+        records = fresh.records()
+        stored = {r["uuid"] for r in records}
+        assert len(stored) == len(records)
         missing = acknowledged - stored
         assert not missing, f"round {round_no}: {len(missing)} acknowledged writes lost"
-        # and the file is a valid TinyDB database
-        assert len(TinyDB(Store(tmp_path).path_of("things")).table("things")) == len(stored)
+        # the base is a valid TinyDB database at any moment, and holds everything once
+        # compacted
+        assert len(TinyDB(fresh.path).table("things")) <= len(stored)
+        if round_no % 5 == 4:
+            fresh.compact()
+            assert len(TinyDB(fresh.path).table("things")) == len(stored)
     assert len(acknowledged) > 20
     leftovers = [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     Store(tmp_path).collection("things")   # opening under the lock sweeps dead temp files
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")], leftovers
 
 
+# None: the default; 4096: the children compact every few writes, racing each other's
+# compactions, appends and full loads
+COMPACTIONS = [None, 4096]
+
+
 @pytest.mark.timeout(180)
-def test_four_processes_inserting_at_once_lose_nothing(tmp_path):
-    children = [spawn(tmp_path, "insert", 500) for _ in range(4)]
+@pytest.mark.parametrize("compact_min", COMPACTIONS)
+def test_four_processes_inserting_at_once_lose_nothing(tmp_path, compact_min):
+    extra = [compact_min] if compact_min else []
+    children = [spawn(tmp_path, "insert", 500, *extra) for _ in range(4)]
     outputs = [c.communicate()[0].split() for c in children]
     assert all(c.returncode == 0 for c in children)
     acknowledged = {u for out in outputs for u in out if u != "done"}
@@ -60,10 +83,12 @@ def test_four_processes_inserting_at_once_lose_nothing(tmp_path):
 
 
 @pytest.mark.timeout(180)
-def test_four_processes_compare_and_set_one_counter(tmp_path):
+@pytest.mark.parametrize("compact_min", COMPACTIONS)
+def test_four_processes_compare_and_set_one_counter(tmp_path, compact_min):
     counter = Store(tmp_path).collection("counter")
     uuid = counter.insert({"n": 0})["uuid"]
-    children = [spawn(tmp_path, "cas", 200) for _ in range(4)]
+    extra = [compact_min] if compact_min else []
+    children = [spawn(tmp_path, "cas", 200, *extra) for _ in range(4)]
     for c in children:
         c.communicate()
         assert c.returncode == 0
