@@ -69,6 +69,18 @@ def positive_float(text: str) -> float:
 
 
 positive_int.__name__ = "positive integer"  # argparse names the type in its error message
+
+
+def add_list_arguments(parser):
+    """The options of every list command: filters, sorting and paging."""
+    parser.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
+                        help="equality filter; repeat a key for 'any of'")
+    parser.add_argument("--sort", metavar="KEY", help="sort by this field")
+    parser.add_argument("--desc", action="store_true", help="sort descending")
+    parser.add_argument("--limit", metavar="N", type=positive_int, help="page size")
+    parser.add_argument("--marker", metavar="UUID", help="start after this item")
+    parser.add_argument("--all", action="store_true",
+                        help=f"walk every page (pages of --limit, default {DEFAULT_PAGE_SIZE})")
 positive_float.__name__ = "positive number"
 
 

@@ -11,7 +11,7 @@ import re
 import time
 
 from . import CliError, UsageError
-from .common import build_body, emit, positive_int, session_client
+from .common import add_list_arguments, build_body, emit, session_client
 
 UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -168,13 +168,7 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
         return sub
 
     listing = verb("list", f"list {name}", _run(handlers["list"]))
-    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
-                         help="equality filter; repeat a key for 'any of'")
-    listing.add_argument("--sort", metavar="KEY", help="sort by this field")
-    listing.add_argument("--desc", action="store_true", help="sort descending")
-    listing.add_argument("--limit", metavar="N", type=positive_int, help="page size")
-    listing.add_argument("--marker", metavar="UUID", help="start after this item")
-    listing.add_argument("--all", action="store_true", help="walk every page")
+    add_list_arguments(listing)
     verb("show", f"show one of {name}", _run(handlers["show"], item=True), item=True)
     verb("create", f"create one of {name}", _run(None, method="POST"), fields=True)
     verb("update", f"change fields of one of {name}", _run(None, item=True, method="PUT"),

@@ -31,12 +31,12 @@ from appliance.cli.client import (
 from appliance.cli.common import (
     DEFAULT_PAGE_SIZE,
     DEFAULT_TIMEOUT_SECONDS,
+    add_list_arguments,
     Environment,
     build_body,
     emit,
     option,
     positive_float,
-    positive_int,
     session_client,
     split_field,
     timeout,
@@ -196,14 +196,7 @@ def build_parser(env: Environment) -> ArgumentParser:
     listing = command("list", "list a collection", "appliance list iam/users --filter status=ACTIVE --sort username",
                       cmd_list)
     listing.add_argument("path", metavar="PATH", help=PATH_HELP)
-    listing.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
-                         help="equality filter; repeat a key for 'any of'")
-    listing.add_argument("--sort", metavar="KEY", help="sort by this field")
-    listing.add_argument("--desc", action="store_true", help="sort descending")
-    listing.add_argument("--limit", metavar="N", type=positive_int, help="page size")
-    listing.add_argument("--marker", metavar="UUID", help="start after this item")
-    listing.add_argument("--all", action="store_true",
-                         help=f"walk every page (pages of --limit, default {DEFAULT_PAGE_SIZE})")
+    add_list_arguments(listing)
 
     show = command("show", "show one object", "appliance show iam/users/<uuid>", cmd_show)
     show.add_argument("path", metavar="PATH/UUID", help=PATH_HELP)
