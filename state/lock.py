@@ -7,6 +7,7 @@ stat of the journal) whether its state is stale, and the change watch gets an ev
 """
 
 import fcntl
+import mmap
 import os
 import struct
 import threading
@@ -22,6 +23,9 @@ class KindLock:
         # share through _fd: a thread lock serializes them first.
         self._threads = threading.RLock()
         self._depth = 0
+        # the counter's page, mapped once the file holds one: every read of the API checks
+        # the generation, and a pread is a syscall that lets go of the GIL (issue 11)
+        self._view = None
 
     def __enter__(self):
         self._threads.acquire()
@@ -57,8 +61,16 @@ class KindLock:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def generation(self):
+        view = self._view
+        if view is not None:
+            return _GEN.unpack_from(view, 0)[0]
         raw = os.pread(self._fd, _GEN.size, 0)
-        return _GEN.unpack(raw)[0] if len(raw) == _GEN.size else 0
+        if len(raw) != _GEN.size:
+            return 0
+        # a shared mapping sees other processes' pwrite at once (one page cache); the
+        # file never shrinks, so the mapped bytes stay inside it
+        self._view = mmap.mmap(self._fd, _GEN.size, prot=mmap.PROT_READ)
+        return _GEN.unpack(raw)[0]
 
     def bump_generation(self):
         """Called by the lock holder after its change is on disk."""
@@ -68,6 +80,12 @@ class KindLock:
 
     def close(self):
         with self._threads:
+            view, self._view = self._view, None
+            if view is not None:
+                try:
+                    view.close()
+                except BufferError:     # a reader is inside unpack_from: GC closes it
+                    pass
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
