@@ -10,7 +10,6 @@ left; the API calls it on exit and on SIGTERM, so that no line is lost.
 
 import atexit
 import logging
-import logging.handlers
 import queue
 import sys
 import threading
@@ -54,12 +53,29 @@ def stop():
 atexit.register(stop)
 
 
-class _Enqueue(logging.handlers.QueueHandler):
-    def prepare(self, record):
-        # the message is merged now, as its arguments may change after the call; the
-        # line (time, traceback) is formatted by the writer
-        record.msg, record.args = record.getMessage(), None
-        return record
+class _Enqueue(logging.Handler):
+    """logging.handlers.QueueHandler without its lock and its formatting on the caller's
+    thread (and without importing logging.handlers, pickle and socket in every process)."""
+
+    def __init__(self, records):
+        super().__init__()
+        self.queue = records
+
+    def handle(self, record):
+        # no handler lock: SimpleQueue.put is thread-safe
+        if self.filter(record):
+            self.emit(record)
+            return True
+        return False
+
+    def emit(self, record):
+        try:
+            # the message is merged now, as its arguments may change after the call; the
+            # line (time, traceback) is formatted by the writer
+            record.msg, record.args = record.getMessage(), None
+            self.queue.put(record)
+        except Exception:
+            self.handleError(record)
 
 
 class _Writer(threading.Thread):
