@@ -15,6 +15,7 @@ import sys
 import threading
 
 _STOP = object()
+STOP_SECONDS = 10
 _writer = None
 
 
@@ -47,7 +48,8 @@ def stop():
     if any(isinstance(h, _Enqueue) for h in root.handlers):
         root.handlers[:] = [writer.handler]
     writer.queue.put(_STOP)
-    writer.join()
+    # bounded: a stream nobody reads (a full pipe) must not keep the process from exiting
+    writer.join(STOP_SECONDS)
 
 
 atexit.register(stop)
