@@ -459,8 +459,12 @@ class Collection:
     # ---- internals: following the files ------------------------------------------
 
     def _probe(self):
-        """What moves whenever the kind changed: two syscalls, no read of the data."""
-        generation = self.lock.generation()
+        """What moves whenever the kind changed: no syscall while no writer is inside
+        (state/lock.py), else a stat of the journal too; no read of the data."""
+        generation, settled = self.lock.state()
+        probed = self._probed
+        if settled and probed is not None and probed[0] == generation:
+            return probed
         try:
             st = os.stat(self.journal.path)
         except FileNotFoundError:

@@ -7,11 +7,14 @@ stat of the journal) whether its state is stale, and the change watch gets an ev
 """
 
 import fcntl
+import mmap
 import os
 import struct
 import threading
 
 _GEN = struct.Struct("<Q")
+_PENDING = _GEN.size        # offset of the second counter: non-zero while a writer is inside
+_HEADER = _GEN.size * 2
 
 
 class KindLock:
@@ -22,22 +25,42 @@ class KindLock:
         # share through _fd: a thread lock serializes them first.
         self._threads = threading.RLock()
         self._depth = 0
+        # the counters' page, mapped once the file holds both: every read of the API checks
+        # them, and a pread is a syscall that lets go of the GIL (issue 11)
+        self._view = None
+        self._bumped = False
 
     def __enter__(self):
         self._threads.acquire()
         if self._depth == 0:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
+                # before any change: readers that see it look at the journal itself
+                os.pwrite(self._fd, _GEN.pack(1), _PENDING)
             except BaseException:
-                self._threads.release()
+                self._release()
                 raise
+            self._bumped = False
         self._depth += 1
         return self
 
     def __exit__(self, *exc):
         self._depth -= 1
         if self._depth == 0:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            try:
+                # a section that changed files without a bump (a journal created for a
+                # write that was refused) still moves the generation; a writer killed
+                # inside leaves `pending` set, and readers keep checking the journal
+                if not self._bumped:
+                    self.bump_generation()
+                os.pwrite(self._fd, _GEN.pack(0), _PENDING)
+            finally:
+                self._release()
+        else:
+            self._threads.release()
+
+    def _release(self):
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
 
     def held(self):
@@ -57,17 +80,40 @@ class KindLock:
                     fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def generation(self):
-        raw = os.pread(self._fd, _GEN.size, 0)
-        return _GEN.unpack(raw)[0] if len(raw) == _GEN.size else 0
+        return self.state()[0]
+
+    def state(self):
+        """(generation, settled): settled is True when no writer is inside its section nor
+        died inside one since the last completed section. Then a generation that did not
+        move means that the kind's files did not either."""
+        view = self._view
+        if view is not None:
+            pending = _GEN.unpack_from(view, _PENDING)[0]
+            # pending first: a writer sets it before its change and bumps after
+            return _GEN.unpack_from(view, 0)[0], not pending
+        raw = os.pread(self._fd, _HEADER, 0)
+        if len(raw) != _HEADER:
+            return (_GEN.unpack_from(raw)[0] if len(raw) >= _GEN.size else 0), False
+        # a shared mapping sees other processes' pwrite at once (one page cache); the
+        # file never shrinks, so the mapped bytes stay inside it
+        self._view = mmap.mmap(self._fd, _HEADER, prot=mmap.PROT_READ)
+        return _GEN.unpack_from(raw)[0], not _GEN.unpack_from(raw, _PENDING)[0]
 
     def bump_generation(self):
         """Called by the lock holder after its change is on disk."""
         gen = self.generation() + 1
         os.pwrite(self._fd, _GEN.pack(gen), 0)
+        self._bumped = True
         return gen
 
     def close(self):
         with self._threads:
+            view, self._view = self._view, None
+            if view is not None:
+                try:
+                    view.close()
+                except BufferError:     # a reader is inside unpack_from: GC closes it
+                    pass
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None

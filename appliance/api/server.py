@@ -60,7 +60,8 @@ def waitress_settings(settings, descriptors=None):
 
 
 def serve(settings):
-    log = logs.setup("api", settings["log_level"])
+    # queued: request threads only enqueue their access lines (appliance/logs.py)
+    log = logs.setup("api", settings["log_level"], queued=True)
     # idempotent: the supervisor ran it already, but a unit may start the API alone
     log.info(bootstrap(settings))
     app, _ = create_app(settings)
@@ -78,6 +79,10 @@ def serve(settings):
         server.run()
     except KeyboardInterrupt:
         pass
+    finally:
+        # SIGTERM's sys.exit() comes through here too; the supervisor's child leaves with
+        # os._exit(), which runs no atexit handler
+        logs.stop()
     return 0
 
 

@@ -49,7 +49,8 @@ class ApiProcess:
         # as the API's systemd unit runs it (the supervisor forks the same main())
         (module,) = [m for n, m in supervisor.child_modules() if n == "api"]
         argv = supervisor.python_command(module)
-        log = open(os.path.join(RUN_LOG_DIR, f"api-flood-{self.port}.log"), "wb")
+        self.log_path = os.path.join(RUN_LOG_DIR, f"api-flood-{self.port}.log")
+        log = open(self.log_path, "wb")
         _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         self.proc = subprocess.Popen(
             argv, env=supervisor.child_environment(self.settings, environ={}),

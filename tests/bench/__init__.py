@@ -216,6 +216,8 @@ def _wrk(url, headers, duration, connections, threads):
     requests = int(re.search(r"(\d+) requests in", out).group(1))
     m = re.search(r"Latency\s+([0-9.]+)(us|ms|s|m)\b", out)
     latency = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
+    m = re.search(r"^\s*99%\s+([0-9.]+)(us|ms|s|m)\b", out, re.M)
+    p99 = float(m.group(1)) * _UNITS[m.group(2)] if m else float("nan")
     bad = 0
     m = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     if m:
@@ -223,8 +225,8 @@ def _wrk(url, headers, duration, connections, threads):
     m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
     if m:
         bad += sum(int(x) for x in m.groups())
-    return {"rps": rps, "latency_ms": latency, "requests": requests, "bad": bad,
-            "tool": "wrk"}
+    return {"rps": rps, "latency_ms": latency, "p99_ms": p99, "requests": requests,
+            "bad": bad, "tool": "wrk"}
 
 
 def _client_worker(args):
@@ -240,24 +242,25 @@ def _client_worker(args):
     def run():
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
         count = bad = 0
-        latency = 0.0
+        latencies = []
         while time.perf_counter() < deadline:
             t0 = time.perf_counter()
             conn.request("GET", path, headers=headers)
             resp = conn.getresponse()
             resp.read()
-            latency += time.perf_counter() - t0
+            latencies.append(time.perf_counter() - t0)
             count += 1
             bad += resp.status >= 400
         conn.close()
-        totals.append((count, bad, latency))
+        totals.append((count, bad, latencies))
 
     threads = [threading.Thread(target=run) for _ in range(n_conn)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return tuple(sum(t[i] for t in totals) for i in range(3))
+    return (sum(t[0] for t in totals), sum(t[1] for t in totals),
+            [x for t in totals for x in t[2]])
 
 
 def _python_load(url, headers, duration, connections):
@@ -268,8 +271,9 @@ def _python_load(url, headers, duration, connections):
         results = pool.map(_client_worker, [(url, headers, duration, n) for n in per])
     elapsed = time.perf_counter() - t0
     count = sum(r[0] for r in results)
-    return {"rps": count / elapsed, "latency_ms": sum(r[2] for r in results) / count * 1000,
-            "requests": count, "bad": sum(r[1] for r in results),
+    latencies = sorted(x for r in results for x in r[2])
+    return {"rps": count / elapsed, "latency_ms": sum(latencies) / count * 1000,
+            "p99_ms": latencies[int(0.99 * (count - 1))] * 1000, "requests": count, "bad": sum(r[1] for r in results),
             "tool": "python http.client (fallback)"}
 
 

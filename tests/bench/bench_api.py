@@ -1,39 +1,95 @@
 """The API's overhead: an authenticated GET of one item against a bare Bottle app.
 
     python -m tests.bench api
+    BENCH_API_PAIRS=9 BENCH_API_SECONDS=10 python -m tests.bench api   (the issue's runs)
 
-Two servers, each in its own process, both Waitress with 4 threads on 127.0.0.1:
-- app:  the real application (tests.apiserver.ApiServer) answering
-        GET /v1/iam/users/<admin uuid> with a bearer token: JWT verify, revocation and
-        user check, permission check, store get, render, JSON;
+Two servers, each in its own process, both Waitress on 127.0.0.1 with the API's own
+adjustments (waitress_settings(): the thread count `make run` ships, and the rest):
+- app:  the real API process, started as the supervisor and the unit start it
+        (`python -P -m appliance.api.server`, settings passed by child_environment()),
+        so with the logging setup of serve(): the access log on, one line per request,
+        written to the process's stderr (a file here, the journal under systemd).
+        It answers GET /v1/iam/users/<admin uuid> with a bearer token: token check,
+        revocation and user check, permission check, store get, render, JSON.
 - bare: a Bottle app with one route of the same path returning the same JSON body
-        (byte for byte) from a dict.
-Both are loaded by the same generator (wrk -t2 -c16, or the Python fallback when wrk is
-unavailable) in 12 slices of 1 s each, alternating between the servers, so that bursts
-of other load hit both alike; the ratio app/bare is printed several ways (all slices,
-best slice of each, median of side-by-side pairs, server CPU time per request). Then the
-same two WSGI apps are called in process without any server. Goal: ratio >= 0.6.
+        (byte for byte) from a dict, no log.
+The same generator (wrk -t2, or the Python fallback when wrk is unavailable) loads them in
+alternating slices (bare, app, bare, app, ...), so that bursts of other load on the machine
+hit both alike; each pair gives one ratio app/bare. Printed: min / median / max of those
+ratios at -c16 and at -c32, the p99 latency of both sides at -c32, and server CPU per
+request. Goals (issue 11): ratio >= 0.6 at -c16; app p99 at -c32 <= 2x bare's.
 """
 
 import json
+import os
+import subprocess
 import sys
+import tempfile
+import time
 import urllib.parse
 
-from . import (ADMIN_PASSWORD, Child, compare, http_get, load_rows, mean_cpu_us, ratio_text,
-               ratios, remove, note, table, temp_dir, title, tool_name)
+from . import (ADMIN_PASSWORD, ROOT, Child, http_get, load, median, note, remove, table,
+               temp_dir, title, tool_name)
 
 GOAL = 0.6
-SLICES = 12           # x 1 s per server, alternated
-CONNECTIONS = 16
+P99_GOAL = 2.0
+PAIRS = int(os.environ.get("BENCH_API_PAIRS", "9"))
+SECONDS = int(os.environ.get("BENCH_API_SECONDS", "5"))
+CONNECTIONS = (16, 32)
 
 
-def serve_app(state_dir):
-    from tests.apiserver import ApiServer
-    from . import quiet_waitress, wait_for_parent
-    quiet_waitress()
-    srv = ApiServer(state_dir, ADMIN_PASSWORD).start()
-    wait_for_parent({"port": srv.port})
-    srv.stop()
+def api_settings(state_dir, port):
+    from appliance import config
+    return config.load(environ={}, overrides={
+        "state_dir": state_dir, "admin_password": ADMIN_PASSWORD,
+        "api_host": "127.0.0.1", "api_port": port})
+
+
+class ApiProcess:
+    """The real API process, as its unit runs it."""
+
+    def __init__(self, settings):
+        from appliance import supervisor
+        (module,) = [m for n, m in supervisor.child_modules() if n == "api"]
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-api-", suffix=".log",
+                                               delete=False)
+        self.proc = subprocess.Popen(
+            supervisor.python_command(module), cwd=ROOT,
+            env=supervisor.child_environment(settings, environ={}),
+            stdout=self.log, stderr=self.log)
+        self.info = {"port": settings["api_port"]}
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if http_get(self.info["port"], "/v1/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the API did not start:\n" + self.log_text())
+            time.sleep(0.1)
+
+    cpu_seconds = Child.cpu_seconds
+
+    def log_text(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def access_lines(self):
+        with open(self.log.name, errors="replace") as f:
+            return sum(" appliance.access: " in line for line in f)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+    def remove_log(self):
+        os.unlink(self.log.name)
 
 
 def bare_app(body):
@@ -47,12 +103,16 @@ def bare_app(body):
     return app
 
 
-def serve_bare(body_file):
+def serve_bare(body_file, settings_file):
+    """Child side: the bare app on Waitress with the API's own adjustments."""
     import waitress
+    from appliance.api.server import waitress_settings
     from . import serve_until_stdin_closes
     with open(body_file) as f:
         body = json.load(f)
-    server = waitress.create_server(bare_app(body), host="127.0.0.1", port=0, threads=4)
+    with open(settings_file) as f:
+        settings = json.load(f)
+    server = waitress.create_server(bare_app(body), **waitress_settings(settings))
     serve_until_stdin_closes(server, {"port": server.effective_port})
 
 
@@ -77,48 +137,34 @@ def _post_json(port, path, body):
         conn.close()
 
 
-def wsgi_get(app, path, headers):
-    """One GET through a WSGI app, no server: (status, body)."""
-    import io
-    environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": "",
-               "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "80", "SERVER_PROTOCOL": "HTTP/1.1",
-               "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(), "wsgi.errors": sys.stderr,
-               "REMOTE_ADDR": "127.0.0.1"}
-    for k, v in headers.items():
-        environ["HTTP_" + k.upper().replace("-", "_")] = v
-    status = []
-    body = b"".join(app(environ, lambda s, h, e=None: status.append(s)))
-    return status[0], body
-
-
-def in_process(state_dir, path, token, body, expected, n=3000):
-    """us per request through each WSGI app called directly: no socket, no Waitress, one
-    thread. What is left is the app's own work."""
-    from appliance import config
-    from appliance.api.app import create_app
-    from . import now
-    settings = config.load(environ={}, overrides={"state_dir": state_dir,
-                                                 "admin_password": ADMIN_PASSWORD})
-    app, _ = create_app(settings)
-    out = {}
-    for label, wsgi, headers in (("bare", bare_app(body), {}),
-                                 ("app", app, {"Authorization": f"Bearer {token}"})):
-        status, got = wsgi_get(wsgi, path, headers)
-        assert status.startswith("200") and got == expected, (label, status, got)
-        t0 = now()
-        for _ in range(n):
-            wsgi_get(wsgi, path, headers)
-        out[label] = (now() - t0) / n
+def pairs(targets, connections):
+    """PAIRS x (bare slice, app slice), each SECONDS long, after a warm-up of each."""
+    out = {label: [] for label, *_ in targets}
+    for _, url, headers, _ in targets:
+        load(url, headers, duration=1, connections=connections)
+    for _ in range(PAIRS):
+        for label, url, headers, server in targets:
+            cpu0 = server.cpu_seconds()
+            result = load(url, headers, SECONDS, connections)
+            result["cpu_us"] = (server.cpu_seconds() - cpu0) / max(1, result["requests"]) * 1e6
+            out[label].append(result)
     return out
 
 
+def spread(values, fmt="{:.2f}"):
+    return " / ".join(fmt.format(v) for v in (min(values), median(values), max(values)))
+
+
 def main():
-    title("bench_api: authenticated GET of one item vs a bare Bottle app")
+    from tests.apiserver import free_port
+    title("bench_api: authenticated GET of one item vs a bare Bottle app, "
+          "the API as `make run` runs it")
     state_dir = temp_dir("api")
-    body_dir = temp_dir("api-body")
+    work_dir = temp_dir("api-body")
     app = bare = None
     try:
-        app = Child("tests.bench.bench_api", "app", state_dir)
+        settings = api_settings(state_dir, free_port())
+        app = ApiProcess(settings)
         port = app.info["port"]
         token = login(port, "admin", ADMIN_PASSWORD)
         auth = {"Authorization": f"Bearer {token}"}
@@ -129,43 +175,62 @@ def main():
         status, app_body = http_get(port, path, auth)
         assert status == 200, (status, app_body)
 
-        body_file = f"{body_dir}/body.json"
+        body_file = f"{work_dir}/body.json"
         with open(body_file, "wb") as f:
             f.write(app_body)
-        bare = Child("tests.bench.bench_api", "bare", body_file)
+        settings_file = f"{work_dir}/settings.json"
+        with open(settings_file, "w") as f:
+            json.dump(dict(settings, api_port=0), f)
+        bare = Child("tests.bench.bench_api", "bare", body_file, settings_file)
         status, bare_body = http_get(bare.info["port"], path)
         assert status == 200 and bare_body == app_body, (status, bare_body, app_body)
 
         note(f"GET {path}  ({len(app_body)} byte body, identical on both)")
-        note(f"load: {tool_name()}, 2 client threads, {CONNECTIONS} connections, "
-             f"{SLICES} slices of 1 s per server, alternated; Waitress threads=4")
-        results = compare([
-            ("bare", f"http://127.0.0.1:{bare.info['port']}{path}", {}, bare),
-            ("app", f"http://127.0.0.1:{port}{path}", auth, app),
-        ], slices=SLICES, connections=CONNECTIONS)
-        in_proc = in_process(state_dir, path, token, json.loads(app_body), app_body)
+        note(f"load: {tool_name()}, 2 client threads; {PAIRS} pairs of {SECONDS} s slices "
+             f"(bare, app alternated) at each of -c{' and -c'.join(map(str, CONNECTIONS))}; "
+             f"Waitress threads={settings['api_threads']} on both; app log level "
+             f"{settings['log_level']} (access log on)")
+        lines_before = app.access_lines()
+        targets = [("bare", f"http://127.0.0.1:{bare.info['port']}{path}", {}, bare),
+                   ("app", f"http://127.0.0.1:{port}{path}", auth, app)]
+        results = {c: pairs(targets, c) for c in CONNECTIONS}
+        served = sum(r["requests"] for c in CONNECTIONS for r in results[c]["app"])
     finally:
         for child in (bare, app):
             if child is not None:
                 child.stop()
         remove(state_dir)
-        remove(body_dir)
+        remove(work_dir)
+    # every request the app answered, the warm-ups included, must have its line
+    logged = app.access_lines() - lines_before
+    app.remove_log()
 
-    headers, rows = load_rows(results, [("bare", "bare Bottle, dict -> JSON"),
-                                        ("app", "appliance app, bearer token")])
-    table(["server"] + headers[1:], rows)
-    r = ratios(results, "app", "bare")
-    note(f"ratio app/bare: {ratio_text(r)}")
-    note(f"goal >= {GOAL}: {'met' if r['all'] >= GOAL else 'NOT met'} (over all slices); "
-         f"the app spends ~{mean_cpu_us(results['app']) - mean_cpu_us(results['bare']):.0f}"
-         " us more server CPU per request than the bare app")
-    note(f"in process (WSGI called directly, {3000} calls, no server): bare "
-         f"{in_proc['bare'] * 1e6:.0f} us, app {in_proc['app'] * 1e6:.0f} us per request; "
-         f"ratio {in_proc['bare'] / in_proc['app']:.2f}")
+    rows = []
+    for c in CONNECTIONS:
+        for label in ("bare", "app"):
+            runs = results[c][label]
+            rows.append([f"-c{c}", label, spread([r["rps"] for r in runs], "{:,.0f}"),
+                         spread([r["p99_ms"] for r in runs], "{:.1f}"),
+                         f"{median([r['cpu_us'] for r in runs]):.0f}",
+                         sum(r["bad"] for r in runs)])
+    table(["conns", "server", "req/s min / median / max", "p99 ms min / median / max",
+           "server CPU us/req (median)", "errors"], rows)
+    for c in CONNECTIONS:
+        r = [a["rps"] / b["rps"] for a, b in zip(results[c]["app"], results[c]["bare"])]
+        note(f"ratio app/bare at -c{c}, per pair: {spread(r)} (min / median / max)")
+    c16 = [a["rps"] / b["rps"] for a, b in zip(results[16]["app"], results[16]["bare"])]
+    p99_app = median([r["p99_ms"] for r in results[32]["app"]])
+    p99_bare = median([r["p99_ms"] for r in results[32]["bare"]])
+    note(f"p99 at -c32 (median of slices): app {p99_app:.1f} ms, bare {p99_bare:.1f} ms, "
+         f"{p99_app / p99_bare:.2f}x")
+    note(f"goal ratio >= {GOAL} at -c16 (median): "
+         f"{'met' if median(c16) >= GOAL else 'NOT met'}; goal p99 at -c32 <= "
+         f"{P99_GOAL:.0f}x bare: {'met' if p99_app <= P99_GOAL * p99_bare else 'NOT met'}")
+    note(f"access log: {logged} lines for >= {served} requests measured (warm-ups add more)")
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--serve":
-        {"app": serve_app, "bare": serve_bare}[sys.argv[2]](*sys.argv[3:])
+        {"bare": serve_bare}[sys.argv[2]](*sys.argv[3:])
     else:
         main()

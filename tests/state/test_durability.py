@@ -95,3 +95,43 @@ def test_four_processes_compare_and_set_one_counter(tmp_path, compact_min):
     final = Store(tmp_path).collection("counter").require(uuid)
     assert final["n"] == 800
     assert final["revision"] == 801
+
+
+_DIE_BEFORE_BUMP = """
+import os, sys
+from state import Store
+from state.lock import KindLock
+things = Store(sys.argv[1]).collection("things")
+things.records()
+print("ready", flush=True)
+sys.stdin.readline()
+# dies after its journal line is on disk, before the generation moves
+KindLock.bump_generation = lambda self: os._exit(9)
+things.insert({"name": "orphan"})
+"""
+
+
+def test_a_reader_sees_the_line_of_a_writer_killed_before_its_bump(tmp_path):
+    """Readers skip the journal's stat while the lock file says no writer is inside
+    (issue 11); a writer killed inside leaves that mark set, so the line it made durable
+    is still seen, as it was when every read looked at the journal."""
+    reader = Store(str(tmp_path)).collection("things")
+    reader.insert({"name": "first"})
+    assert [r["name"] for r in reader.records()] == ["first"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    child = subprocess.Popen([sys.executable, "-c", _DIE_BEFORE_BUMP, str(tmp_path)],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline() == "ready\n"
+    # whatever the child's opening moved is read now: from here the generation stays
+    assert [r["name"] for r in reader.records()] == ["first"]
+    generation = reader.lock.generation()
+    child.communicate("go\n", timeout=60)
+    assert child.returncode == 9
+    assert reader.lock.generation() == generation
+    assert sorted(r["name"] for r in reader.records()) == ["first", "orphan"]
+    # the next write clears the mark; another process then sees it by the generation
+    other = Store(str(tmp_path)).collection("things")
+    assert len(other.records()) == 2
+    reader.insert({"name": "third"})
+    assert reader.lock.state()[1] is True
+    assert sorted(r["name"] for r in other.records()) == ["first", "orphan", "third"]
