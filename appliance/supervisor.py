@@ -78,7 +78,7 @@ def tree_first_pythonpath(environ):
 def child_modules():
     """(name, module) of every child process, the API first. A child runs module.main(),
     as `python -m module` does (which is what the systemd units run)."""
-    return [("api", "appliance.api.server")] + [(name, module_of(name)) for name in DAEMONS]
+    return [("api", "appliance.server")] + [(name, module_of(name)) for name in DAEMONS]
 
 
 def preload():
@@ -86,7 +86,7 @@ def preload():
 
     gc.freeze() moves these objects out of the collector's reach: a collection in a child
     would otherwise write to every one of them and so copy every shared page."""
-    from appliance.api.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
+    from appliance.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
     modules = [module for _, module in child_modules()]
     # a capability's routes are imported when the API registers them
     modules += [capability.__name__ + ".resources" for capability in capabilities()]

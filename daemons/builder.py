@@ -11,7 +11,7 @@ is skipped when no watched kind changed and nothing is due.
 import sys
 import time
 
-from appliance.api.app import build_api
+from appliance.app import build_api
 from appliance.em.builder import ElementBuilder
 from appliance.repo.bridge import RepoBridge
 from appliance.repo.sync import CHECK_EVERY, RepositorySync

@@ -6,7 +6,7 @@ import socket
 import urllib.parse
 
 from appliance import config
-from appliance.api.app import create_app
+from appliance.app import create_app
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
@@ -103,7 +103,7 @@ class ApiServer:
         self.app, self.api = create_app(self.settings)
         if self.extra is not None:
             self.extra(self.api)
-        # the production server's body limit and error bodies (appliance/api/server.py)
+        # the production server's body limit and error bodies (appliance/server.py)
         self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4,
                                    max_request_body_size=body_limit(self.settings))
         json_errors(self.loop.server)

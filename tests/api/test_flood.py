@@ -20,7 +20,7 @@ import time
 import pytest
 
 from appliance import config, supervisor
-from appliance.api.server import waitress_settings
+from appliance.server import waitress_settings
 from tests.apiserver import free_port
 from tests.conftest import ADMIN_PASSWORD, RUN_LOG_DIR
 from tests.secret.conftest import wait_for

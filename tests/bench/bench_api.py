@@ -6,7 +6,7 @@
 Two servers, each in its own process, both Waitress on 127.0.0.1 with the API's own
 adjustments (waitress_settings(): the thread count `make run` ships, and the rest):
 - app:  the real API process, started as the supervisor and the unit start it
-        (`python -P -m appliance.api.server`, settings passed by child_environment()),
+        (`python -P -m appliance.server`, settings passed by child_environment()),
         so with the logging setup of serve(): the access log on, one line per request,
         written to the process's stderr (a file here, the journal under systemd).
         It answers GET /v1/iam/users/<admin uuid> with a bearer token: token check,
@@ -106,7 +106,7 @@ def bare_app(body):
 def serve_bare(body_file, settings_file):
     """Child side: the bare app on Waitress with the API's own adjustments."""
     import waitress
-    from appliance.api.server import waitress_settings
+    from appliance.server import waitress_settings
     from . import serve_until_stdin_closes
     with open(body_file) as f:
         body = json.load(f)

@@ -136,7 +136,7 @@ def threaded_cpu(fn, threads, total=8000):
 
 def in_process(state_dir, token):
     import bottle
-    from appliance.api.app import build_api
+    from appliance.app import build_api
     from state import Store
 
     settings = settings_for(state_dir)

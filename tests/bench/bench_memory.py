@@ -93,7 +93,7 @@ def process_name(pid, is_root):
     module = argv[argv.index("-m") + 1] if "-m" in argv[:-1] else None
     if module in (None, "appliance.supervisor"):
         return comm
-    return {"appliance.api.server": "api"}.get(module, module.rsplit(".", 1)[-1])
+    return {"appliance.server": "api"}.get(module, module.rsplit(".", 1)[-1])
 
 
 class Appliance:

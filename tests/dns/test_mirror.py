@@ -24,7 +24,7 @@ import uuid as uuidlib
 import pytest
 
 from appliance import config
-from appliance.api.app import create_app
+from appliance.app import create_app
 from appliance.api.resource import Action
 from appliance.bootstrap import bootstrap
 from appliance.dns import mirror as dnsmirror

@@ -1,4 +1,4 @@
-"""The API process: `python -m appliance.api.server` (settings from APPLIANCE_* variables)."""
+"""The API process: `python -m appliance.server` (settings from APPLIANCE_* variables)."""
 
 import logging
 import resource
@@ -8,7 +8,7 @@ import sys
 import waitress
 
 from appliance import config, logs
-from appliance.api.app import create_app
+from appliance.app import create_app
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 

@@ -1,10 +1,11 @@
-"""Assemble the WSGI application from every capability's routes."""
+"""The composition root: the WSGI application assembled from the REST framework
+(`appliance/api/`) and every capability's routes."""
 
 from state import Store
 
-from . import system
-from .routing import Api
-from .wsgi import Middleware
+from appliance.api import system
+from appliance.api.routing import Api
+from appliance.api.wsgi import Middleware
 
 
 def capabilities():
