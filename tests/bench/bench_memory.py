@@ -11,9 +11,10 @@ it, so the sum is what the appliance really costs). Then it drives REQUESTS requ
 the API from CLIENTS keep-alive connections (a mix of token, list, get and create calls,
 see WORKLOAD) and prints the API process's RSS, PSS and peak RSS.
 
-"before" is the main branch's tree (`git archive main`, extracted to a temp directory and
-run with this venv's python, its tree first on PYTHONPATH); "after" is this tree. The two
-sides alternate, ROUNDS runs each, and every figure is printed as min / median / max.
+"after" is this tree. With BENCH_MEMORY_BEFORE=<git ref> the tree of that ref is the
+"before" side (`git archive <ref>`, extracted to a temp directory and run with this venv's
+python, its tree first on PYTHONPATH), and the two sides alternate. ROUNDS runs each, every
+figure printed as min / median / max.
 Goals (issue 11): idle total PSS < 150 MB; API RSS < 100 MB after 10,000 requests.
 """
 
@@ -267,13 +268,16 @@ def one_run(tree):
     return samples, loaded, seconds, counts
 
 
-def before_tree():
-    """The main branch's tree, extracted read-only from git; None when it is unavailable."""
+def before_tree(ref):
+    """The tree of git ref `ref`, extracted read-only; None when there is none."""
+    if not ref:
+        return None
     target = temp_dir("memory-before")
-    archive = subprocess.run(["git", "-C", ROOT, "archive", "main"], capture_output=True)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", ref], capture_output=True)
     if archive.returncode != 0:
         remove(target)
-        return None
+        raise RuntimeError(f"BENCH_MEMORY_BEFORE={ref}: git archive failed: "
+                           f"{archive.stderr.decode(errors='replace')}")
     subprocess.run(["tar", "-x", "-C", target], input=archive.stdout, check=True)
     return target
 
@@ -289,10 +293,11 @@ def triple(values):
 def main():
     title(f"bench_memory: `appliance up` idle {IDLE_SECONDS:.0f} s, then {REQUESTS} "
           f"API requests ({ROUNDS} rounds, MB as min / median / max)")
-    before = before_tree()
+    ref = os.environ.get("BENCH_MEMORY_BEFORE")
+    before = before_tree(ref)
     sides = [("before", before), ("after", ROOT)] if before else [("after", ROOT)]
-    if not before:
-        note("(no `main` branch to compare with: only this tree is measured)")
+    if before:
+        note(f"before: the tree of {ref}; after: this tree; alternated")
     results = {name: [] for name, _ in sides}
     try:
         for round_ in range(ROUNDS):
