@@ -34,6 +34,8 @@ import tempfile
 import time
 import urllib.parse
 
+from tests import processes
+
 NGINX_BINARIES = ("nginx", "/usr/sbin/nginx")
 INSTALL_HINT = "apt-get install -y --no-install-recommends nginx"
 
@@ -253,17 +255,8 @@ class Nginx:
 
     def stop(self):
         """SIGQUIT (graceful shutdown), wait; SIGKILL the process group as a fallback."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            try:
-                self.proc.send_signal(signal.SIGQUIT)
-            except ProcessLookupError:
-                pass
-            try:
-                self.proc.wait(timeout=self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self._kill()
+        if self.proc is not None:
+            processes.stop(self.proc, self.stop_timeout, signal.SIGQUIT, group=True)
         self.proc = None
 
     def _kill(self):

@@ -23,6 +23,7 @@ from appliance import config, supervisor
 from appliance.server import waitress_settings
 from tests.apiserver import free_port
 from tests.conftest import ADMIN_PASSWORD, RUN_LOG_DIR
+from tests import processes
 from tests.secret.conftest import wait_for
 
 FLOOD = 300
@@ -86,12 +87,7 @@ class ApiProcess:
         return count
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc)
 
 
 def slow_client(port):

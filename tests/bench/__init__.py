@@ -18,6 +18,8 @@ import multiprocessing
 import re
 import urllib.parse
 
+from tests import processes
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
@@ -130,11 +132,7 @@ class Child:
             self.proc.stdin.close()
         except OSError:
             pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, signum=None)     # the closed stdin asked it to end
         self.log.close()
         os.unlink(self.log.name)
 

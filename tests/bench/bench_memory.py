@@ -21,12 +21,13 @@ Goals (issue 11): idle total PSS < 150 MB; API RSS < 100 MB after 10,000 request
 import http.client
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+
+from tests import processes
 
 from . import ROOT, median, note, remove, table, temp_dir, title
 
@@ -142,12 +143,7 @@ class Appliance:
         return descendants(self.process.pid)
 
     def stop(self):
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        processes.stop(self.process, 20)
         remove(self.state_dir)
         return self._errors
 

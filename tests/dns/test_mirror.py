@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD, ROOT, RUN_LOG_DIR, SECRET_VALUES
 from tests.iam.helpers import bind, make_project, make_user
 from tests.secret.conftest import wait_for
+from tests import processes
 
 D = "/v1/dns/domains"
 MIRROR_PASSWORD = "mirror-pw-" + uuidlib.uuid4().hex
@@ -142,13 +142,7 @@ class MirrorProcess:
         return self.proc.poll() is None
 
     def stop(self):
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        processes.stop(self.proc, 5)
 
     def log(self):
         with open(self.log_path, errors="replace") as f:

@@ -7,7 +7,6 @@ zone index and an in-process server on the portable recvfrom loop close the file
 """
 
 import os
-import signal
 import socket
 import struct
 import subprocess
@@ -28,6 +27,7 @@ from appliance.dns import zones
 from appliance.dns.server import DNSServer
 from state import Store
 from tests.conftest import ROOT, RUN_LOG_DIR
+from tests import processes
 from tests.apiserver import free_port
 
 PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -55,14 +55,7 @@ class DNSDaemon:
         return self
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode if self.proc else None
+        return processes.stop(self.proc, 5) if self.proc else None
 
 
 # ---- store helpers: records as the API stores them -------------------------------------

@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import yaml
 
 from tests.apiserver import TOKEN_PATH, free_port
 from tests.conftest import ROOT, RUN_LOG_DIR
+from tests import processes
 
 EXORDOS_VERSION = "3.2.29"
 CACHE = os.path.join(ROOT, ".venv", "refcli")
@@ -134,13 +134,8 @@ class Appliance:
             self.start()
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)     # the supervisor stops its children
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        if self.proc is not None:
+            processes.stop(self.proc, 30)     # the supervisor stops its children
 
 
 class Exordos:

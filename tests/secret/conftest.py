@@ -8,6 +8,7 @@ import pytest
 
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD, ROOT, RUN_LOG_DIR, SECRET_VALUES
+from tests import processes
 
 
 class DaemonProcess:
@@ -31,16 +32,11 @@ class DaemonProcess:
         return self
 
     def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
+        processes.stop(self.proc, signum=signal.SIGKILL)
 
     def stop(self):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.proc:
+            processes.stop(self.proc, 5)
 
 
 @pytest.fixture(scope="module")

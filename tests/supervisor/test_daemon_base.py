@@ -12,6 +12,7 @@ import time
 import pytest
 
 from tests.apiserver import free_port
+from tests import processes
 
 from appliance import config
 from daemons import DAEMONS, module_of
@@ -132,13 +133,10 @@ def test_signal_stops_the_process_with_exit_code_0(tmp_path, signum):
                 break
         else:
             pytest.fail(f"daemon exited before starting: {proc.wait()}")
-        proc.send_signal(signum)
         # ~1 s is the bound; the margin absorbs a loaded test machine.
-        assert proc.wait(timeout=2) == 0
+        assert processes.stop(proc, 2, signum) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        processes.stop(proc, signum=signal.SIGKILL)
 
 
 @pytest.mark.parametrize("name", DAEMONS)

@@ -20,6 +20,7 @@ import threading
 import pytest
 
 from tests.apiserver import free_port
+from tests import processes
 
 from appliance import config
 from appliance.supervisor import PROJECT_ROOT, child_environment, child_modules
@@ -76,19 +77,12 @@ class Probed:
     def modules(self, timeout):
         """Wait until ready, stop with SIGTERM, return the set of modules it imported."""
         self.wait_ready(timeout)
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, 30)
         assert self.out.exists(), f"{self.name} left no module list: {''.join(self.lines)[-3000:]}"
         return set(self.out.read_text().split())
 
     def kill(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        processes.stop(self.proc, signum=signal.SIGKILL)
 
 
 def imported(modules, names):

@@ -17,6 +17,7 @@ import pytest
 from appliance import config
 from appliance.supervisor import Child, child_environment
 from daemons import DAEMONS
+from tests import processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UP = "import sys; from appliance.supervisor import main; sys.exit(main(sys.argv[1:]))"
@@ -152,12 +153,7 @@ class Up:
     def close(self):
         if self.proc.poll() is None:
             self.tree()
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            processes.stop(self.proc)
         for pid, started in self.known.items():   # never leave strays behind a failed test
             if still_alive(pid, started):
                 os.kill(pid, signal.SIGKILL)
@@ -202,8 +198,7 @@ def test_signal_stops_everything_and_exits_zero(up, signum):
     up.wait_all_children()
     tree = up.tree()
     assert len(tree) >= len(CHILD_NAMES)
-    up.proc.send_signal(signum)
-    assert up.proc.wait(timeout=10) == 0, up.log()
+    assert processes.stop(up.proc, 10, signum) == 0, up.log()
     survivors = [pid for pid, started in tree.items() if still_alive(pid, started)]
     assert survivors == [], up.log()
 
