@@ -73,7 +73,7 @@ def table(headers, rows):
     def fmt(row, header=False):
         out = []
         for i, c in enumerate(row):
-            numeric = not header and re.match(r"^[-+~<>=x.,0-9 %]+$", c) is not None
+            numeric = not header and re.match(r"^[-+~<>=x.,/0-9 %]+$", c) is not None
             out.append(c.rjust(widths[i]) if numeric else c.ljust(widths[i]))
         return "  ".join(out).rstrip()
 
@@ -118,10 +118,7 @@ class Child:
         self.info = json.loads(line)
 
     def cpu_seconds(self):
-        """User + system CPU time of the child so far (all its threads)."""
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def log_text(self):
         with open(self.log.name, errors="replace") as f:
@@ -135,6 +132,97 @@ class Child:
         processes.stop(self.proc, signum=None)     # the closed stdin asked it to end
         self.log.close()
         os.unlink(self.log.name)
+
+
+def cpu_seconds(pid):
+    """User + system CPU time of process `pid` so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Service:
+    """A process of the appliance (the API or a daemon, by its supervisor name) started as
+    its unit and the supervisor start it: `python -P -m <module>` with the environment of
+    child_environment(settings), so with the logging, thread count and settings users run.
+    Its log (stdout and stderr) goes to a file. `ready(service)` is polled until true."""
+
+    def __init__(self, name, settings, ready, timeout=90):
+        from appliance import supervisor
+        (module,) = [m for n, m in supervisor.child_modules() if n == name]
+        self.name, self.settings = name, settings
+        self.log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log",
+                                               delete=False)
+        # systemd gives a unit PATH and little else
+        env = supervisor.child_environment(settings, environ={"PATH": os.environ["PATH"]})
+        self.proc = subprocess.Popen(supervisor.python_command(module), cwd=ROOT, env=env,
+                                     stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + timeout
+        while not ready(self):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{name} did not start:\n" + self.log_text())
+            time.sleep(0.05)
+
+    def cpu_seconds(self):
+        return cpu_seconds(self.proc.pid)
+
+    def log_text(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()[-4000:]
+
+    def log_count(self, text):
+        """Lines of the log that contain `text`."""
+        with open(self.log.name, errors="replace") as f:
+            return sum(text in line for line in f)
+
+    def stop(self):
+        processes.stop(self.proc)
+        self.log.close()
+
+    def remove_log(self):
+        os.unlink(self.log.name)
+
+
+def settings_for(state_dir, **overrides):
+    """The settings of an appliance over `state_dir` on free loopback ports."""
+    from appliance import config
+    from tests.apiserver import free_port
+    return config.load(environ={}, overrides={
+        "state_dir": state_dir, "admin_password": ADMIN_PASSWORD, "api_host": "127.0.0.1",
+        "api_port": free_port(), "dns_host": "127.0.0.1", "dns_port": free_port(),
+        **overrides})
+
+
+def api_ready(service):
+    try:
+        return http_get(service.settings["api_port"], "/v1/health")[0] == 200
+    except OSError:
+        return False
+
+
+def daemon_ready(service):
+    """A daemon says so once it watches its kinds (daemons/base.py)."""
+    return service.log_count("started; watching") > 0
+
+
+def api_service(settings):
+    return Service("api", settings, api_ready)
+
+
+def login(port, username, password):
+    """An access token of the password grant."""
+    from tests.apiserver import Client, TOKEN_PATH
+    resp = Client("127.0.0.1", port).post(TOKEN_PATH, {
+        "grant_type": "password", "username": username, "password": password})
+    if resp.status != 200:
+        raise RuntimeError(f"login of {username} failed: {resp}")
+    return resp.json["access_token"]
+
+
+def spread(values, fmt="{:.2f}"):
+    """min / median / max of values, each formatted with fmt."""
+    return " / ".join(fmt.format(v) for v in (min(values), median(values), max(values)))
 
 
 def quiet_waitress():
@@ -275,62 +363,35 @@ def _python_load(url, headers, duration, connections):
             "tool": "python http.client (fallback)"}
 
 
-def compare(targets, slices=12, slice_seconds=1, connections=16, threads=2, warmup=1):
-    """Measure several URLs in short alternating slices (A B A B ...), so that bursts of
-    other load on the machine hit them alike. targets: [(label, url, headers, serving
-    Child)]. Returns {label: [result per slice]}; each result also has `cpu_us`, the
-    server's CPU time per request (user + system, all threads)."""
-    results = {label: [] for label, _, _, _ in targets}
-    for label, url, headers, _ in targets:
-        load(url, headers, duration=warmup, connections=connections, threads=threads)
-    for _ in range(slices):
-        for label, url, headers, child in targets:
-            cpu0 = child.cpu_seconds()
-            result = load(url, headers, slice_seconds, connections, threads)
-            result["cpu_us"] = (child.cpu_seconds() - cpu0) / max(1, result["requests"]) * 1e6
-            results[label].append(result)
-    return results
+def pairs(targets, rounds, seconds, connections):
+    """`rounds` rounds of one slice of `seconds` per target in turn (A B A B ...), after a
+    1 s warm-up of each, so that bursts of other load on the machine hit every side alike.
+    targets: [(label, url, headers, server with cpu_seconds())]. Returns {label: [result
+    per slice]}; each result also has `cpu_us`, the server's CPU time per request."""
+    out = {label: [] for label, *_ in targets}
+    for _, url, headers, _ in targets:
+        load(url, headers, duration=1, connections=connections)
+    for _ in range(rounds):
+        for label, url, headers, server in targets:
+            cpu0 = server.cpu_seconds()
+            result = load(url, headers, seconds, connections)
+            result["cpu_us"] = (server.cpu_seconds() - cpu0) / max(1, result["requests"]) * 1e6
+            out[label].append(result)
+    return out
 
 
-def mean_rps(runs):
-    """Requests over time, all slices together."""
-    return sum(r["requests"] for r in runs) / sum(r["requests"] / r["rps"] for r in runs)
+def pair_rows(results, labels, first=()):
+    """Rows of a pairs() result, one per (label, what), after the cells `first`."""
+    return [[*first, what, spread([r["rps"] for r in results[label]], "{:,.0f}"),
+             spread([r["p99_ms"] for r in results[label]], "{:.1f}"),
+             f"{median([r['cpu_us'] for r in results[label]]):.0f}",
+             sum(r["bad"] for r in results[label])] for label, what in labels]
 
 
-def best_rps(runs):
-    """The least disturbed slice."""
-    return max(r["rps"] for r in runs)
+PAIR_HEADERS = ["req/s min / median / max", "p99 ms min / median / max",
+                "server CPU us/req (median)", "errors"]
 
 
-def mean_cpu_us(runs):
-    return sum(r["cpu_us"] * r["requests"] for r in runs) / sum(r["requests"] for r in runs)
-
-
-def load_rows(results, labels):
-    """Table of compare() results, one row per target."""
-    rows = []
-    for label, what in labels:
-        runs = results[label]
-        latency = sum(r["latency_ms"] * r["requests"] for r in runs) / sum(
-            r["requests"] for r in runs)
-        rows.append([what, f"{mean_rps(runs):,.0f}", f"{best_rps(runs):,.0f}",
-                     f"{median([r['rps'] for r in runs]):,.0f}", f"{latency:.2f}",
-                     f"{mean_cpu_us(runs):.0f}", sum(r["bad"] for r in runs)])
-    headers = ["", "req/s (all slices)", "best slice", "median slice", "avg latency ms",
-               "server CPU us/req", "errors"]
-    return headers, rows
-
-
-def ratios(results, num, den):
-    """num/den as: all slices together, best slices, median of side-by-side slice pairs,
-    and by server CPU time per request."""
-    a, b = results[num], results[den]
-    return {"all": mean_rps(a) / mean_rps(b), "best": best_rps(a) / best_rps(b),
-            "pairs": median([x["rps"] / y["rps"] for x, y in zip(a, b)]),
-            "cpu": mean_cpu_us(b) / mean_cpu_us(a)}
-
-
-def ratio_text(r):
-    return (f"{r['all']:.2f} over all slices, {r['best']:.2f} best vs best, "
-            f"{r['pairs']:.2f} median of side-by-side pairs, {r['cpu']:.2f} by server CPU "
-            "time per request")
+def pair_ratios(results, num, den):
+    """num/den of requests/s, one per round (side by side slices)."""
+    return [a["rps"] / b["rps"] for a, b in zip(results[num], results[den])]

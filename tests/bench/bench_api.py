@@ -22,74 +22,19 @@ request. Goals (issue 11): ratio >= 0.6 at -c16; app p99 at -c32 <= 2x bare's.
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
-import time
 import urllib.parse
 
-from . import (ADMIN_PASSWORD, ROOT, Child, http_get, load, median, note, remove, table,
-               temp_dir, title, tool_name)
+from . import (PAIR_HEADERS, Child, api_service, http_get, login, median, note, pair_ratios,
+               pair_rows, pairs, remove, settings_for, spread, table, temp_dir, title,
+               tool_name)
 
 GOAL = 0.6
 P99_GOAL = 2.0
 PAIRS = int(os.environ.get("BENCH_API_PAIRS", "9"))
 SECONDS = int(os.environ.get("BENCH_API_SECONDS", "5"))
 CONNECTIONS = (16, 32)
-
-
-def api_settings(state_dir, port):
-    from appliance import config
-    return config.load(environ={}, overrides={
-        "state_dir": state_dir, "admin_password": ADMIN_PASSWORD,
-        "api_host": "127.0.0.1", "api_port": port})
-
-
-class ApiProcess:
-    """The real API process, as its unit runs it."""
-
-    def __init__(self, settings):
-        from appliance import supervisor
-        (module,) = [m for n, m in supervisor.child_modules() if n == "api"]
-        self.log = tempfile.NamedTemporaryFile(prefix="bench-api-", suffix=".log",
-                                               delete=False)
-        self.proc = subprocess.Popen(
-            supervisor.python_command(module), cwd=ROOT,
-            env=supervisor.child_environment(settings, environ={}),
-            stdout=self.log, stderr=self.log)
-        self.info = {"port": settings["api_port"]}
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if http_get(self.info["port"], "/v1/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the API did not start:\n" + self.log_text())
-            time.sleep(0.1)
-
-    cpu_seconds = Child.cpu_seconds
-
-    def log_text(self):
-        with open(self.log.name, errors="replace") as f:
-            return f.read()[-4000:]
-
-    def access_lines(self):
-        with open(self.log.name, errors="replace") as f:
-            return sum(" appliance.access: " in line for line in f)
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-
-    def remove_log(self):
-        os.unlink(self.log.name)
+ACCESS = " appliance.access: "      # the access log's logger, in each of its lines
 
 
 def bare_app(body):
@@ -116,57 +61,17 @@ def serve_bare(body_file, settings_file):
     serve_until_stdin_closes(server, {"port": server.effective_port})
 
 
-def login(port, username, password):
-    status, raw = _post_json(port, "/v1/iam/clients/default/actions/get_token/invoke",
-                             {"grant_type": "password", "username": username,
-                              "password": password})
-    if status != 200:
-        raise RuntimeError(f"login of {username} failed: {status} {raw[:200]!r}")
-    return json.loads(raw)["access_token"]
-
-
-def _post_json(port, path, body):
-    import http.client
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    try:
-        conn.request("POST", path, body=json.dumps(body),
-                     headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
-
-
-def pairs(targets, connections):
-    """PAIRS x (bare slice, app slice), each SECONDS long, after a warm-up of each."""
-    out = {label: [] for label, *_ in targets}
-    for _, url, headers, _ in targets:
-        load(url, headers, duration=1, connections=connections)
-    for _ in range(PAIRS):
-        for label, url, headers, server in targets:
-            cpu0 = server.cpu_seconds()
-            result = load(url, headers, SECONDS, connections)
-            result["cpu_us"] = (server.cpu_seconds() - cpu0) / max(1, result["requests"]) * 1e6
-            out[label].append(result)
-    return out
-
-
-def spread(values, fmt="{:.2f}"):
-    return " / ".join(fmt.format(v) for v in (min(values), median(values), max(values)))
-
-
 def main():
-    from tests.apiserver import free_port
     title("bench_api: authenticated GET of one item vs a bare Bottle app, "
           "the API as `make run` runs it")
     state_dir = temp_dir("api")
     work_dir = temp_dir("api-body")
     app = bare = None
     try:
-        settings = api_settings(state_dir, free_port())
-        app = ApiProcess(settings)
-        port = app.info["port"]
-        token = login(port, "admin", ADMIN_PASSWORD)
+        settings = settings_for(state_dir)
+        app = api_service(settings)
+        port = settings["api_port"]
+        token = login(port, "admin", settings["admin_password"])
         auth = {"Authorization": f"Bearer {token}"}
         status, raw = http_get(port, "/v1/iam/users?" + urllib.parse.urlencode(
             {"username": "admin"}), auth)
@@ -190,10 +95,10 @@ def main():
              f"(bare, app alternated) at each of -c{' and -c'.join(map(str, CONNECTIONS))}; "
              f"Waitress threads={settings['api_threads']} on both; app log level "
              f"{settings['log_level']} (access log on)")
-        lines_before = app.access_lines()
+        lines_before = app.log_count(ACCESS)
         targets = [("bare", f"http://127.0.0.1:{bare.info['port']}{path}", {}, bare),
                    ("app", f"http://127.0.0.1:{port}{path}", auth, app)]
-        results = {c: pairs(targets, c) for c in CONNECTIONS}
+        results = {c: pairs(targets, PAIRS, SECONDS, c) for c in CONNECTIONS}
         served = sum(r["requests"] for c in CONNECTIONS for r in results[c]["app"])
     finally:
         for child in (bare, app):
@@ -202,23 +107,16 @@ def main():
         remove(state_dir)
         remove(work_dir)
     # every request the app answered, the warm-ups included, must have its line
-    logged = app.access_lines() - lines_before
+    logged = app.log_count(ACCESS) - lines_before
     app.remove_log()
 
-    rows = []
+    rows = [row for c in CONNECTIONS for row in pair_rows(
+        results[c], [("bare", "bare"), ("app", "app")], first=[f"-c{c}"])]
+    table(["conns", "server"] + PAIR_HEADERS, rows)
     for c in CONNECTIONS:
-        for label in ("bare", "app"):
-            runs = results[c][label]
-            rows.append([f"-c{c}", label, spread([r["rps"] for r in runs], "{:,.0f}"),
-                         spread([r["p99_ms"] for r in runs], "{:.1f}"),
-                         f"{median([r['cpu_us'] for r in runs]):.0f}",
-                         sum(r["bad"] for r in runs)])
-    table(["conns", "server", "req/s min / median / max", "p99 ms min / median / max",
-           "server CPU us/req (median)", "errors"], rows)
-    for c in CONNECTIONS:
-        r = [a["rps"] / b["rps"] for a, b in zip(results[c]["app"], results[c]["bare"])]
-        note(f"ratio app/bare at -c{c}, per pair: {spread(r)} (min / median / max)")
-    c16 = [a["rps"] / b["rps"] for a, b in zip(results[16]["app"], results[16]["bare"])]
+        note(f"ratio app/bare at -c{c}, per pair: "
+             f"{spread(pair_ratios(results[c], 'app', 'bare'))} (min / median / max)")
+    c16 = pair_ratios(results[16], "app", "bare")
     p99_app = median([r["p99_ms"] for r in results[32]["app"]])
     p99_bare = median([r["p99_ms"] for r in results[32]["bare"]])
     note(f"p99 at -c32 (median of slices): app {p99_app:.1f} ms, bare {p99_bare:.1f} ms, "
