@@ -1,19 +1,30 @@
-"""Repo Proxy: inventory sync of 2,000 elements from a real nginx, copy and lazy mode,
-through the builder daemon (from POST of the repository to ACTIVE)."""
+"""Repo Proxy: inventory sync of 2,000 elements from a real nginx, lazy and copy mode,
+through the builder daemon (from POST of the repository to ACTIVE).
+
+    python -m tests.bench repo
+
+The API and the builder run as the supervisor and their units start them. Each round
+adds one repository per mode, the two modes alternating (lazy, copy, lazy, ...), over the
+same nginx site; printed: min / median / max over ROUNDS rounds.
+"""
 
 import json
+import os
 import pathlib
 import time
 
 import yaml
 
-from tests.apiserver import ApiServer
+from state import Store
+from tests.apiserver import Client
 from tests.nginx import Nginx, nginx_available, static_site
-from tests.secret.conftest import DaemonProcess
 
-from . import ADMIN_PASSWORD, note, table, temp_dir, title
+from . import (Service, api_service, daemon_ready, login, note, remove, settings_for, spread,
+               table, temp_dir, title)
 
+ROUNDS = int(os.environ.get("BENCH_REPO_ROUNDS", "3"))
 COUNT = 2000
+MODES = ("lazy", "copy")
 P = "00000000-0000-0000-0000-000000000000"
 
 
@@ -32,37 +43,66 @@ def publish(root, count):
     (root / "inventory.json").write_text(json.dumps({"elements": elements}))
 
 
+def sync(admin, store, url, name, mode):
+    """Seconds from the POST of a repository to its ACTIVE (or ERROR), its status and the
+    count of elements stored."""
+    repos = store.collection("repo_repositories")
+    t0 = time.perf_counter()
+    resp = admin.post("/v1/repo/repositories", {
+        "name": name, "project_id": P, "sync_mode": mode,
+        "driver_spec": {"kind": "nginx", "url": url}})
+    assert resp.status == 201, resp
+    uuid_ = resp.json["uuid"]
+    while repos.get(uuid_)["status"] not in ("ACTIVE", "ERROR"):
+        time.sleep(0.01)
+    elapsed = time.perf_counter() - t0
+    return elapsed, repos.get(uuid_)["status"], len(
+        store.collection("repo_elements").by("repository", uuid_))
+
+
 def main():
-    title(f"bench_repo: inventory sync of {COUNT} elements from nginx, by the builder")
+    title(f"bench_repo: inventory sync of {COUNT} elements from nginx, by the builder, "
+          f"{ROUNDS} rounds")
     if not nginx_available():
         note("nginx is not installed: skipped (make test installs it)")
         return
-    root = pathlib.Path(temp_dir("bench-repo-site"))
+    root = pathlib.Path(temp_dir("repo-site"))
+    state_dir = temp_dir("repo")
+    settings = settings_for(state_dir)
     publish(root, COUNT)
-    srv = ApiServer(temp_dir("bench-repo"), ADMIN_PASSWORD).start()
-    builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
-    rows = []
+    api = builder = store = None
+    results = {mode: [] for mode in MODES}
     try:
-        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
-        repos = srv.store.collection("repo_repositories")
+        api = api_service(settings)
+        builder = Service("builder", settings, daemon_ready)
+        admin = Client("127.0.0.1", settings["api_port"],
+                       login(settings["api_port"], "admin", settings["admin_password"]))
+        store = Store(state_dir)
         with Nginx(static_site(root)) as site:
-            for mode in ("lazy", "copy"):
-                t0 = time.perf_counter()
-                uuid_ = admin.post("/v1/repo/repositories", {
-                    "name": f"bench-{mode}", "project_id": P, "sync_mode": mode,
-                    "driver_spec": {"kind": "nginx", "url": site.url("/")}}).json["uuid"]
-                while repos.get(uuid_)["status"] not in ("ACTIVE", "ERROR"):
-                    time.sleep(0.01)
-                elapsed = time.perf_counter() - t0
-                stored = len(srv.store.collection("repo_elements").by("repository", uuid_))
-                rows.append([mode, repos.get(uuid_)["status"], stored, f"{elapsed:.2f}",
-                             f"{elapsed / COUNT * 1000:.2f}"])
-        table(["mode", "status", "elements", "seconds", "ms per element"], rows)
-        note("copy fetches every manifest and per-version inventory (2 GETs each); lazy "
-             "stores names and versions from one inventory.json")
+            for round_ in range(ROUNDS):
+                for mode in MODES:
+                    results[mode].append(sync(admin, store, site.url("/"),
+                                              f"bench-{mode}-{round_}", mode))
     finally:
-        builder.stop()
-        srv.stop()
+        if store is not None:
+            store.close()
+        for service in (builder, api):
+            if service is not None:
+                service.stop()
+                service.remove_log()
+        remove(state_dir)
+        remove(str(root))
+    rows = []
+    for mode in MODES:
+        runs = results[mode]
+        statuses = sorted({status for _, status, _ in runs})
+        rows.append([mode, "/".join(statuses), spread([n for _, _, n in runs], "{:,}"),
+                     spread([s for s, _, _ in runs]),
+                     spread([s / COUNT * 1000 for s, _, _ in runs])])
+    table(["mode", "status", "elements min / median / max", "seconds min / median / max",
+           "ms per element min / median / max"], rows)
+    note("copy fetches every manifest and per-version inventory (2 GETs each); lazy "
+         "stores names and versions from one inventory.json")
 
 
 if __name__ == "__main__":
