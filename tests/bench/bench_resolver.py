@@ -1,7 +1,6 @@
 """Dependency resolution (appliance.repo.resolver), in process, no store.
 
-    python -m tests.bench resolver        # once "resolver" is in BENCHES
-    python -c "from tests.bench import bench_resolver; bench_resolver.main()"
+    python -m tests.bench resolver
 
 The world: 100 names x 100 versions = 10,000 elements spread over 100 repositories whose
 priorities repeat every 10 repositories (so priority ties happen), every 7th version a
@@ -10,7 +9,9 @@ pre-release. pkg00 .. pkg48 each require the next name with a range
 ranks the 100 candidates of the name. `candidates_for` is a dict lookup, `load` a dict
 lookup plus dataclasses.replace, so the figures are the resolver's own cost.
 
-Scenarios (median and max of RUNS runs each):
+Scenarios, run in turn (one run of each, RUNS times over), so that the warm and the
+cold parse cache, and the others, meet the same moments of the machine's load; each
+printed as min / median / max of its RUNS runs:
   eager        every manifest known; the version-parse cache warm (a long-lived process)
   eager, cold  the same with the parse cache emptied before each run (a fresh process)
   lazy         every element lazy: the 50 chosen ones are loaded
@@ -26,7 +27,7 @@ import dataclasses
 from appliance.repo import resolver
 from appliance.repo.resolver import Candidate, resolve
 
-from . import median, ms, note, table, timed, title
+from . import median, note, spread, table, timed, title
 
 NAMES, VERSIONS, REPOS, DEPTH = 100, 100, 100, 50
 RUNS = 21
@@ -73,7 +74,8 @@ def dense(i):
     return {f"pkg{j:02d}": {} for j in range(i + 1, NAMES)}
 
 
-def measure(index, manifests, target_name="pkg00", cold=False):
+def runner(index, manifests, target_name="pkg00", cold=False):
+    """A function that resolves target_name once and returns (result, loads)."""
     loads = []
 
     def load(candidate):
@@ -86,11 +88,8 @@ def measure(index, manifests, target_name="pkg00", cold=False):
         if cold:
             resolver._version.cache_clear()
         loads.clear()
-        return resolve(target, index.__getitem__, load)
-
-    run()                                   # warm-up (and a fresh parse cache if cold)
-    times, result = timed(run, RUNS)
-    return times, result, len(loads)
+        return resolve(target, index.__getitem__, load), len(loads)
+    return run
 
 
 def main():
@@ -104,18 +103,27 @@ def main():
         ("cycle (pkg49 -> pkg00)", world(chain_with_cycle), {}),
         ("dense 100-name DAG", world(dense), {}),
     ]
-    rows, chain_ms = [], None
-    for label, (index, manifests), options in scenarios:
-        times, result, loads = measure(index, manifests, **options)
-        if chain_ms is None:
-            chain_ms = median(times)
+    runs = [(label, index, runner(index, manifests, **options))
+            for label, (index, manifests), options in scenarios]
+    times = {label: [] for label, _, _ in runs}
+    outcome = {}
+    for label, _, run in runs:              # warm-up (and a fresh parse cache if cold)
+        run()
+    for _ in range(RUNS):
+        for label, _, run in runs:
+            seconds, outcome[label] = timed(run)
+            times[label] += seconds
+    rows = []
+    for label, index, _ in runs:
+        result, loads = outcome[label]
         considered = sum(len(index[c.name]) for c in result.order[:-1])
         rows.append([label, len(result.order), len(result.to_install), len(result.bindings),
-                     f"{considered:,}", loads, ms(median(times)), ms(max(times))])
+                     f"{considered:,}", loads, spread([t * 1000 for t in times[label]])])
     table(["scenario", "order", "to install", "bindings", "candidates seen", "loads",
-           "median ms", "max ms"], rows)
+           "ms min / median / max"], rows)
+    chain_ms = median(times[runs[0][0]]) * 1000
     verdict = "met" if chain_ms < GOAL_MS else "NOT met"
-    note(f"goal: 50-deep chain among 10,000 elements < {GOAL_MS} ms: {ms(chain_ms)} ms "
+    note(f"goal: 50-deep chain among 10,000 elements < {GOAL_MS} ms: {chain_ms:.2f} ms "
          f"median of {RUNS} runs ({verdict})")
 
 
