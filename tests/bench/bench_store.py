@@ -23,10 +23,18 @@ two sides alternating, measurement by measurement, in one run. Everything above 
 (d) a fresh process's first `records()` of 10,000 and 100,000 records.
 (e) another process's insert seen by this process's ChangeWatch: time from the command
     to the write's acknowledgement, and to the watch callback.
+(f) the system calls of one `insert()` into a kind of 100 / 100,000 records: `strace -c
+    -f` attached to the measuring process around SYSCALL_WRITES inserts, minus an empty
+    attachment (strace's own attach and detach), divided by the inserts. strace slows
+    each call down; it counts them, this bench times nothing under it. Installed from
+    Debian when missing and root (`apt-get install strace`); skipped otherwise.
 """
 
 import json
 import os
+import re
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -43,6 +51,8 @@ UNIQUE = [("name",)]
 PROJECTS = [str(uuidlib.UUID(int=i + 1)) for i in range(10)]
 GOAL_LIST_MS = 50
 SIZES = (100, 10_000, 100_000)
+SYSCALL_SIZES = (100, 100_000)
+SYSCALL_WRITES = 200
 
 
 def record(i):
@@ -238,8 +248,75 @@ def measure_reload(size):
         remove(directory)
 
 
+def strace_path():
+    """strace, installed from Debian when missing and we are root; None if unavailable."""
+    path = shutil.which("strace")
+    if path is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL,
+                 "env": dict(os.environ, DEBIAN_FRONTEND="noninteractive")}
+        cmd = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "strace"]
+        if subprocess.call(cmd, **quiet) != 0:
+            subprocess.call(["apt-get", "update", "-qq"], **quiet)
+            subprocess.call(cmd, **quiet)
+        path = shutil.which("strace")
+    return path
+
+
+def traced(fn):
+    """{syscall: calls} made by this process (every thread) while fn() runs: strace -c -f
+    attached to it, then detached by SIGINT, which makes it write its summary."""
+    out = tempfile.NamedTemporaryFile(prefix="bench-strace-", delete=False)
+    out.close()
+    tracer = subprocess.Popen([strace_path(), "-c", "-f", "-o", out.name,
+                               "-p", str(os.getpid())],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = now() + 30
+        while tracer_pid() != tracer.pid:
+            if tracer.poll() is not None or now() > deadline:
+                raise RuntimeError("strace did not attach")
+            time.sleep(0.01)
+        fn()
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(30)
+    with open(out.name) as f:
+        text = f.read()
+    os.unlink(out.name)
+    calls = {}
+    # "% time  seconds  usecs/call  calls  errors  syscall": errors may be blank
+    for m in re.finditer(r"^\s*[0-9.]+\s+[0-9.]+\s+\d+\s+(\d+)\s+(?:\d+\s+)?([a-z_0-9]+)\s*$",
+                         text, re.M):
+        if m.group(2) != "total":
+            calls[m.group(2)] = int(m.group(1))
+    return calls
+
+
+def tracer_pid():
+    with open("/proc/self/status") as f:
+        return int(re.search(r"^TracerPid:\s+(\d+)", f.read(), re.M).group(1))
+
+
+def measure_syscalls(size, writes=SYSCALL_WRITES):
+    """Calls per insert() of each system call, the empty attachment's calls subtracted."""
+    directory = temp_dir("store-syscalls")
+    try:
+        coll = fill(directory, size)
+        coll.insert(record(size))           # the kind's files are open, as in a server
+        empty = traced(lambda: None)
+
+        def inserts():
+            for i in range(writes):
+                coll.insert(record(size + 1 + i))
+        loaded = traced(inserts)
+        return {"per_insert": {name: (count - empty.get(name, 0)) / writes
+                               for name, count in loaded.items()}, "writes": writes}
+    finally:
+        remove(directory)
+
+
 MEASURES = {"single": measure_single, "inserts": measure_inserts, "cold": measure_cold,
-            "reload": measure_reload, "watch": measure_watch}
+            "reload": measure_reload, "watch": measure_watch, "syscalls": measure_syscalls}
 
 
 # ---- the two sides (parent side) --------------------------------------------------------
@@ -359,9 +436,34 @@ def main():
              "command to its acknowledgement and to this process's watch callback "
              "(goal: seen within 10 ms of the write)")
         table(["side", "until", "rounds", "p50 ms", "p99 ms", "max ms"], rows)
+        syscall_table(sides)
     finally:
         if made and made != before:
             remove(made)
+
+
+# the calls that carry a write's cost, shown first and named
+WRITES = ("write", "pwrite64", "writev", "pwritev", "pwritev2")
+SYNCS = ("fsync", "fdatasync", "sync_file_range")
+
+
+def syscall_table(sides):
+    if not strace_path():
+        note("\n(f) skipped: strace is not installed (apt-get install strace)")
+        return
+    rows = []
+    for size in SYSCALL_SIZES:
+        for label, result in alternate(sides, "syscalls", size).items():
+            per = {k: v for k, v in result["per_insert"].items() if v >= 0.005}
+            group = [sum(per.get(k, 0) for k in names) for names in (WRITES, SYNCS)]
+            others = sorted((k for k in per if k not in WRITES + SYNCS),
+                            key=lambda k: -per[k])
+            rows.append([f"{size:,}", label, f"{group[0]:.2f}", f"{group[1]:.2f}",
+                         f"{sum(per.values()):.2f}",
+                         ", ".join(f"{k} {per[k]:.2f}" for k in others)])
+    note(f"\n(f) system calls per insert() ({SYSCALL_WRITES} inserts under strace -c -f; "
+         f"writes = {'+'.join(WRITES)}, syncs = {'+'.join(SYNCS)})")
+    table(["records", "side", "writes", "syncs", "all", "the others per insert"], rows)
 
 
 def child(argv):
