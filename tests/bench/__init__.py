@@ -5,6 +5,7 @@ modules: timing, tables, the HTTP load generator (wrk, or a Python fallback) and
 child processes that serve while the parent measures.
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -208,6 +209,32 @@ def daemon_ready(service):
 
 def api_service(settings):
     return Service("api", settings, api_ready)
+
+
+@contextlib.contextmanager
+def appliance(prefix, *daemons):
+    """A fresh appliance over a new state directory: the API and the daemons named, each
+    started as the supervisor starts it. Yields (settings, an admin Client, a Store of the
+    directory for the bench to read); all stopped and removed afterwards."""
+    from state import Store
+    from tests.apiserver import Client
+    state_dir = temp_dir(prefix)
+    settings = settings_for(state_dir)
+    services, store = [], None
+    try:
+        services.append(api_service(settings))
+        services += [Service(name, settings, daemon_ready) for name in daemons]
+        port = settings["api_port"]
+        admin = Client("127.0.0.1", port, login(port, "admin", settings["admin_password"]))
+        store = Store(state_dir)
+        yield settings, admin, store
+    finally:
+        if store is not None:
+            store.close()
+        for service in reversed(services):
+            service.stop()
+            service.remove_log()
+        remove(state_dir)
 
 
 def login(port, username, password):

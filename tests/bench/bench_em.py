@@ -15,11 +15,7 @@ ROUNDS rounds.
 import os
 import time
 
-from state import Store
-from tests.apiserver import Client
-
-from . import (Service, api_service, daemon_ready, login, note, remove, settings_for, spread,
-               table, temp_dir, title)
+from . import appliance, note, spread, table, title
 
 ROUNDS = int(os.environ.get("BENCH_EM_ROUNDS", "3"))
 COUNT = 500
@@ -50,16 +46,8 @@ def manifest(profiles):
 def one_round():
     """Seconds of (install -> ACTIVE, profile switch -> every value re-rendered)."""
     from appliance.app import build_api
-    state_dir = temp_dir("em")
-    settings = settings_for(state_dir)
-    api = builder = store = None
-    try:
-        api = api_service(settings)
-        builder = Service("builder", settings, daemon_ready)
-        admin = Client("127.0.0.1", settings["api_port"],
-                       login(settings["api_port"], "admin", settings["admin_password"]))
+    with appliance("em", "builder") as (settings, admin, store):
         profiles = {p["name"]: p["uuid"] for p in admin.get("/v1/vs/profiles").json}
-        store = Store(state_dir)
         elements = store.collection("em_elements")
         t0 = time.perf_counter()
         uuid_ = admin.post("/v1/em/manifests", manifest(profiles)).json["uuid"]
@@ -74,14 +62,6 @@ def one_round():
         wait(lambda: sum(1 for r in secrets.records() if r["name"].startswith("bench-s")
                          and render(r)["default_value"].endswith("size 8")) == COUNT - 1)
         return install, time.perf_counter() - t0
-    finally:
-        if store is not None:
-            store.close()
-        for service in (builder, api):
-            if service is not None:
-                service.stop()
-                service.remove_log()
-        remove(state_dir)
 
 
 def main():

@@ -15,12 +15,9 @@ import time
 
 import yaml
 
-from state import Store
-from tests.apiserver import Client
 from tests.nginx import Nginx, nginx_available, static_site
 
-from . import (Service, api_service, daemon_ready, login, note, remove, settings_for, spread,
-               table, temp_dir, title)
+from . import appliance, note, remove, spread, table, temp_dir, title
 
 ROUNDS = int(os.environ.get("BENCH_REPO_ROUNDS", "3"))
 COUNT = 2000
@@ -67,30 +64,16 @@ def main():
         note("nginx is not installed: skipped (make test installs it)")
         return
     root = pathlib.Path(temp_dir("repo-site"))
-    state_dir = temp_dir("repo")
-    settings = settings_for(state_dir)
     publish(root, COUNT)
-    api = builder = store = None
     results = {mode: [] for mode in MODES}
     try:
-        api = api_service(settings)
-        builder = Service("builder", settings, daemon_ready)
-        admin = Client("127.0.0.1", settings["api_port"],
-                       login(settings["api_port"], "admin", settings["admin_password"]))
-        store = Store(state_dir)
-        with Nginx(static_site(root)) as site:
+        with appliance("repo", "builder") as (_, admin, store), \
+                Nginx(static_site(root)) as site:
             for round_ in range(ROUNDS):
                 for mode in MODES:
                     results[mode].append(sync(admin, store, site.url("/"),
                                               f"bench-{mode}-{round_}", mode))
     finally:
-        if store is not None:
-            store.close()
-        for service in (builder, api):
-            if service is not None:
-                service.stop()
-                service.remove_log()
-        remove(state_dir)
         remove(str(root))
     rows = []
     for mode in MODES:

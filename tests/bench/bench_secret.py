@@ -14,11 +14,7 @@ import os
 import time
 import uuid
 
-from state import Store
-from tests.apiserver import Client
-
-from . import (Service, api_service, daemon_ready, login, note, remove, settings_for, spread,
-               table, temp_dir, title)
+from . import appliance, note, spread, table, title
 
 ROUNDS = int(os.environ.get("BENCH_SECRET_ROUNDS", "5"))
 COUNT = 40
@@ -57,25 +53,9 @@ def one_round(admin, coll, round_):
 def main():
     title(f"bench_secret: POST/PUT -> ACTIVE through the delivery daemon, {ROUNDS} rounds "
           f"of {COUNT} each")
-    state_dir = temp_dir("secret")
-    settings = settings_for(state_dir)
-    api = delivery = store = None
-    try:
-        api = api_service(settings)
-        delivery = Service("delivery", settings, daemon_ready)
-        admin = Client("127.0.0.1", settings["api_port"],
-                       login(settings["api_port"], "admin", settings["admin_password"]))
-        store = Store(state_dir)
+    with appliance("secret", "delivery") as (_, admin, store):
         rounds = [one_round(admin, store.collection("secret_secrets"), r)
                   for r in range(ROUNDS)]
-    finally:
-        if store is not None:
-            store.close()
-        for service in (delivery, api):
-            if service is not None:
-                service.stop()
-                service.remove_log()
-        remove(state_dir)
 
     def ms(values):
         return spread([v * 1000 for v in values], "{:.1f}")
