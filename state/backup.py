@@ -37,7 +37,7 @@ KINDS = "kinds/"
 PRIVATE = "private/"
 SUFFIX = ".tar.gz"
 # names of scheduled backups: the time sorts them, and nothing else in the folder matches
-SCHEDULED = re.compile(r"^appliance-backup-\d{8}T\d{6}Z" + re.escape(SUFFIX) + "$")
+SCHEDULED = re.compile(r"^appliance-backup-\d{8}T\d{6}\.\d{6}Z" + re.escape(SUFFIX) + "$")
 
 TRUNCATED, CORRUPTED, NEWER, NOT_A_BACKUP, UNREADABLE = (
     "truncated", "corrupted", "newer", "not a backup", "unreadable")
@@ -305,7 +305,16 @@ def restore(directory, backup, progress=_quiet):
 
 def scheduled_name(moment=None):
     moment = moment or datetime.datetime.now(datetime.timezone.utc)
-    return f"appliance-backup-{moment.strftime('%Y%m%dT%H%M%SZ')}{SUFFIX}"
+    return f"appliance-backup-{moment.strftime('%Y%m%dT%H%M%S.%fZ')}{SUFFIX}"
+
+
+def scheduled(directory, folder, keep, about=None):
+    """One scheduled backup into `folder` (made 0700 if missing), then the oldest pruned
+    down to `keep`. Returns (path, manifest, names removed)."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    path = os.path.join(folder, scheduled_name())
+    manifest = create(directory, path, about)
+    return path, manifest, prune(folder, keep)
 
 
 def prune(folder, keep):
