@@ -186,7 +186,7 @@ class Store:
         with self._lock:
             collections = list(self._collections.values())
         for coll in collections:
-            if coll.lock.held():
+            with coll.lock:
                 coll.lock.bump_generation()
 
     def _data_files(self):
