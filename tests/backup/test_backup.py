@@ -16,7 +16,8 @@ import tarfile
 
 import pytest
 
-from appliance import migrations
+from appliance import config, migrations
+from appliance.bootstrap import bootstrap
 from appliance.iam.builtin import ADMIN_PROJECT
 from state import Store
 from state import backup as archive
@@ -346,3 +347,47 @@ def test_the_state_dir_comes_from_the_environment_or_the_config_file(live, tmp_p
     config.write_text("backup_keep: 0\n")
     done = cli("backup", "--config", str(config), str(tmp_path / "bad.tar.gz"))
     assert done.code == 2 and "backup_keep must be 1 or more" in done.stderr
+
+
+KILLED_RESTORE = """
+import os, signal, sys
+from state import Store
+from state import backup as archive
+written = []
+original = Store.write_base
+
+def write_then_die(self, kind, payload):
+    original(self, kind, payload)
+    written.append(kind)
+    if len(written) == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Store.write_base = write_then_die
+archive.restore(sys.argv[1], archive.read(sys.argv[2], 10 ** 6))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_restore_killed_half_way_is_undone_by_the_next_start(live, tmp_path):
+    state = str(tmp_path / "state")
+    mine = Store(state)
+    mine.collection("iam_users").insert({"username": "mine"})
+    mine.write_private("jwt-signing.key", b"my own key")
+    # at the current version: only the rollback point left behind tells start-up to act
+    mine.set_schema_version(migrations.latest())
+    mine.close()
+    before = state_bytes(state, with_locks=False)
+    done = subprocess.run([sys.executable, "-c", KILLED_RESTORE, state, live["file"]],
+                          cwd=ROOT, env=clean_environ(PYTHONPATH=ROOT), timeout=110)
+    assert done.returncode == -9
+    assert state_bytes(state, with_locks=False) != before
+    # what every start runs first: the old state is back
+    bootstrap(config.load(environ={}, overrides={"state_dir": state,
+                                                 "admin_password": ADMIN_PASSWORD}))
+    reopened = Store(state)
+    try:
+        assert not reopened.interrupted()
+        assert [u["username"] for u in reopened.collection("iam_users").records()][0] == "mine"
+        assert reopened.read_private("jwt-signing.key") == b"my own key"
+    finally:
+        reopened.close()
