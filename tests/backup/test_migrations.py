@@ -291,3 +291,13 @@ def test_rsa_keys_stored_as_bits_read_as_bitness_after_the_start(tmp_path):
         assert srv.store.collection("secret_rsa_keys").get(made["uuid"])["revision"] == revision
     finally:
         srv.stop()
+
+
+def test_health_tells_the_schema_version_served(tmp_path):
+    # what the image's upgrade test reads from the host after booting a newer build
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD).start()
+    try:
+        health = srv.client().get("/v1/health").json
+        assert health["schema_version"] == migrations.latest() == srv.store.schema_version()
+    finally:
+        srv.stop()
