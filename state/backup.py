@@ -82,7 +82,8 @@ def capture(store):
 def create(directory, path, about=None, progress=_quiet):
     """Write a backup of the state in `directory` to `path` (atomically: a temporary file
     renamed at the end, mode 0600). `about` goes into the manifest (the appliance's
-    version). progress(done, total, member) is called per member. Returns the manifest."""
+    version). progress(done, total, member) is called as each member is compressed into
+    the file. Returns the manifest."""
     if not os.path.isdir(directory):
         raise StoreError(f"no state directory at {directory}")
     store = Store(directory)
@@ -94,23 +95,21 @@ def create(directory, path, about=None, progress=_quiet):
                for kind in records]
     members += [(PRIVATE + name, lambda n=name: private[n]) for name in private]
     made, entries = [], {}
-    for i, (name, serialize) in enumerate(members, 1):
+    for name, serialize in members:
         data = serialize()
         made.append((name, data))
         entries[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        progress(i, len(members) + 1, name)
     manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                 "created_at": format_time(utcnow()), **(about or {}),
                 "schema_version": schema,
                 "kinds": {kind: len(recs) for kind, recs in records.items()},
                 "members": entries}
     _write_archive(path, [(MANIFEST, orjson.dumps(manifest, option=orjson.OPT_INDENT_2))]
-                   + made)
-    progress(len(members) + 1, len(members) + 1, os.path.basename(path))
+                   + made, progress)
     return manifest
 
 
-def _write_archive(path, members):
+def _write_archive(path, members, progress):
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
@@ -122,10 +121,11 @@ def _write_archive(path, members):
             # is still less than loading the kinds (docs/backup.md, figures)
             with gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=now) as gz:
                 with tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar:
-                    for name, data in members:
+                    for i, (name, data) in enumerate(members, 1):
                         info = tarfile.TarInfo(name)
                         info.size, info.mode, info.mtime = len(data), 0o600, now
-                        tar.addfile(info, io.BytesIO(data))
+                        tar.addfile(info, io.BytesIO(data))     # compressed here
+                        progress(i, len(members), name)
             raw.flush()
             os.fsync(raw.fileno())
         os.replace(tmp, path)

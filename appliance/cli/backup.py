@@ -90,6 +90,8 @@ def cmd_backup(args, env):
     from appliance import backup  # noqa: PLC0415 (pulls in the store)
     from state import StoreError  # noqa: PLC0415
     settings = _settings(args, env)
+    if not args.quiet:      # loading every kind comes before the first member
+        env.stderr.write(f"backup: reading {settings['state_dir']}\n")
     try:
         manifest = backup.take(settings, args.file, _progress(args, env, "backup"))
     except (StoreError, OSError) as e:
