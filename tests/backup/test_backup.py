@@ -95,9 +95,7 @@ def test_backup_wipe_restore_gives_the_same_reads_of_every_kind(live, tmp_path):
     assert f"written to {live['file']}" in live["cli"].stdout
     assert "backup [" in live["cli"].stderr               # progress
     assert os.stat(live["file"]).st_mode & 0o777 == 0o600
-    state = str(tmp_path / "state")
-    shutil.copytree(live["state"], state)
-    shutil.rmtree(state)                                    # wiped: not even the directory
+    state = str(tmp_path / "state")                         # wiped: not even the directory
     done = cli_process("restore", "--state-dir", state, live["file"])
     assert done.code == 0, done.stderr
     assert "restored" in done.stdout and "check [" in done.stderr
@@ -185,6 +183,8 @@ BAD = {
     "checksum": (lambda f, raw: tampered(f), "is corrupted: the checksum of "
                                              "kinds/iam_users.json"),
     "flipped-byte": (lambda f, raw: flipped(raw), "is corrupted"),
+    "count-mismatch": (lambda f, raw: edited(f, lambda m: m["kinds"].update(iam_users=99)),
+                       "is corrupted: kinds/iam_users.json holds"),
     "newer-schema": (lambda f, raw: edited(f, lambda m: m.update(
         schema_version=migrations.latest() + 1)), "is newer than this appliance: state "
                                                   "schema version"),
