@@ -4,6 +4,7 @@
 from state import Store
 
 from appliance.api import system
+from appliance.migrations import latest
 from appliance.api.routing import Api
 from appliance.api.wsgi import Middleware
 
@@ -17,7 +18,9 @@ def capabilities():
 def build_api(settings, store=None):
     store = store or Store(settings["state_dir"])
     api = Api(settings, store)
-    system.register(api)
+    # the state's schema version is the code's own while a process serves: start-up
+    # migrated an older state and refused a newer one (docs/migrations.md)
+    system.register(api, {"schema_version": latest()})
     for capability in capabilities():
         capability.register(api)
     return api

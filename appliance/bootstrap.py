@@ -1,4 +1,5 @@
-"""First start: what must exist before any process serves (admin password, IAM seed).
+"""Every start: the state brought to the current schema (appliance.migrations), then what
+must exist before any process serves (admin password, IAM seed).
 
 Idempotent and safe to run from several processes at once: every step goes through the
 store's locks, and a file that already exists wins.
@@ -6,6 +7,7 @@ store's locks, and a file that already exists wins.
 
 import secrets
 
+from appliance.migrations import migrate
 from state import Store
 
 ADMIN_PASSWORD_FILE = "admin-password"
@@ -25,6 +27,8 @@ def bootstrap(settings):
     """Prepare the state directory. Returns a line telling where the admin password is."""
     store = Store(settings["state_dir"])
     try:
+        # first: the seeds below write records of the current schema
+        migrate(store)
         password, path = admin_password(store, settings)
         from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
         from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415

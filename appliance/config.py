@@ -37,6 +37,10 @@ DEFAULTS = {
     # q refused: an older upstream), none (no tags at all)
     "dns_tags": "full",
     "log_level": "INFO",
+    # scheduled backups (docs/backup.md): off while backup_schedule is unset
+    "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
+    "backup_dir": None,                 # where they go (required with a schedule)
+    "backup_keep": 7,                   # how many are kept; older ones are removed
 }
 
 
@@ -95,4 +99,21 @@ def load(config_file=None, environ=None, overrides=None):
             settings[key] = value
     settings = {k: _coerce(k, v) for k, v in settings.items()}
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
+    _check_backup(settings)
     return settings
+
+
+def _check_backup(settings):
+    if settings["backup_keep"] < 1:
+        raise ConfigError(f"backup_keep must be 1 or more, not {settings['backup_keep']}")
+    if settings["backup_schedule"] is None:
+        return
+    from appliance.backup import ScheduleError, parse_schedule  # noqa: PLC0415 (rarely set)
+    try:
+        parse_schedule(settings["backup_schedule"])
+    except ScheduleError as e:
+        raise ConfigError(str(e)) from None
+    if not settings["backup_dir"]:
+        raise ConfigError("backup_dir: where scheduled backups go; required with "
+                          "backup_schedule")
+    settings["backup_dir"] = os.path.abspath(settings["backup_dir"])

@@ -11,6 +11,7 @@ from appliance import config, logs
 from appliance.app import create_app
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
+from appliance.migrations import MigrationError
 
 
 # descriptors kept for what is not a client connection: state files, locks, log files
@@ -63,7 +64,12 @@ def serve(settings):
     # queued: request threads only enqueue their access lines (appliance/logs.py)
     log = logs.setup("api", settings["log_level"], queued=True)
     # idempotent: the supervisor ran it already, but a unit may start the API alone
-    log.info(bootstrap(settings))
+    try:
+        log.info(bootstrap(settings))
+    except MigrationError as e:
+        log.error("%s", e)             # a state newer than the code: never serve it
+        logs.stop()
+        return 1
     app, _ = create_app(settings)
     descriptors = raise_descriptor_limit()
     adjustments = waitress_settings(settings, descriptors)

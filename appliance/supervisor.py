@@ -355,8 +355,12 @@ def bootstrap_in_child(settings):
         code = 1
         try:
             from appliance.bootstrap import bootstrap  # noqa: PLC0415 (the reason above)
-            os.write(write_end, bootstrap(settings).encode())
-            code = 0
+            from appliance.migrations import MigrationError  # noqa: PLC0415
+            try:
+                os.write(write_end, bootstrap(settings).encode())
+                code = 0
+            except MigrationError as e:
+                log.error("%s", e)      # says it all: no traceback
         except BaseException:
             log.exception("cannot prepare the state directory %s", settings["state_dir"])
         finally:

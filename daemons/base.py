@@ -55,6 +55,10 @@ class Daemon:
         default only notes the call, which is all a daemon that merely watches does."""
         self.log.debug("%s changed", kind)
 
+    def schedule_jobs(self, scheduler):
+        """Add timed jobs of the daemon's own to `scheduler` (a `schedule.Scheduler`);
+        they run on the worker thread, between reconciles, and must not raise."""
+
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self):
@@ -63,6 +67,7 @@ class Daemon:
             self._watch.subscribe(kind, self.request)
         self._watch.start()
         self._scheduler.every(self.tick_seconds).seconds.do(self.request_all)
+        self.schedule_jobs(self._scheduler)
         self.request_all()
         self._worker = threading.Thread(target=self._work, daemon=True,
                                         name=f"{self.name}-reconcile")

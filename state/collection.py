@@ -107,6 +107,15 @@ def _pread_all(fd, size, offset):
     return b"".join(chunks)
 
 
+def base_payload(kind, records):
+    """The bytes of a kind's base holding `records`: a stock TinyDB file, ids from 1."""
+    return orjson.dumps({kind: {str(i): r for i, r in enumerate(records, 1)}})
+
+
+def valid_kind(name):
+    return bool(_KIND.match(name))
+
+
 class Snapshot:
     """The records of one moment in default order, and a key that changes with them."""
 
@@ -648,7 +657,7 @@ class Collection:
         the two leaves the new base with the old journal, whose lines it already holds."""
         with self._mutex:
             records = self._ordered_records()
-        payload = orjson.dumps({self.kind: {str(i): r for i, r in enumerate(records, 1)}})
+        payload = base_payload(self.kind, records)
         self.storage.write_bytes(payload)
         with self._mutex:
             self._start_journal()

@@ -33,3 +33,14 @@ class DuplicateKey(StoreError):
         self.fields = fields
         self.values = values
         self.existing_uuid = existing_uuid
+
+
+class StateInUse(StoreError):
+    """An exclusive Store was asked for while other processes have the directory open."""
+
+    def __init__(self, directory, pids):
+        who = f" (process {', '.join(map(str, pids))})" if pids else ""
+        super().__init__(f"the state directory {directory} is in use{who}: the appliance "
+                         "is running; stop it first")
+        self.directory = directory
+        self.pids = pids

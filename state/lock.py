@@ -31,10 +31,26 @@ class KindLock:
         self._bumped = False
 
     def __enter__(self):
-        self._threads.acquire()
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.release()
+
+    def acquire(self, blocking=True):
+        """Take the lock; with blocking=False return False at once if another holds it."""
+        if not self._threads.acquire(blocking):
+            return False
         if self._depth == 0:
             try:
-                fcntl.flock(self._fd, fcntl.LOCK_EX)
+                fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+            except BlockingIOError:
+                self._threads.release()
+                return False
+            except BaseException:
+                self._threads.release()
+                raise
+            try:
                 # before any change: readers that see it look at the journal itself
                 os.pwrite(self._fd, _GEN.pack(1), _PENDING)
             except BaseException:
@@ -42,16 +58,18 @@ class KindLock:
                 raise
             self._bumped = False
         self._depth += 1
-        return self
+        return True
 
-    def __exit__(self, *exc):
+    def release(self, changed=True):
+        """changed=False: the section only read (a backup), so the generation stays and
+        nobody watching the kind is woken for nothing."""
         self._depth -= 1
         if self._depth == 0:
             try:
                 # a section that changed files without a bump (a journal created for a
                 # write that was refused) still moves the generation; a writer killed
                 # inside leaves `pending` set, and readers keep checking the journal
-                if not self._bumped:
+                if changed and not self._bumped:
                     self.bump_generation()
                 os.pwrite(self._fd, _GEN.pack(0), _PENDING)
             finally:
@@ -117,3 +135,31 @@ class KindLock:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+
+
+def acquire_all(locks):
+    """Take every lock of `locks` without ever waiting while holding one: wait for one,
+    try the others; when one is busy, let all go and start again by waiting for that one.
+    So no order of nesting elsewhere (a write to one kind under another's lock) can
+    deadlock with it. Release them with release_all."""
+    if not locks:
+        return
+    first = 0
+    while True:
+        locks[first].acquire()
+        held, busy = [locks[first]], None
+        for i, lock in enumerate(locks):
+            if i != first:
+                if not lock.acquire(blocking=False):
+                    busy = i
+                    break
+                held.append(lock)
+        if busy is None:
+            return
+        release_all(held, changed=False)
+        first = busy
+
+
+def release_all(locks, changed=True):
+    for lock in reversed(locks):
+        lock.release(changed)

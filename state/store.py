@@ -1,24 +1,56 @@
 """The state directory: one Collection per resource kind."""
 
+import contextlib
+import fcntl
 import os
 import threading
 
-from .collection import JOURNAL_SUFFIX, LOCK_DIR, Collection
-from .lock import KindLock
+from . import rollback
+from .collection import JOURNAL_SUFFIX, LOCK_DIR, Collection, valid_kind
+from .errors import StateInUse, StoreError
+from .lock import KindLock, acquire_all, release_all
 from .storage import AtomicJSONStorage
+
+# held shared by every open Store for its life, exclusively by a restore: so a restore can
+# tell that the appliance runs, and a process that starts meanwhile waits for it
+IN_USE_LOCK = "in-use.lock"
+SCHEMA_FILE = "schema-version"
 
 
 class Store:
-    def __init__(self, directory):
+    def __init__(self, directory, exclusive=False):
+        """exclusive=True: only when no other Store of the directory is open in any process
+        (else StateInUse), and none opens until this one is closed (a restore)."""
         self.directory = os.path.abspath(directory)
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, LOCK_DIR), mode=0o700, exist_ok=True)
         self._collections = {}
         self._named_locks = {}
         self._lock = threading.Lock()
+        self.exclusive = exclusive
+        self._in_use = None
+        self._use()
+
+    def _use(self):
+        path = os.path.join(self.directory, LOCK_DIR, IN_USE_LOCK)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if self.exclusive:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    raise StateInUse(self.directory, lock_holders(fd)) from None
+            else:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._in_use = fd
 
     def collection(self, kind, unique=()):
         with self._lock:
+            if self._in_use is None:        # used again after close()
+                self._use()
             coll = self._collections.get(kind)
             if coll is None:
                 coll = Collection(self.directory, kind, unique)
@@ -49,6 +81,9 @@ class Store:
             for lock in self._named_locks.values():
                 lock.close()
             self._named_locks.clear()
+            if self._in_use is not None:
+                os.close(self._in_use)
+                self._in_use = None
 
     def path_of(self, kind):
         """The kind's TinyDB base file (as of its last compaction; see files_of)."""
@@ -60,7 +95,106 @@ class Store:
 
     def kinds(self):
         return sorted(name[:-5] for name in os.listdir(self.directory)
-                      if name.endswith(".json") and not name.startswith("."))
+                      if name.endswith(".json") and valid_kind(name[:-5]))
+
+    def private_names(self):
+        """The private files (every top-level file that is not a kind's nor hidden)."""
+        kinds = set(self.kinds())
+        names = []
+        for entry in os.scandir(self.directory):
+            if entry.name.startswith(".") or not entry.is_file(follow_symlinks=False):
+                continue
+            stem, dot, suffix = entry.name.rpartition(".")
+            if dot and stem in kinds and "." + suffix in (".json", JOURNAL_SUFFIX):
+                continue
+            names.append(entry.name)
+        return sorted(names)
+
+    def remove_files(self, names):
+        """Unlink files of the state directory (kind files or private files), if there."""
+        for name in names:
+            try:
+                os.unlink(os.path.join(self.directory, name))
+            except FileNotFoundError:
+                pass
+
+    def write_base(self, kind, payload):
+        """Make `payload` (a base's bytes) the whole kind: base replaced, journal gone.
+        Only for a Store that nothing else uses (a restore, under its rollback point)."""
+        if not valid_kind(kind):
+            raise ValueError(f"invalid kind name {kind!r}")
+        AtomicJSONStorage(self.path_of(kind)).write_bytes(payload)
+        self.remove_files([kind + JOURNAL_SUFFIX])
+
+    # ---- schema version and whole-state changes ---------------------------------------
+
+    def schema_version(self):
+        """The schema version of the state (appliance/migrations); 0 before the first."""
+        raw = self.read_private(SCHEMA_FILE)
+        if raw is None:
+            return 0
+        try:
+            return int(raw.decode().strip())
+        except (UnicodeDecodeError, ValueError):
+            raise StoreError(f"{self.private_path(SCHEMA_FILE)}: not a schema version: "
+                             f"{raw[:40]!r}") from None
+
+    def set_schema_version(self, version):
+        self.write_private(SCHEMA_FILE, f"{int(version)}\n".encode())
+
+    @contextlib.contextmanager
+    def all_locked(self, changed=True):
+        """Hold the lock of every kind there is (writers wait, readers do not). With
+        changed=False the section only reads, and no watcher is woken."""
+        locks = [self.collection(kind).lock for kind in self.kinds()]
+        acquire_all(locks)
+        try:
+            yield
+        finally:
+            release_all(locks, changed)
+
+    def interrupted(self):
+        """True when a whole-state change (migration, restore) died half-way."""
+        return rollback.pending(self.directory)
+
+    @contextlib.contextmanager
+    def rollback_point(self):
+        """Every data file as it is now, put back if the block raises (or the process
+        dies inside it: recover() at the next start). The caller holds what keeps other
+        writers out (all_locked, or an exclusive Store). See docs/migrations.md."""
+        self.recover()
+        rollback.begin(self.directory, self._data_files())
+        try:
+            yield
+        except BaseException:
+            self._roll_back()
+            raise
+        rollback.discard(self.directory)
+
+    def recover(self):
+        """Finish what a rollback point left behind: put back its copy if it was complete
+        (the change died half-way), drop it if it was not (nothing changed yet)."""
+        if rollback.pending(self.directory):
+            self._roll_back()
+        rollback.discard(self.directory)
+
+    def _roll_back(self):
+        rollback.restore(self.directory, self._data_files())
+        rollback.discard(self.directory)
+        # the files moved behind this process's collections, whose own writes (bumps)
+        # would otherwise make their stale memory look current
+        with self._lock:
+            collections = list(self._collections.values())
+        for coll in collections:
+            with coll.lock:
+                coll.lock.bump_generation()
+
+    def _data_files(self):
+        names = self.private_names()
+        for kind in self.kinds():
+            names += [name for name in (kind + ".json", kind + JOURNAL_SUFFIX)
+                      if os.path.exists(os.path.join(self.directory, name))]
+        return names
 
     def private_path(self, name):
         """A file of the state directory that is not a kind (keys, passwords)."""
@@ -89,3 +223,25 @@ class Store:
                 return data
         finally:
             lock.close()
+
+
+def lock_holders(fd):
+    """PIDs holding a flock on the file of `fd` (from /proc/locks; empty if unknown)."""
+    st = os.fstat(fd)
+    pids = set()
+    try:
+        with open("/proc/locks") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if "->" in fields or len(fields) < 6 or fields[1] != "FLOCK":
+            continue
+        try:
+            ino = int(fields[5].rsplit(":", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        if ino == st.st_ino and fields[4].isdigit() and int(fields[4]) != os.getpid():
+            pids.add(int(fields[4]))
+    return sorted(pids)

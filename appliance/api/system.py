@@ -5,13 +5,14 @@ from . import openapi
 from .routing import PUBLIC
 
 
-def register(api):
+def register(api, health_extra=None):
+    """health_extra: fields the composition root adds to the health answer."""
     def root(call):
         return {"name": "appliance", "version": appliance.__version__,
                 "api_versions": appliance.API_VERSIONS}
 
     def health(call):
-        return {"status": "ok", "version": appliance.__version__}
+        return {"status": "ok", "version": appliance.__version__, **(health_extra or {})}
 
     def openapi_document(call):
         return openapi.build(api)

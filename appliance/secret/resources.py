@@ -237,12 +237,6 @@ class RsaKeys(SecretMaterial):
         record["private_key"], record["public_key"] = generate.rsa_key_pem(record["bitness"])
         return record
 
-    def opened(self, record):
-        # records stored before the rename keep `bits`
-        if record.get("bitness") is None and record.get("bits") is not None:
-            record = {**record, "bitness": record["bits"]}
-        return super().opened(record)
-
 
 def all_resources():
     return [Secrets(), Passwords(), SshKeys(), RsaKeys()]

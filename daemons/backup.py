@@ -1,0 +1,46 @@
+"""Backup daemon: scheduled backups of the state with retention (docs/backup.md).
+
+Settings `backup_schedule`, `backup_dir` and `backup_keep` (appliance/config.py): at each
+time of the schedule, one backup into backup_dir, then the oldest removed down to
+backup_keep. Without a schedule it idles. It watches no kind: a backup is taken under the
+store's locks, whatever changes.
+"""
+
+import sys
+
+from appliance import backup
+from daemons.base import Daemon, run
+
+
+class Backup(Daemon):
+    name = "backup"
+    kinds = ()
+    tick_seconds = 3600.0       # nothing to reconcile: the tick only keeps the base going
+
+    def schedule_jobs(self, scheduler):
+        text = self.settings["backup_schedule"]
+        if text is None:
+            self.log.info("no backup_schedule set: no scheduled backups")
+            return
+        self.job = backup.parse_schedule(text)(scheduler).do(self.back_up)
+        self.log.info("backups %s into %s, keeping %d", text, self.settings["backup_dir"],
+                      self.settings["backup_keep"])
+
+    def back_up(self):
+        try:
+            path, manifest, removed = backup.scheduled(self.settings)
+        except Exception:
+            # a full disk or a missing folder: logged, and tried again at the next time
+            self.log.exception("scheduled backup failed")
+            return
+        self.log.info("backup %s: %d kinds, %d records; removed %d old: %s", path,
+                      len(manifest["kinds"]), sum(manifest["kinds"].values()), len(removed),
+                      ", ".join(removed) or "none")
+
+
+def main():
+    return run(Backup)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
