@@ -180,8 +180,9 @@ def appliance_image():
 
 def state_line(vm):
     """The state picker's verdict on the console (appliance-state.service)."""
-    vm.wait_for(" holds /var/lib/appliance", timeout=1200)
-    return next(ln for ln in vm.serial().splitlines() if " holds /var/lib/appliance" in ln)
+    # ") holds": systemd's own status line says "...disk that holds /var/lib/appliance..."
+    vm.wait_for(") holds /var/lib/appliance", timeout=1200)
+    return next(ln for ln in vm.serial().splitlines() if ") holds /var/lib/appliance" in ln)
 
 
 @pytest.mark.slow
