@@ -181,6 +181,22 @@ def rootfs_layer(recipe, name, profile, refresh=False):
 
 # ---- layer 2: the wheels ------------------------------------------------------------------
 
+def appliance_wheel(dest):
+    """This repository's wheel, built from a copy: setuptools writes build/ and *.egg-info
+    beside the sources it builds."""
+    src = os.path.join(WORK, "wheel-src")
+    remove(src)
+    os.makedirs(src)
+    try:
+        for s in SOURCES:
+            (shutil.copy2 if os.path.isfile(os.path.join(ROOT, s)) else shutil.copytree)(
+                os.path.join(ROOT, s), os.path.join(src, s))
+        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", dest, src])
+    finally:
+        remove(src)
+    return glob.glob(os.path.join(dest, "appliance-*.whl"))[0]
+
+
 def wheels_layer():
     pins = read_pins("python")
     key = digest("wheels", tree_digest(*(os.path.join(ROOT, s) for s in SOURCES)), pins)
@@ -191,20 +207,10 @@ def wheels_layer():
         return key, path
     with step(f"wheels ({key}): the appliance wheel and its dependencies"), fresh(path) as tmp:
         os.makedirs(tmp)
-        # a copy of the sources: setuptools writes build/ and *.egg-info beside them
-        src = os.path.join(WORK, "wheel-src")
-        remove(src)
-        os.makedirs(src)
-        for s in SOURCES:
-            (shutil.copy2 if os.path.isfile(os.path.join(ROOT, s)) else shutil.copytree)(
-                os.path.join(ROOT, s), os.path.join(src, s))
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, src])
-        remove(src)
         constraints = os.path.join(tmp, "constraints.txt")
         with open(constraints, "w") as f:
             f.write("\n".join(pins) + "\n")
-        wheel = glob.glob(os.path.join(tmp, "appliance-*.whl"))[0]
-        run([*PIP_DOWNLOAD, "-d", tmp, "-c", constraints, wheel])
+        run([*PIP_DOWNLOAD, "-d", tmp, "-c", constraints, appliance_wheel(tmp)])
     prune("wheels", path)
     return key, path
 
@@ -474,12 +480,11 @@ def refresh_pins(recipe, name, profile, rootfs_tar):
 
 def refresh_python_pins():
     with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, ROOT])
-        wheel = glob.glob(os.path.join(tmp, "appliance-*.whl"))[0]
-        run([*PIP_DOWNLOAD, "-d", tmp, wheel])
-        pins = sorted(f"{w.split('-')[0].replace('_', '-').lower()}=={w.split('-')[1]}"
-                      for w in os.listdir(tmp) if w.endswith(".whl")
-                      and not w.startswith("appliance-"))
+        run([*PIP_DOWNLOAD, "-d", tmp, appliance_wheel(tmp)])
+        # wheel file names: <name>-<version>-...; pins sorted by name
+        pins = [f"{n}=={v}" for n, v in sorted(
+            (w.split("-")[0].replace("_", "-").lower(), w.split("-")[1])
+            for w in os.listdir(tmp) if w.endswith(".whl") and not w.startswith("appliance-"))]
     path = os.path.join(HERE, "packages", "python.txt")
     with open(path) as f:
         head = [ln for ln in f.read().splitlines() if ln.startswith("#")]
