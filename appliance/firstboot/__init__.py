@@ -2,11 +2,10 @@
 before nginx, sshd and the appliance's units. Idempotent: what is kept in the state
 directory (password, keys, certificate) is made once; what lives on the root file system,
 which an upgrade replaces (nginx site, host keys, root's authorized keys, banner), is
-written again each time. See docs/appliance-image.md.
+written again each time. The state migrations run inside appliance.bootstrap, as at
+every start of `appliance up`. See docs/appliance-image.md.
 """
 
-import importlib
-import importlib.util
 import logging
 import os
 import pwd
@@ -40,16 +39,6 @@ def admin_password(store, given):
     if kept.decode().strip() != given.admin_password:
         log.warning("an admin password was given but %s exists: it is kept",
                     store.private_path(ADMIN_PASSWORD_FILE))
-
-
-def run_migrations(state_dir):
-    """The state migrations of appliance.migrations (issue 12's backup part), when the
-    installed package has them: `migrate(state_dir)`."""
-    if importlib.util.find_spec("appliance.migrations") is None:
-        log.info("no appliance.migrations in this build: no migration to run")
-        return None
-    module = importlib.import_module("appliance.migrations")
-    return module.migrate(state_dir)
 
 
 def register_node(settings):
@@ -100,7 +89,6 @@ def run(settings, paths=None, owner=None):
     upstream = f"{settings['api_host']}:{settings['api_port']}"
     max_body = max(settings["max_body_bytes"], settings["max_upload_bytes"])
     nginx.write(paths.nginx_sites, nginx.site(cert_path, key_path, upstream, max_body))
-    run_migrations(state_dir)
     password_line = bootstrap(settings)
     register_node(settings)
     owner = owner or service_user()
