@@ -1,0 +1,332 @@
+"""Build the images and boot them under QEMU (TCG) for tests and benches.
+
+    img = build_image("node")                  # runs image-build/build.py (cached: instant)
+    with VM(img.raw, tmp_path, tcp=[22], seed=nocloud_seed(tmp_path, user_data)) as vm:
+        vm.wait_for("MARKER", timeout=600)
+        vm.port(22)                            # the host port forwarded to the guest's 22
+
+Every VM boots a qcow2 overlay over the built raw image, so the cached image is never
+written. /dev/kvm is unusable on these machines (see machine-facts), so QEMU always runs
+with `-accel tcg`. The guest's network is QEMU user networking with `restrict=on`: the
+guest reaches nothing outside, and only the forwarded ports on 127.0.0.1 reach it.
+A VM is always stopped in a `finally` (the context manager, or stop()), so no QEMU is
+ever left running after a test.
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.path.join(ROOT, "image-build", "build.py")
+IMAGES = os.path.join(ROOT, "build", "images")
+
+
+# ---- building -----------------------------------------------------------------------------
+
+class Image:
+    """A built image: its raw and compressed qcow2 disks and its build-info.json."""
+
+    def __init__(self, directory):
+        self.dir = directory
+        self.raw = os.path.join(directory, "disk.raw")
+        self.qcow2 = os.path.join(directory, "disk.qcow2")
+        with open(os.path.join(directory, "build-info.json")) as f:
+            self.info = json.load(f)
+
+    @property
+    def profile(self):
+        return self.info["profile"]
+
+    @property
+    def version(self):
+        return self.info["version"]
+
+    def __repr__(self):
+        return f"Image({self.dir!r}, version={self.version!r})"
+
+
+def image_dir(profile, version_suffix=None):
+    """Where build.py puts the image of this profile (and suffix)."""
+    return os.path.join(IMAGES, profile + (f"-{version_suffix}" if version_suffix else ""))
+
+
+def build_image(profile="appliance", version_suffix=None, extra_migrations=None, log=None):
+    """Build the image (or reuse the cached one: instant when nothing changed).
+
+    version_suffix and extra_migrations build a newer build for upgrade tests (they
+    change only the last layer). The build's output goes to `log` (a file object),
+    else to this process's stderr; a failed build raises with its output's tail.
+    Needs root (the build program says so clearly otherwise).
+    """
+    cmd = [sys.executable, BUILD, "--profile", profile]
+    if version_suffix:
+        cmd += ["--version-suffix", version_suffix]
+    if extra_migrations:
+        cmd += ["--extra-migrations", str(extra_migrations)]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    (log or sys.stderr).write(proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"image build failed ({proc.returncode}): {' '.join(cmd)}\n"
+                           + "\n".join(proc.stdout.splitlines()[-30:]))
+    return Image(image_dir(profile, version_suffix))
+
+
+# ---- disks and seeds ----------------------------------------------------------------------
+
+def overlay_disk(base, path):
+    """A qcow2 file at `path` backed by the image `base` (never written through it)."""
+    fmt = "raw" if base.endswith(".raw") else "qcow2"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", fmt,
+                    "-b", os.path.abspath(base), path], check=True)
+    return path
+
+
+def blank_disk(path, size="1G"):
+    """An empty qcow2 disk (a data disk that the appliance formats on first sight)."""
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", path, size], check=True)
+    return path
+
+
+def nocloud_seed(directory, user_data, meta_data=None, name="seed.iso"):
+    """A NoCloud seed ISO (label cidata) from user-data text (or a dict: #cloud-config).
+
+    Uses cloud-localds when installed, else genisoimage or xorriso directly.
+    """
+    if isinstance(user_data, dict):
+        import yaml
+        user_data = "#cloud-config\n" + yaml.safe_dump(user_data, sort_keys=False)
+    meta_data = meta_data or "instance-id: iid-test\nlocal-hostname: node\n"
+    if isinstance(meta_data, dict):
+        import yaml
+        meta_data = yaml.safe_dump(meta_data)
+    src = os.path.join(directory, name + ".d")
+    os.makedirs(src, exist_ok=True)
+    for fname, text in (("user-data", user_data), ("meta-data", meta_data)):
+        with open(os.path.join(src, fname), "w") as f:
+            f.write(text)
+    iso = os.path.join(directory, name)
+    ud, md = os.path.join(src, "user-data"), os.path.join(src, "meta-data")
+    if shutil.which("cloud-localds"):
+        cmd = ["cloud-localds", iso, ud, md]
+    elif shutil.which("genisoimage"):
+        cmd = ["genisoimage", "-quiet", "-output", iso, "-volid", "cidata", "-joliet", "-rock", ud, md]
+    elif shutil.which("xorriso"):
+        cmd = ["xorriso", "-as", "genisoimage", "-quiet", "-output", iso, "-volid", "cidata",
+               "-joliet", "-rock", ud, md]
+    else:
+        raise RuntimeError("no tool to make a NoCloud seed: install cloud-image-utils, "
+                           "genisoimage or xorriso")
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    return iso
+
+
+def free_port(kind=socket.SOCK_STREAM):
+    """A port free on 127.0.0.1 now (QEMU binds it a moment later: a tiny race, retried)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- the VM -------------------------------------------------------------------------------
+
+class VM:
+    """One QEMU process booting `disk` (through an overlay in `workdir`).
+
+    tcp, udp: guest ports to forward from free ports on 127.0.0.1 (see port()).
+    extra_disks: paths of further disks (qcow2 or raw), attached in order after the boot
+        disk (/dev/vdb, ...); the seed, when given, comes after them.
+    fw_cfg: {name: string} entries, e.g. {"opt/appliance/admin-password": "pw"}.
+    seed: a NoCloud seed ISO path (nocloud_seed()).
+    overlay: False boots `disk` itself (written!): a disk this test owns, e.g. to reboot
+        the same disk in a second VM; the default makes a fresh overlay over `disk`.
+    """
+
+    def __init__(self, disk, workdir, *, tcp=(), udp=(), extra_disks=(), fw_cfg=None,
+                 seed=None, memory=1024, cpus=2, overlay=True, name="vm"):
+        self.workdir = str(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.name = name
+        self.disk = (overlay_disk(disk, os.path.join(self.workdir, f"{name}-root.qcow2"))
+                     if overlay else str(disk))
+        self.tcp, self.udp = list(tcp), list(udp)
+        self.extra_disks = [str(d) for d in extra_disks]
+        self.fw_cfg = dict(fw_cfg or {})
+        self.seed = seed
+        self.memory, self.cpus = memory, cpus
+        self.serial_log = os.path.join(self.workdir, f"{name}-serial.log")
+        self.qemu_log = os.path.join(self.workdir, f"{name}-qemu.log")
+        self.qmp_path = os.path.join(self.workdir, f"{name}-qmp.sock")
+        self.ports = {}          # ("tcp"|"udp", guest port) -> host port
+        self.proc = None
+        self.started_at = None
+
+    # -- life cycle
+
+    def command(self):
+        fwds = []
+        for proto, guest_ports in (("tcp", self.tcp), ("udp", self.udp)):
+            kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
+            for gp in guest_ports:
+                hp = free_port(kind)
+                self.ports[(proto, gp)] = hp
+                fwds.append(f"hostfwd={proto}:127.0.0.1:{hp}-:{gp}")
+        cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(self.memory),
+               "-smp", str(self.cpus), "-nodefaults", "-display", "none",
+               "-chardev", f"file,id=s0,path={self.serial_log}", "-serial", "chardev:s0",
+               "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
+               "-drive", f"file={self.disk},if=virtio,format={_format(self.disk)},cache=unsafe",
+               "-netdev", ",".join(["user,id=n0,restrict=on"] + fwds),
+               "-device", "virtio-net-pci,netdev=n0",
+               "-device", "virtio-rng-pci"]
+        for d in self.extra_disks:
+            cmd += ["-drive", f"file={d},if=virtio,format={_format(d)},cache=unsafe"]
+        if self.seed:
+            cmd += ["-drive", f"file={self.seed},if=virtio,format=raw,readonly=on"]
+        for key, value in self.fw_cfg.items():
+            cmd += ["-fw_cfg", f"name={key},string={value}"]
+        return cmd
+
+    def start(self):
+        """Start QEMU (retrying once if a picked port was taken meanwhile)."""
+        for attempt in range(3):
+            open(self.serial_log, "w").close()
+            self.ports = {}
+            log = open(self.qemu_log, "w")
+            try:
+                self.proc = subprocess.Popen(self.command(), stdin=subprocess.DEVNULL,
+                                             stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+            finally:
+                log.close()
+            self.started_at = time.monotonic()
+            time.sleep(0.5)
+            if self.proc.poll() is None:
+                return self
+            err = self.qemu_output()
+            if "Could not set up host forwarding" not in err or attempt == 2:
+                raise RuntimeError(f"QEMU did not start: {err}")
+        return self
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def port(self, guest_port, proto="tcp"):
+        return self.ports[(proto, guest_port)]
+
+    def shutdown(self, timeout=120):
+        """ACPI power-off (a clean shutdown of the guest); kill if it takes too long.
+
+        Returns True when the guest powered off by itself.
+        """
+        if not self.running():
+            return True
+        try:
+            self.qmp("system_powerdown")
+            self.proc.wait(timeout)
+            return True
+        except (OSError, subprocess.TimeoutExpired):
+            self.kill()
+            return False
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+
+    def stop(self, timeout=60):
+        try:
+            self.shutdown(timeout)
+        finally:
+            self.kill()
+
+    def __enter__(self):
+        try:
+            return self.start()
+        except BaseException:
+            self.kill()
+            raise
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    # -- the serial console
+
+    def serial(self, since=0):
+        with open(self.serial_log, "rb") as f:
+            f.seek(since)
+            return f.read().decode("utf-8", "replace")
+
+    def mark(self):
+        """The console's current length: wait_for(..., since=vm.mark()) sees only later text."""
+        return os.path.getsize(self.serial_log)
+
+    def wait_for(self, text, timeout, since=0):
+        """Wait until `text` appears on the serial console; returns the seconds waited.
+
+        Raises TimeoutError (with the console's last lines) on timeout, or RuntimeError
+        at once if QEMU exits.
+        """
+        t0 = time.monotonic()
+        deadline = t0 + timeout
+        while True:
+            if text in self.serial(since):
+                return time.monotonic() - t0
+            if not self.running():
+                raise RuntimeError(f"QEMU exited before {text!r} appeared: {self.qemu_output()}\n"
+                                   f"console tail:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{text!r} not on the console after {timeout} s; "
+                                   f"console tail:\n{self.tail()}")
+            time.sleep(0.5)
+
+    def tail(self, lines=40):
+        return "\n".join(self.serial().splitlines()[-lines:])
+
+    def qemu_output(self):
+        try:
+            with open(self.qemu_log) as f:
+                return f.read().strip()
+        except OSError:
+            return ""
+
+    # -- QMP
+
+    def qmp(self, command, **arguments):
+        """Run one QMP command; returns its "return" value."""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(self.qmp_path)
+            f = s.makefile("rw")
+            json.loads(f.readline())                       # the greeting
+            for cmd in ({"execute": "qmp_capabilities"},
+                        {"execute": command, **({"arguments": arguments} if arguments else {})}):
+                f.write(json.dumps(cmd) + "\n")
+                f.flush()
+                while True:
+                    reply = json.loads(f.readline())
+                    if "event" not in reply:
+                        break
+                if "error" in reply:
+                    raise RuntimeError(f"QMP {command}: {reply['error']}")
+            return reply.get("return")
+
+
+def _format(path):
+    return "raw" if path.endswith((".raw", ".img", ".iso")) else "qcow2"
+
+
+def require_root():
+    """Skip the calling test unless root (the build needs root; CI runs as root)."""
+    import pytest
+    if os.geteuid() != 0:
+        pytest.skip("image tests need root: the image build uses mmdebstrap, loop mounts "
+                    "and chroot (CI runs as root)")
