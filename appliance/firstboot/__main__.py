@@ -1,6 +1,7 @@
 """`python -m appliance.firstboot`: what appliance-firstboot.service runs."""
 
 import os
+import subprocess
 import sys
 
 from appliance import config, logs
@@ -17,6 +18,9 @@ def main():
         return 2
     settings = config.load()
     log = logs.setup("firstboot", settings["log_level"])
+    if not os.path.isdir(paths.fw_cfg):
+        # udev loads it when QEMU offers fw_cfg; this boot may be ahead of udev
+        subprocess.run(["modprobe", "-q", "qemu_fw_cfg"], capture_output=True, timeout=60)
     try:
         run(settings, paths)
     except Exception:
