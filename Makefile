@@ -1,16 +1,20 @@
 # make run   set up .venv (and missing Debian packages when root), then start the appliance
 # make test  the same set-up, then the whole test suite
 # make bench the benchmarks under tests/bench (printed, never asserted)
+# make image [PROFILE=node]  the bootable disk image under build/images/ (as root; docs/image.md)
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEBIAN_PACKAGES := nginx
+# nginx: the tests' real nginx; the rest builds images and boots them (tests/image)
+DEBIAN_PACKAGES := nginx mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
+	cloud-image-utils e2fsprogs fdisk util-linux mount
+PROFILE ?= appliance
 
 export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
 
-.PHONY: run test bench setup debs clean
+.PHONY: run test bench image setup debs clean
 
 setup: debs $(STAMP)
 
@@ -38,6 +42,9 @@ test: setup
 
 bench: setup
 	$(PY) -m tests.bench
+
+image: setup
+	$(PY) image-build/build.py --profile $(PROFILE)
 
 clean:
 	rm -rf $(VENV) var

@@ -255,8 +255,12 @@ class VM:
             self.kill()
             raise
 
-    def __exit__(self, *exc):
-        self.stop()
+    def __exit__(self, exc_type, exc, tb):
+        # after a failure the guest's state does not matter: no waiting for a power-off
+        if exc_type is None:
+            self.stop()
+        else:
+            self.kill()
 
     # -- the serial console
 
