@@ -1,11 +1,15 @@
 """The console banner: the API's URL, the certificate's fingerprint, where the admin
 password is, and the version. Printed on stdout (the unit sends it to the journal and
-the console) and written to /run/issue.d, which getty shows above each login prompt."""
+the console) and written to /etc/issue.d, which getty shows above each login prompt (agetty reads
+/run/issue.d only when there is no /etc/issue, and Debian has one; /etc/issue.d is on the
+root file system, so it is written again at every boot like the rest)."""
 
+import fcntl
 import json
 import logging
 import os
 import socket
+import struct
 
 import appliance
 
@@ -30,15 +34,38 @@ def version(build_info_path):
     return appliance.__version__
 
 
+SIOCGIFADDR = 0x8915
+# bridges and taps of libvirt and containers: never the address users reach the box at
+LOCAL_INTERFACES = ("lo", "virbr", "vnet", "docker", "veth")
+
+
+def interface_address(name):
+    """The IPv4 address of interface `name`, or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR,
+                                 struct.pack("256s", name.encode()[:15]))
+        except OSError:
+            return None
+    return socket.inet_ntoa(packed[20:24])
+
+
 def primary_address():
     """The IPv4 address other machines reach this one at: the source address of the
-    default route (a UDP connect sends nothing). None without a route."""
+    default route (a UDP connect sends nothing), else, on a network without a router (QEMU
+    user networking with restrict=on gives none), the first interface's address."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         try:
             s.connect(("192.0.2.1", 9))     # TEST-NET-1: any routed address will do
             return s.getsockname()[0]
         except OSError:
-            return None
+            pass
+    for _, name in socket.if_nameindex():
+        if not name.startswith(LOCAL_INTERFACES):
+            address = interface_address(name)
+            if address:
+                return address
+    return None
 
 
 def text(address, fingerprint, password_line, version_label):

@@ -40,7 +40,7 @@ class Paths:
 
     @property
     def issue_dir(self):
-        return self.at("run/issue.d")
+        return self.at("etc/issue.d")
 
     @property
     def build_info(self):

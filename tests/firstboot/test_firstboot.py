@@ -5,6 +5,7 @@ import hashlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import stat
 import subprocess
@@ -274,7 +275,7 @@ def test_banner_names_url_fingerprint_password_and_version(tmp_path):
     assert "https://" in text
     assert (tmp_path / "console").read_text() == text
     # agetty reads backslash escapes: the issue file doubles the banner's backslashes
-    issue = (tmp_path / "root/run/issue.d/50-appliance.issue").read_text()
+    issue = (tmp_path / "root/etc/issue.d/50-appliance.issue").read_text()
     assert issue == text.replace("\\", "\\\\")
 
 
@@ -286,6 +287,24 @@ def test_a_bad_build_info_falls_back_to_the_package_version(tmp_path):
         info.write_text(content)
         assert banner.version(str(info)) == __version__
     assert banner.version(str(tmp_path / "missing")) == __version__
+
+
+def test_the_address_is_found_without_a_default_route(monkeypatch):
+    from appliance.firstboot import banner
+
+    class Unrouted(socket.socket):
+        def connect(self, address):
+            raise OSError(101, "Network is unreachable")
+
+    monkeypatch.setattr(banner.socket, "socket", Unrouted)
+    monkeypatch.setattr(banner.socket, "if_nameindex", lambda: [(1, "lo"), (2, "nosuch0")])
+    assert banner.primary_address() is None
+    # this host's interfaces: whatever the first non-loopback one holds, or None
+    monkeypatch.undo()
+    monkeypatch.setattr(banner.socket, "socket", Unrouted)
+    address = banner.primary_address()
+    assert address is None or not address.startswith("127.")
+    assert banner.interface_address("lo") == "127.0.0.1"
 
 
 def test_the_module_refuses_to_run_outside_the_image(tmp_path):
