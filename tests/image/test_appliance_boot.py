@@ -250,7 +250,7 @@ def test_login_with_the_first_boot_password(box):
     assert box.admin().get("/v1/iam/users").status == 200
     wrong = box.client.post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
                                          "password": PASSWORD + "x", "scope": ""})
-    assert 400 <= wrong.status < 500 and wrong.json["message"]
+    assert 400 <= wrong.status < 500 and wrong.json["error"] == "invalid_grant"
     # the password file is the one fw_cfg gave, readable by the appliance user only
     out = box.ssh("stat -c '%U %a' /var/lib/appliance/admin-password; "
                   "cat /var/lib/appliance/admin-password").stdout.split("\n")
