@@ -289,7 +289,8 @@ def test_every_unit_is_active_and_hardened(box):
     assert "appliance" not in failed and "nginx" not in failed, failed
     for unit in DAEMON_UNITS:
         user = box.ssh(f"stat -c %U /proc/{box.main_pid(unit)}").stdout.strip()
-        assert user == ("root" if unit == "appliance-agent" else "appliance"), unit
+        assert user == "appliance", unit
+        assert box.ssh(f"systemctl show -p NRestarts --value {unit}").stdout.strip() == "0"
     # DNS on port 53 as the appliance user: its one capability is CAP_NET_BIND_SERVICE
     caps = box.ssh(f"grep CapEff /proc/{box.main_pid('appliance-dns')}/status").stdout
     assert int(caps.split()[1], 16) == 1 << 10, caps
