@@ -43,6 +43,11 @@ TOOLS = ("mmdebstrap", "sfdisk", "mkfs.ext4", "extlinux", "qemu-img", "mount", "
 MBR = "/usr/lib/EXTLINUX/mbr.bin"
 KEEP = 2          # cache entries kept per layer and profile (besides the one just used)
 CMDLINE = "root=LABEL={label} rw console=tty0 console=ttyS0,115200 net.ifnames=0"
+# the wheels for Debian 12's python3 (3.11, glibc 2.36), whatever Python runs the build
+PIP_DOWNLOAD = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+                "--platform", "manylinux_2_36_x86_64", "--platform", "manylinux_2_17_x86_64",
+                "--platform", "manylinux2014_x86_64"]
 
 
 class BuildError(Exception):
@@ -199,12 +204,7 @@ def wheels_layer():
         with open(constraints, "w") as f:
             f.write("\n".join(pins) + "\n")
         wheel = glob.glob(os.path.join(tmp, "appliance-*.whl"))[0]
-        # the wheels of Debian's python3 (3.11, glibc 2.36), whatever Python runs this
-        run([sys.executable, "-m", "pip", "download", "-q", "-d", tmp, "-c", constraints,
-             "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
-             "--abi", "cp311", "--platform", "manylinux_2_36_x86_64",
-             "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64",
-             wheel])
+        run([*PIP_DOWNLOAD, "-d", tmp, "-c", constraints, wheel])
     prune("wheels", path)
     return key, path
 
@@ -282,9 +282,11 @@ def configure(recipe, name, profile, root, info):
     with open(os.path.join(root, "etc/hosts"), "w") as f:
         f.write(f"127.0.0.1\tlocalhost\n127.0.1.1\t{profile['hostname']}\n"
                 "::1\tlocalhost ip6-localhost ip6-loopback\n")
-    # every machine made from the image gets its own id and SSH host keys at first boot
+    # every machine made from the image gets its own id and SSH host keys at first boot;
+    # an empty machine-id (not "uninitialized") skips systemd's first-boot preset-all,
+    # 20 s under TCG, which would also enable units that the image leaves disabled
     with open(os.path.join(root, "etc/machine-id"), "w") as f:
-        f.write("uninitialized\n")
+        pass
     remove(os.path.join(root, "var/lib/dbus/machine-id"))
     for key in glob.glob(os.path.join(root, "etc/ssh/ssh_host_*")):
         os.remove(key)
@@ -330,7 +332,7 @@ def configure(recipe, name, profile, root, info):
             remove(p)
 
 
-def make_disk(profile, root, raw):
+def make_disk(profile, uid, root, raw):
     """The raw disk: MBR with extlinux, partition 1 root, partition 2 state (if any)."""
     mib = 1024 * 1024
     root_mib, state_mib = profile["root_mib"], profile["state_mib"]
@@ -351,7 +353,6 @@ def make_disk(profile, root, raw):
     with mounted("-o", f"loop,offset={mib},sizelimit={root_mib * mib}", raw, mnt):
         run(["extlinux", "--install", os.path.join(mnt, "boot/extlinux")])
     if state_mib:
-        uid = load_recipe()["appliance_uid"]
         run(["mkfs.ext4", "-q", "-L", profile["state_label"],
              "-E", f"offset={(1 + root_mib) * mib},root_owner={uid}:{uid}",
              raw, f"{state_mib}M"])
@@ -388,7 +389,8 @@ def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations):
             with step("disk: user, overlay files, units, config, bootloader menu"):
                 configure(recipe, name, profile, root, info)
             with step("disk: partitions, file systems, extlinux"):
-                used = make_disk(profile, root, os.path.join(tmp, "disk.raw"))
+                used = make_disk(profile, recipe["appliance_uid"], root,
+                                 os.path.join(tmp, "disk.raw"))
                 info["root_used_mib"] = used
                 info["venv_mib"] = int(run(["du", "-sm", os.path.join(root, "opt/appliance")])
                                        .split()[0])
@@ -474,10 +476,7 @@ def refresh_python_pins():
     with tempfile.TemporaryDirectory(dir=BUILD) as tmp:
         run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", tmp, ROOT])
         wheel = glob.glob(os.path.join(tmp, "appliance-*.whl"))[0]
-        run([sys.executable, "-m", "pip", "download", "-q", "-d", tmp, "--only-binary=:all:",
-             "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-             "--platform", "manylinux_2_36_x86_64", "--platform", "manylinux_2_17_x86_64",
-             "--platform", "manylinux2014_x86_64", wheel])
+        run([*PIP_DOWNLOAD, "-d", tmp, wheel])
         pins = sorted(f"{w.split('-')[0].replace('_', '-').lower()}=={w.split('-')[1]}"
                       for w in os.listdir(tmp) if w.endswith(".whl")
                       and not w.startswith("appliance-"))

@@ -170,3 +170,36 @@ def test_a_vm_never_outlives_its_block(tmp_path):
             vm.wait_for("never printed", timeout=2)
     assert not vm.running()
     assert vm.proc.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def appliance_image():
+    qemu.require_root()
+    return qemu.build_image("appliance")
+
+
+def state_line(vm):
+    """The state picker's verdict on the console (appliance-state.service)."""
+    # ") holds": systemd's own status line says "...disk that holds /var/lib/appliance..."
+    vm.wait_for(") holds /var/lib/appliance", timeout=1200)
+    return next(ln for ln in vm.serial().splitlines() if ") holds /var/lib/appliance" in ln)
+
+
+@pytest.mark.slow
+@LONG
+def test_the_state_moves_to_a_blank_second_disk_once(appliance_image, tmp_path):
+    # one disk: the state partition
+    with qemu.VM(appliance_image.raw, tmp_path, name="one-disk") as vm:
+        assert "/dev/vda2 (state partition)" in state_line(vm)
+        vm.kill()
+    # a blank second disk: formatted, the partition's files copied, then used
+    data = qemu.blank_disk(str(tmp_path / "data.qcow2"), "256M")
+    with qemu.VM(appliance_image.raw, tmp_path, extra_disks=[data], name="blank") as vm:
+        assert "/dev/vdb (new data disk)" in state_line(vm)
+        assert "copied the state partition /dev/vda2 onto /dev/vdb" in vm.serial()
+        vm.kill()
+    # the same disk with a fresh root (an upgrade): found by its label, not formatted again
+    with qemu.VM(appliance_image.raw, tmp_path, extra_disks=[data], name="again") as vm:
+        assert "/dev/vdb (data disk)" in state_line(vm)
+        assert "formatting" not in vm.serial()
+        vm.kill()
