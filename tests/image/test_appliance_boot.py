@@ -136,7 +136,8 @@ class Box:
                 last = self.dns(name)
                 if any(address in str(rr) for rr in last.answer):
                     return last
-            except (dns.exception.DNSException, OSError) as e:
+            # EOF: QEMU accepts on the host side and closes while nothing listens yet
+            except (dns.exception.DNSException, OSError, EOFError) as e:
                 last = e
             time.sleep(0.5)
         raise AssertionError(f"{name} not answered with {address} in {timeout} s: {last}")
