@@ -31,6 +31,7 @@ import dns.rcode
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
+from daemons import DAEMONS
 from tests.apiserver import TOKEN_PATH, Client
 from tests.image.qemu import VM, blank_disk, build_image, require_root
 
@@ -42,10 +43,8 @@ MARKER_VERSION = 9000           # tests/image/migrations/9000_upgrade_test_marke
 PASSWORD = "boot-test-" + uuid.uuid4().hex[:12]
 FW_PASSWORD = "opt/appliance/admin-password"
 FW_SSH_KEY = "opt/appliance/ssh-key"
-UNITS = ["appliance-firstboot", "appliance-api", "appliance-builder", "appliance-mirror",
-         "appliance-delivery", "appliance-dns", "appliance-compute", "appliance-agent",
-         "nginx", "ssh"]
-DAEMON_UNITS = [u for u in UNITS if u.startswith("appliance-") and u != "appliance-firstboot"]
+DAEMON_UNITS = ["appliance-api"] + [f"appliance-{name}" for name in DAEMONS]
+UNITS = ["appliance-firstboot", *DAEMON_UNITS, "nginx", "ssh"]
 FINGERPRINT = re.compile(r"TLS certificate SHA-256:\s+((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
