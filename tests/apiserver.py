@@ -45,8 +45,11 @@ class Response:
 
 
 class Client:
-    def __init__(self, host, port, token=None):
+    """`ssl_context` set: HTTPS (the image's nginx) instead of plain HTTP."""
+
+    def __init__(self, host, port, token=None, ssl_context=None):
         self.host, self.port, self.token = host, port, token
+        self.ssl_context = ssl_context
 
     def request(self, method, path, body=None, *, raw=None, content_type=None, headers=None,
                 query=None, token=None):
@@ -62,7 +65,11 @@ class Client:
             hdrs["Content-Type"] = content_type
         if query:
             path += "?" + urllib.parse.urlencode(query, doseq=True)
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        if self.ssl_context is not None:
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=60,
+                                               context=self.ssl_context)
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()
@@ -84,7 +91,7 @@ class Client:
         return self.request("DELETE", path, **kw)
 
     def with_token(self, token):
-        return Client(self.host, self.port, token)
+        return Client(self.host, self.port, token, self.ssl_context)
 
 
 TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"

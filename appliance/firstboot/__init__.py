@@ -1,0 +1,100 @@
+"""First boot of the image: run by appliance-firstboot.service as root at every boot,
+before nginx, sshd and the appliance's units. Idempotent: what is kept in the state
+directory (password, keys, certificate) is made once; what lives on the root file system,
+which an upgrade replaces (nginx site, host keys, root's authorized keys, banner), is
+written again each time. The state migrations run inside appliance.bootstrap, as at
+every start of `appliance up`. See docs/appliance-image.md.
+"""
+
+import logging
+import os
+import pwd
+import socket
+
+from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
+from state import Store
+
+from . import banner, nginx, sources, ssh, tls
+from .paths import Paths
+
+log = logging.getLogger("appliance.firstboot")
+
+SERVICE_USER = "appliance"
+# owned by root, not the service user: host keys and the keys to root's account, and the
+# TLS key (nginx's master reads it as root); anything the appliance user may write, a
+# compromised API could replace
+ROOT_ONLY = ("ssh", "tls")
+
+__all__ = ["Paths", "run"]
+
+
+def admin_password(store, given):
+    """Keep a given password in <state>/admin-password unless that file exists already (it
+    wins: a deployment's fw_cfg is read at every boot, the password is set once). Without
+    one, bootstrap generates it there."""
+    if given.admin_password is None:
+        return
+    kept = store.write_private(ADMIN_PASSWORD_FILE, given.admin_password.encode(),
+                               exclusive=True)
+    if kept.decode().strip() != given.admin_password:
+        log.warning("an admin password was given but %s exists: it is kept",
+                    store.private_path(ADMIN_PASSWORD_FILE))
+
+
+def register_node(settings):
+    """Register this box as a compute node and its libvirt as a hypervisor. A no-op for
+    now: it needs the compute API of issue 13, which does not exist yet."""
+    log.info("node registration: waits for the compute API (issue 13); nothing done")
+
+
+def hand_over(state_dir, uid, gid):
+    """Give the state directory to the service user (the units run as it), except
+    ROOT_ONLY. Only what is not already its own is changed, so a boot costs one walk."""
+    for top, dirs, files in os.walk(state_dir):
+        if top == state_dir:
+            dirs[:] = [d for d in dirs if d not in ROOT_ONLY and d != "lost+found"]
+        for name in [top] + [os.path.join(top, f) for f in dirs + files]:
+            st = os.lstat(name)
+            if (st.st_uid, st.st_gid) != (uid, gid):
+                os.lchown(name, uid, gid)
+    os.chmod(state_dir, 0o700)
+
+
+def service_user():
+    try:
+        entry = pwd.getpwnam(SERVICE_USER)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+def run(settings, paths=None, owner=None):
+    """Do the whole first boot. `owner` = (uid, gid) of the state directory's owner
+    (default: the appliance user when it exists). Returns the banner's text."""
+    paths = paths or Paths()
+    state_dir = settings["state_dir"]
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    given = sources.read(paths)
+    store = Store(state_dir)
+    try:
+        admin_password(store, given)
+    finally:
+        store.close()
+    ssh.host_keys(os.path.join(state_dir, "ssh"), paths.etc_ssh)
+    count = ssh.authorized_keys(os.path.join(state_dir, "ssh"), paths.root_ssh, given.ssh_keys)
+    log.info("root's authorized SSH keys: %d", count)
+    address = banner.primary_address()
+    cert_path, key_path, cert = tls.ensure(os.path.join(state_dir, "tls"),
+                                           socket.gethostname(), [address] if address else [])
+    upstream = f"{settings['api_host']}:{settings['api_port']}"
+    max_body = max(settings["max_body_bytes"], settings["max_upload_bytes"])
+    nginx.write(paths.nginx_sites, nginx.site(cert_path, key_path, upstream, max_body))
+    password_line = bootstrap(settings)
+    register_node(settings)
+    owner = owner or service_user()
+    if owner is not None:
+        hand_over(state_dir, *owner)
+    text = banner.text(address, tls.fingerprint(cert), password_line,
+                       banner.version(paths.build_info))
+    banner.show(paths, text)
+    return text

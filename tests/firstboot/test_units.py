@@ -1,0 +1,68 @@
+"""The unit files of systemd/, read as systemd would (no systemd runs on the host: the boot
+test checks them live in the image). One rule set for every process unit, so that a
+daemon added to daemons.DAEMONS gets a unit like the others and a place in the target."""
+
+import configparser
+import os
+
+import pytest
+
+from daemons import DAEMONS, module_of
+
+SYSTEMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "systemd")
+PROCESSES = [("api", "appliance.server")] + [(name, module_of(name)) for name in DAEMONS]
+
+
+def unit(name):
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str
+    with open(os.path.join(SYSTEMD, name)) as f:
+        parser.read_file(f)
+    return parser
+
+
+def words(parser, section, key):
+    return " ".join(parser[section].get(key, "").split()).split()
+
+
+@pytest.mark.parametrize("name,module", PROCESSES)
+def test_every_process_unit_is_hardened_and_ordered(name, module):
+    u = unit(f"appliance-{name}.service")
+    service = u["Service"]
+    assert service["ExecStart"] == f"/opt/appliance/venv/bin/python -P -m {module}"
+    assert service["User"] == service["Group"] == "appliance"
+    assert service["Restart"] == "on-failure"
+    assert service["ProtectSystem"] == "strict"
+    # the state, and for the backup daemon its optional folder (`-`: may be missing)
+    extra = ["-/var/backups/appliance"] if name == "backup" else []
+    assert service["ReadWritePaths"].split() == ["/var/lib/appliance"] + extra
+    for key in ("PrivateTmp", "NoNewPrivileges", "ProtectHome", "PrivateDevices"):
+        assert service[key] == "yes", key
+    assert u["Unit"]["RequiresMountsFor"] == "/var/lib/appliance"
+    assert "appliance-firstboot.service" in words(u, "Unit", "Requires")
+    assert "appliance-firstboot.service" in words(u, "Unit", "After")
+    assert u["Install"]["WantedBy"] == "appliance.target"
+    caps = "CAP_NET_BIND_SERVICE" if name == "dns" else ""
+    assert service["CapabilityBoundingSet"] == caps
+    assert service.get("AmbientCapabilities", "") == caps
+
+
+def test_the_target_wants_first_boot_nginx_and_every_process():
+    wanted = set(words(unit("appliance.target"), "Unit", "Wants"))
+    assert wanted == ({"appliance-firstboot.service", "nginx.service"}
+                      | {f"appliance-{name}.service" for name, _ in PROCESSES})
+
+
+def test_first_boot_runs_before_what_reads_its_files():
+    u = unit("appliance-firstboot.service")
+    assert u["Service"]["Type"] == "oneshot"
+    assert u["Service"]["ExecStart"].endswith("-m appliance.firstboot")
+    assert {"nginx.service", "ssh.service"} <= set(words(u, "Unit", "Before"))
+    assert u["Unit"]["RequiresMountsFor"] == "/var/lib/appliance"
+
+
+def test_no_unit_is_left_without_a_process():
+    processes = {f"appliance-{name}.service" for name, _ in PROCESSES}
+    files = {f for f in os.listdir(SYSTEMD) if f.endswith(".service")}
+    assert files - processes == {"appliance-firstboot.service"}
