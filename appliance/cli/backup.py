@@ -96,16 +96,8 @@ def cmd_backup(args, env):
         manifest = backup.take(settings, args.file, _progress(args, env, "backup"))
     except (StoreError, OSError) as e:
         raise CliError(f"backup failed: {e}") from None
-    summary = {"file": args.file, "state_dir": settings["state_dir"],
-               "schema_version": manifest["schema_version"], "kinds": manifest["kinds"],
-               "records": sum(manifest["kinds"].values())}
-    if option(args, "json"):
-        output.write_json(env.stdout, summary)
-    else:
-        env.stdout.write(f"backup of {settings['state_dir']} written to {args.file}: "
-                         f"{len(manifest['kinds'])} kinds, {summary['records']} records, "
-                         f"schema version {manifest['schema_version']}\n")
-    return 0
+    return _report(args, env, settings, manifest, {},
+                   f"backup of {settings['state_dir']} written to {args.file}")
 
 
 def cmd_restore(args, env):
@@ -118,16 +110,21 @@ def cmd_restore(args, env):
     except (StoreError, OSError) as e:
         raise CliError(f"restore refused: {e}") from None
     manifest = checked.manifest
-    summary = {"file": args.file, "state_dir": settings["state_dir"],
-               "created_at": manifest["created_at"],
-               "appliance_version": manifest.get("appliance_version"),
-               "schema_version": manifest["schema_version"], "kinds": manifest["kinds"],
-               "records": sum(manifest["kinds"].values())}
+    taken = {"created_at": manifest["created_at"],
+             "appliance_version": manifest.get("appliance_version")}
+    return _report(args, env, settings, manifest, taken,
+                   f"restored {args.file} (taken {taken['created_at']} by appliance "
+                   f"{taken['appliance_version']}) into {settings['state_dir']}")
+
+
+def _report(args, env, settings, manifest, extra, headline):
+    """The summary of a backup or a restore: a JSON object with --json, else one line."""
+    records = sum(manifest["kinds"].values())
     if option(args, "json"):
-        output.write_json(env.stdout, summary)
+        output.write_json(env.stdout, {"file": args.file, "state_dir": settings["state_dir"],
+                                       **extra, "schema_version": manifest["schema_version"],
+                                       "kinds": manifest["kinds"], "records": records})
     else:
-        env.stdout.write(f"restored {args.file} (taken {manifest['created_at']} by appliance "
-                         f"{summary['appliance_version']}) into {settings['state_dir']}: "
-                         f"{len(manifest['kinds'])} kinds, {summary['records']} records, "
+        env.stdout.write(f"{headline}: {len(manifest['kinds'])} kinds, {records} records, "
                          f"schema version {manifest['schema_version']}\n")
     return 0
