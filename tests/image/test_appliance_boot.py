@@ -12,7 +12,7 @@ The tests run in file order and build on each other's records (`made`).
 
 Figures (boot to a healthy API, idle memory, restart after SIGKILL) are printed with
 `-s`; docs/appliance-image.md quotes them. Bounds asserted are the issue's "within
-seconds" for a restart (generous: 30 s on a busy machine under TCG) and the timeouts.
+seconds" for a restart (generous: 60 s on a busy machine under TCG; 4-15 s measured) and the timeouts.
 """
 
 import hashlib
@@ -48,7 +48,7 @@ UNITS = ["appliance-firstboot", *DAEMON_UNITS, "nginx", "ssh"]
 FINGERPRINT = re.compile(r"TLS certificate SHA-256:\s+((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
-RESTART_BOUND_SECONDS = 30      # "back within seconds": RestartSec=1 + a Python start on TCG
+RESTART_BOUND_SECONDS = 60      # "back within seconds": RestartSec=1 + a Python start on TCG, on a busy host
 API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL test)
 
 
