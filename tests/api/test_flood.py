@@ -75,16 +75,27 @@ class ApiProcess:
         finally:
             conn.close()
 
-    def sockets(self):
-        """How many sockets the API process holds."""
+    def connections(self):
+        """How many established TCP connections the API process holds. Counted by state,
+        not by descriptors: a connection that its client already closed (an earlier
+        request's, in CLOSE_WAIT until the server gets to it) is not one of the flood's."""
         fds = f"/proc/{self.proc.pid}/fd"
-        count = 0
+        inodes = set()
         for fd in os.listdir(fds):
             try:
-                count += os.readlink(f"{fds}/{fd}").startswith("socket:")
+                link = os.readlink(f"{fds}/{fd}")
             except FileNotFoundError:
-                pass
-        return count
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+        established = 0
+        for table in ("tcp", "tcp6"):
+            with open(f"/proc/{self.proc.pid}/net/{table}") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    established += fields[3] == "01" and fields[9] in inodes
+        return established
 
     def stop(self):
         processes.stop(self.proc)
@@ -116,11 +127,13 @@ def api(tmp_path):
 
 
 def test_a_request_is_answered_within_a_second_beside_300_half_open_connections(api):
-    before = api.sockets()
+    # a first answer before the flood: what is measured is the flood's cost, not the
+    # first request's lazy imports (over a second with CPU hogs beside the suite)
+    assert api.get("/")[0] == 200
     flood = [slow_client(api.port) for _ in range(FLOOD)]
     try:
         # every one of them accepted and held by the server, not waiting in the backlog
-        wait_for(lambda: api.sockets() >= before + FLOOD, timeout=30)
+        wait_for(lambda: api.connections() >= FLOOD, timeout=30)
         started = time.monotonic()
         status, body = api.get("/")
         took = time.monotonic() - started
