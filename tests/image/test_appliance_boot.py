@@ -35,7 +35,9 @@ from daemons import DAEMONS
 from tests.apiserver import TOKEN_PATH, Client
 from tests.image.qemu import VM, blank_disk, build_image, require_root
 
-pytestmark = pytest.mark.slow
+# a cold image build alone passes the suite's 300 s per test (it happens in the first
+# test's set-up): the bound here covers build, boots and upgrade
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEST_MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
