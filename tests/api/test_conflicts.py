@@ -10,18 +10,8 @@ from appliance.api import conflicts
 from appliance.iam.builtin import ADMIN_PROJECT
 from state import RevisionConflict, Store
 from tests.api import widgets
-from tests.apiserver import ApiServer
-from tests.conftest import ADMIN_PASSWORD
 
 W = "/v1/test/widgets"
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD,
-                    extra=widgets.register).start()
-    yield srv
-    srv.stop()
 
 
 @pytest.fixture

@@ -19,14 +19,6 @@ from tests.conftest import ADMIN_PASSWORD
 W = "/v1/test/widgets"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD,
-                    extra=widgets.register).start()
-    yield srv
-    srv.stop()
-
-
 def new(admin, **fields):
     body = {"name": f"w-{uuid.uuid4().hex[:12]}", "project_id": ADMIN_PROJECT, **fields}
     resp = admin.post(W, body)
