@@ -9,7 +9,6 @@ import pytest
 from appliance.api import conflicts
 from appliance.iam.builtin import ADMIN_PROJECT
 from state import RevisionConflict, Store
-from tests.api import widgets
 
 W = "/v1/test/widgets"
 
