@@ -7,9 +7,11 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# nginx: the tests' real nginx; the rest builds images and boots them (tests/image)
+# nginx: the tests' real nginx; libvirt: the compute daemon's hypervisor (libvirt-dev and
+# pkg-config build libvirt-python); the rest builds images and boots them (tests/image)
 DEBIAN_PACKAGES := nginx mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
-	cloud-image-utils e2fsprogs fdisk util-linux mount
+	cloud-image-utils e2fsprogs fdisk util-linux mount \
+	libvirt-dev pkg-config libvirt-daemon-system libvirt-clients dnsmasq-base
 PROFILE ?= appliance
 
 export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
