@@ -43,12 +43,14 @@ def network_xml(network, hosts):
     ET.SubElement(dhcp, "range", start=network["dhcp_start"], end=network["dhcp_end"])
     for host in hosts:
         ET.SubElement(dhcp, "host", mac=host["mac"], ip=host["ip"], name=host["name"])
-    # the DNS address is the host's too; DHCP names it as the nodes' DNS server (a
-    # dnsmasq option: the network driver keeps it, the test driver drops it)
+    # the DNS address is the host's too, where dnsmasq answers
     ET.SubElement(root, "ip", address=network["dns"], netmask=mask)
+    # dnsmasq options (the network driver keeps them, the test driver drops them): DHCP
+    # names .2 as the DNS server, and answers only MACs of a host entry, so that no
+    # stranger gets a dynamic lease that IPAM would then hand to a node
     options = ET.SubElement(root, f"{{{DNSMASQ_NS}}}options")
-    ET.SubElement(options, f"{{{DNSMASQ_NS}}}option",
-                  value=f"dhcp-option=option:dns-server,{network['dns']}")
+    for value in (f"dhcp-option=option:dns-server,{network['dns']}", "dhcp-ignore=tag:!known"):
+        ET.SubElement(options, f"{{{DNSMASQ_NS}}}option", value=value)
     return ET.tostring(root, encoding="unicode")
 
 

@@ -33,8 +33,9 @@ def test_isolated_network_xml():
     assert [h.attrib for h in gateway.findall("dhcp/host")] == [
         {"mac": "52:54:00:00:00:0a", "ip": "10.20.0.21", "name": "node-n-a"},
         {"mac": "52:54:00:00:00:0b", "ip": "10.20.0.100", "name": "node-n-b"}]
-    option = root.find(f"{{{netxml.DNSMASQ_NS}}}options/{{{netxml.DNSMASQ_NS}}}option")
-    assert option.get("value") == "dhcp-option=option:dns-server,10.20.0.2"
+    options = root.findall(f"{{{netxml.DNSMASQ_NS}}}options/{{{netxml.DNSMASQ_NS}}}option")
+    assert [o.get("value") for o in options] == [
+        "dhcp-option=option:dns-server,10.20.0.2", "dhcp-ignore=tag:!known"]
 
 
 def test_nat_network_forwards():
