@@ -20,9 +20,9 @@ class AddressesExhausted(NetworkError):
     pass
 
 
-def random_mac(rng=random):
+def random_mac():
     """A MAC of QEMU's locally administered prefix, as the reference gives VMs."""
-    return "52:54:00:" + ":".join(f"{rng.randrange(256):02x}" for _ in range(3))
+    return "52:54:00:" + ":".join(f"{random.randrange(256):02x}" for _ in range(3))
 
 
 def network_of(store, settings, node):

@@ -71,7 +71,7 @@ class Networks(Resource):
         count = len(ports(call.store).by("network", record["uuid"]))
         if count:
             raise Conflict(f"network {record['uuid']} has {count} port(s): delete its nodes "
-                           "first")
+                           "first (a port goes once the compute daemon removed its node)")
 
     def delete_record(self, call, uuid):
         # under the ports lock: no port can be given on the network between the check
