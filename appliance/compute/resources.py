@@ -270,14 +270,14 @@ class Nodes(ComputeResource):
             fields=base_fields() + machine_fields() + [
                 Field("hostname", String(253, pattern=HOSTNAME)),
                 Field("hypervisor", UUID(), read_only=True, description="picked by placement"),
-                Field("default_network", Object(), read_only=True, default=dict,
+                Field("default_network", Object(), read_only=True,
                       description="{network, subnet, port, ipv4, mask, mac, gateway, dns} "
                                   "once the node has its port; {} before"),
                 Field("node_set", Reference(SETS_PATH), read_only=True,
                       description="the set the node is a member of"),
                 Field("set_index", Integer(), hidden=True),
                 Field("agent_key", String(), hidden=True),
-                Field("power_state", Enum("on", "off"), read_only=True, default="on",
+                Field("power_state", Enum("on", "off"), read_only=True,
                       description="the desired power, set by power_on / power_off"),
                 Field("reboot_requested_at", DateTime(), read_only=True,
                       description="set by the action reboot"),
@@ -374,7 +374,7 @@ class Sets(ComputeResource):
             fields=base_fields() + [Field("tags", Tags())] + machine_fields() + [
                 Field("replicas", Integer(0, 4096), default=1, nullable=False),
                 Field("set_type", Enum("SET"), default="SET", nullable=False),
-                Field("nodes", Object(), read_only=True, default=dict,
+                Field("nodes", Object(), read_only=True,
                       description="{node uuid: {name, ipv4, status}} of the members"),
             ] + status_fields("ACTIVE when every member is ACTIVE; ERROR with the first "
                               "failed member's reason"),
