@@ -18,6 +18,7 @@ from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
 
 from . import disks
+from .sets import release_volumes
 
 STATUSES = ("NEW", "SCHEDULED", "IN_PROGRESS", "STARTED", "ACTIVE", "ERROR")
 POLICY_KINDS = ("soft-anti-affinity", "hard-anti-affinity", "soft-affinity", "hard-affinity")
@@ -323,10 +324,7 @@ class Nodes(ComputeResource):
         return changes
 
     def after_delete(self, call, record):
-        # the daemon detaches them from the domain it tears down
-        volumes = self.store_kind(VOLUMES)
-        for volume in volumes.by("node", record["uuid"]):
-            volumes.update(volume["uuid"], {"node": None})
+        release_volumes(self.api.store, [record["uuid"]])
 
     def power_on(self, call, record):
         return self.invoke_update(record, {"power_state": "on"})
@@ -400,7 +398,8 @@ class Sets(ComputeResource):
 
     def after_delete(self, call, record):
         # members go with the set at once; sets.reconcile_sets also removes any left over
-        self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
+        gone = self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
+        release_volumes(self.api.store, [m["uuid"] for m in gone])
 
     def get_private_keys(self, call, record):
         nodes = self.api.resources[NODES_PATH]

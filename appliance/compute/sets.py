@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from state.errors import NotFound, RevisionConflict
 
-NODES, SETS = "compute_nodes", "compute_sets"
+NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
 TEMPLATE = ("cores", "ram", "disk_spec", "placement_policies")
 LOCK = "compute-sets"
 
@@ -105,6 +105,14 @@ def plan(node_set, members):
     return out
 
 
+def release_volumes(store, node_uuids):
+    """Detach the volumes of nodes that are gone (the daemon tears their domains down)."""
+    volumes = store.collection(VOLUMES)
+    for uuid in node_uuids:
+        for volume in volumes.by("node", uuid):
+            volumes.update(volume["uuid"], {"node": None})
+
+
 def reconcile_sets(store, settings=None):
     """One pass over every set; returns the number of records written."""
     from appliance.secret.crypto import SecretBox
@@ -113,8 +121,10 @@ def reconcile_sets(store, settings=None):
     writes, box = 0, None
     with store.named_lock(LOCK):
         live = {s["uuid"]: s for s in sets.records()}
-        writes += len(nodes.delete_where(
-            lambda r: r.get("node_set") is not None and r["node_set"] not in live))
+        orphans = nodes.delete_where(
+            lambda r: r.get("node_set") is not None and r["node_set"] not in live)
+        release_volumes(store, [r["uuid"] for r in orphans])
+        writes += len(orphans)
         for node_set in live.values():
             members = [dict(m) for m in nodes.by("node_set", node_set["uuid"])]
             step = plan(node_set, members)
@@ -124,6 +134,7 @@ def reconcile_sets(store, settings=None):
                     writes += 1
                 except NotFound:
                     pass
+            release_volumes(store, step.delete)
             if step.create:
                 box = box or SecretBox(store)
                 for member in step.create:
