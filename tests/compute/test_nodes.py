@@ -76,6 +76,7 @@ def test_disk_size_range(admin, spec):
      "fs or image, not both"),
     ({"kind": "root_disk", "image": "ftp://example.test/x.raw"}, "http(s) URL"),
     ({"kind": "root_disk", "image": "https:///no-host"}, "with a host"),
+    ({"kind": "root_disk", "image": "http://[::1/x"}, "not a URL"),
 ])
 def test_disk_spec_rules(admin, spec, words):
     before = count(admin)
