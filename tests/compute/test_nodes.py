@@ -191,6 +191,13 @@ def test_private_key_is_a_stable_bare_string(admin, server):
     assert admin.get(f"{N}/{node['uuid']}/actions/get_private_key").json == first.json
     stored = server.store.collection("compute_nodes").get(node["uuid"])["agent_key"]
     assert first.json not in stored      # sealed at rest
+    # a node recorded without the API gets its key on the first ask, and keeps it
+    bare = server.store.collection("compute_nodes").insert(
+        {**server.store.collection("compute_nodes").get(node["uuid"]), "uuid": None,
+         "agent_key": None})
+    url = f"{N}/{bare['uuid']}/actions/get_private_key"
+    key = admin.get(url).json
+    assert len(key) == 44 and key != first.json and admin.get(url).json == key
 
 
 def test_console_serves_the_tail_of_the_serial_log(admin, server):
