@@ -18,13 +18,15 @@ def domain_type(accel):
     return "kvm" if accel == "kvm" else "qemu"
 
 
-def mark_xml(node_uuid, image=None, reboot=None):
+def mark_xml(node_uuid, image=None, reboot=None, bare=False):
+    """The mark element; `bare` without its namespace, as virDomainSetMetadata wants it
+    (libvirt adds the namespace it is given)."""
     attrs = {"uuid": node_uuid}
     if image:
         attrs["image"] = image
     if reboot:
         attrs["reboot"] = reboot
-    el = ET.Element(f"{{{NS}}}node", attrs)
+    el = ET.Element("node" if bare else f"{{{NS}}}node", attrs)
     ET.register_namespace(PREFIX, NS)
     return ET.tostring(el, encoding="unicode")
 
