@@ -9,7 +9,7 @@ import pytest
 
 from appliance.compute import domain_xml
 from appliance.compute.reconcile import Reconciler
-from tests.compute.reconcile_helpers import World
+from tests.compute.reconcile_helpers import PROJECT, World
 
 
 @pytest.fixture
@@ -68,6 +68,8 @@ def test_node_becomes_a_running_marked_domain(world):
     assert domain_xml.read_mark(xml)["uuid"] == node["uuid"]
     assert domain_xml.shape_of(xml) == (2, 1024)
     assert f"address='{dn['mac']}'" in xml
+    # on the libvirt network net's reconcile_networks defined for the node's network
+    assert f"<source network='appliance-{dn['network']}'" in xml
     disks = domain_xml.disks_of(xml)
     assert disks["vda"].endswith(f"vm-{node['uuid']}-disk0.qcow2")
     assert disks["sda"].endswith(node["uuid"] + ".iso")
@@ -294,3 +296,32 @@ def test_reconnects_after_the_connection_is_lost(world):
     rec.pass_once()
     assert len(calls) == 2
     assert world.store.collection("compute_nodes").records()[0]["status"] == "ACTIVE"
+
+
+def test_set_members_become_domains_scale_down_and_roll_an_image(world):
+    """capi's reconcile_sets plans the members; the pass turns them into domains."""
+    sets = world.store.collection("compute_sets")
+    node_set = sets.insert({
+        "name": "web", "description": "", "project_id": PROJECT, "replicas": 2,
+        "cores": 1, "ram": 512, "node_type": "VM", "set_type": "SET", "tags": [],
+        "disk_spec": {"kind": "root_disk", "image": world.url("base.raw"), "size": 5},
+        "placement_policies": [], "network": None, "nodes": {}, "status": "NEW",
+        "status_reason": None})
+    converge(world, 4)
+    members = world.store.collection("compute_nodes").by("node_set", node_set["uuid"])
+    assert len(members) == 2 and all(m["status"] == "ACTIVE" for m in members)
+    assert all(world.domain(m["uuid"]).isActive() for m in members)
+    assert sets.get(node_set["uuid"])["status"] == "ACTIVE"
+    sets.update(node_set["uuid"], {"disk_spec": {
+        "kind": "root_disk", "image": world.url("other.qcow2"), "size": 5}})
+    converge(world, 8)
+    for m in world.store.collection("compute_nodes").by("node_set", node_set["uuid"]):
+        mark = domain_xml.read_mark(world.domain(m["uuid"]).XMLDesc(0))
+        assert mark["image"] == world.url("other.qcow2") and m["status"] == "ACTIVE"
+    assert sets.get(node_set["uuid"])["status"] == "ACTIVE"
+    sets.update(node_set["uuid"], {"replicas": 1})
+    converge(world, 3)
+    (left,) = world.store.collection("compute_nodes").by("node_set", node_set["uuid"])
+    gone = [m for m in members if m["uuid"] != left["uuid"]]
+    assert [world.domain(m["uuid"]) for m in gone] == [None]
+    assert len(world.store.collection("network_ports").records()) == 1
