@@ -98,6 +98,10 @@ class Reconciler:
         self.was_running = {}   # node uuid -> whether its domain ran when last converged
         self._events_thread = None
         self._lock = threading.Lock()
+        if libvirt is not None:
+            # errors are raised as exceptions and logged by us; libvirt's default handler
+            # would also print every expected miss (a volume looked up before it is made)
+            libvirt.registerErrorHandler(lambda _ctx, _err: None, None)
 
     # -- the pass ----------------------------------------------------------------------
 
@@ -110,7 +114,13 @@ class Reconciler:
             nodes = self.store.collection(NODES)
             for hv_uuid, (hv, conn) in active.items():
                 self._converge_hypervisor(hv, conn, nodes.by("hypervisor", hv_uuid))
-            self._release_orphan_ports()
+            hypervisors = self.store.collection(HYPERVISORS).records()
+            if len(active) == len(hypervisors):
+                self._release_orphan_ports()
+            else:
+                # a deleted node's domain may still run on a hypervisor we cannot reach:
+                # its address is held until that hypervisor is back (never given twice)
+                log.debug("a hypervisor is down: ports of deleted nodes kept for now")
             self._write_capacity(active)
 
     def step(self, name, node_uuid):

@@ -325,3 +325,22 @@ def test_set_members_become_domains_scale_down_and_roll_an_image(world):
     gone = [m for m in members if m["uuid"] != left["uuid"]]
     assert [world.domain(m["uuid"]) for m in gone] == [None]
     assert len(world.store.collection("network_ports").records()) == 1
+
+
+def test_address_of_a_deleted_node_held_while_a_hypervisor_is_down(world):
+    node = world.add_node()
+    converge(world)
+    world.store.collection("compute_hypervisors").insert({
+        "name": "down", "driver_spec": {"kind": "libvirt",
+                                        "connection_uri": "test:///nonexistent.xml"},
+        "cores_ratio": 1.0, "ram_ratio": 1.0, "status": "IN_PROGRESS"})
+    world.store.collection("compute_nodes").delete(node["uuid"])
+    rec = Reconciler(world.store, world.settings,
+                     connect=lambda uri: world.conn if uri == "test:///default"
+                     else libvirt.open(uri))
+    rec.pass_once()
+    assert world.domain(node["uuid"]) is None
+    assert world.store.collection("network_ports").by("node", node["uuid"])
+    world.store.collection("compute_hypervisors").delete_where(lambda h: h["name"] == "down")
+    rec.pass_once()
+    assert not world.store.collection("network_ports").by("node", node["uuid"])
