@@ -18,11 +18,13 @@ class Compute(Daemon):
     name = "compute"
     kinds = Reconciler.kinds
     tick_seconds = 30.0
+    connect = None          # libvirt's open by default; a bench shares one test:/// connection
 
     def start(self):
         self._keys = None
         self._forced = threading.Event()
-        self.reconciler = Reconciler(self.store, self.settings, on_change=self._libvirt_changed)
+        self.reconciler = Reconciler(self.store, self.settings, connect=self.connect,
+                                     on_change=self._libvirt_changed)
         self.reconciler.start_events()
         return super().start()
 

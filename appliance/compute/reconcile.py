@@ -308,6 +308,12 @@ class Reconciler:
         if dom is not None and node["status"] == "ACTIVE" and running == want_on \
                 and self.converged.get(node["uuid"]) == fingerprint:
             return
+        if dom is not None and node["status"] == "ACTIVE" and running == want_on \
+                and self._in_place(dom, node, prefix, volumes):
+            # a restarted daemon (empty memory) finds what it made before: no redefine
+            self.converged[node["uuid"]] = fingerprint
+            self.was_running[node["uuid"]] = running
+            return
         nodes = self.store.collection(NODES)
         if dom is not None and running and not want_on:
             self._power_off(node, dom)
@@ -392,6 +398,26 @@ class Reconciler:
         self.failed.pop(node["uuid"], None)
         self.converged[node["uuid"]] = (done["revision"], vol_key, running)
         self.was_running[node["uuid"]] = running
+
+    def _in_place(self, dom, node, prefix, volumes):
+        """Whether the domain already is what the node asks for: its image, shape, disks
+        (by their names) and seed, and no reboot left to do. One read of its persistent
+        XML (the definition we wrote; a live change that a driver refused is in it)."""
+        xml = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        mark = domain_xml.read_mark(xml) or {}
+        images = _images_of(node)
+        if mark.get("image") != (images[0] if images else None) \
+                or (node.get("reboot_requested_at") or None) != (mark.get("reboot") or None) \
+                or domain_xml.shape_of(xml) != (int(node["cores"]), int(node["ram"])):
+            return False
+        spec = node.get("disk_spec") or {}
+        count = len(spec.get("disks") or []) if spec.get("kind") == "disks" else 1
+        want = {_disk_name(prefix, node["uuid"], i) for i in range(count)}
+        want |= {VOLUME_PREFIX + v["uuid"] + ".qcow2" for v in volumes}
+        want.add(node["uuid"] + ".iso")
+        have = {os.path.basename(p or "") for p in domain_xml.disks_of(xml).values()}
+        return have == want and os.path.exists(
+            os.path.join(self.seed_dir, node["uuid"] + ".iso"))
 
     def _disks(self, pool, prefix, node, cached):
         """The node's disk_spec disks, each a pool volume (an overlay of its image, or

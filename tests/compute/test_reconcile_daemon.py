@@ -48,7 +48,8 @@ def test_api_to_active_and_back(admin, server, compute, images):
     assert node["hypervisor"] == hv["uuid"] and node["default_network"]["ipv4"]
     ports = server.store.collection("network_ports")
     assert ports.by("node", node["uuid"])
-    assert admin.get(f"{H}/{hv['uuid']}").json["avail_disk"] == 90
+    # capacity is written at the end of the pass that made the node ACTIVE
+    wait_for(lambda: admin.get(f"{H}/{hv['uuid']}").json["avail_disk"] == 90)
 
     bad = created(admin.post(N, node_body(disk_spec={
         "kind": "root_disk", "image": f"{images}/nowhere.raw", "size": 10})))
