@@ -79,7 +79,7 @@ class ImageCache:
             if os.path.exists(part):
                 os.unlink(part)
         meta = {"url": url, "path": final, "format": fmt, "size": os.path.getsize(final),
-                "sha256": digest}
+                "virtual_size": _virtual_size(final, fmt), "sha256": digest}
         tmp = os.path.join(self.directory, key + ".json.part")
         with open(tmp, "w") as f:
             json.dump(meta, f)
@@ -149,6 +149,15 @@ def _check(path, path_only, url):
         raise ImageError(f"image {url}: not a disk image: {size} bytes is not a whole "
                          "number of 512-byte sectors")
     return "raw"
+
+
+def _virtual_size(path, fmt):
+    """Bytes the guest sees: a raw file's size, or a qcow2 header's size field."""
+    if fmt == "raw":
+        return os.path.getsize(path)
+    with open(path, "rb") as f:
+        header = f.read(32)
+    return int.from_bytes(header[24:32], "big") if len(header) == 32 else 0
 
 
 def _sha256(path):

@@ -18,6 +18,7 @@ import logging
 import os
 import threading
 import time
+from xml.sax.saxutils import escape
 
 from . import cloudinit, domain_xml, placement
 from .images import ImageCache, ImageError
@@ -35,6 +36,7 @@ KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, "network_network
          "network_ports", "secret_ssh_keys")
 NODE_REF = "/v1/compute/nodes/"
 VOLUME_PREFIX = "appliance-vol-"
+IMAGE_PREFIX = "appliance-image-"
 FAILED_RETRY = 60.0         # seconds before a node in ERROR (not placement) is tried again
 RESTART_WINDOW, RESTART_LIMIT = 600.0, 3
 SHUTDOWN_GRACE = 30.0       # seconds between a power_off's ACPI shutdown and the hard stop
@@ -96,6 +98,7 @@ class Reconciler:
         self.restarts = {}      # node uuid -> monotonic times it was restarted after a stop
         self.shutdowns = {}     # node uuid -> monotonic time of the ACPI shutdown
         self.was_running = {}   # node uuid -> whether its domain ran when last converged
+        self.no_upload = set()  # connection URIs whose driver cannot upload to a pool
         self._events_thread = None
         self._lock = threading.Lock()
         if libvirt is not None:
@@ -359,8 +362,9 @@ class Reconciler:
         disks += placed
         self.step("seed", node["uuid"])
         seed = os.path.join(self.seed_dir, node["uuid"] + ".iso")
-        cloudinit.write_seed(seed, cloudinit.seed_files(
+        fresh = cloudinit.write_seed(seed, cloudinit.seed_files(
             node, port, self.store.collection("secret_ssh_keys").records()))
+        seed = self._in_pool(pool, f"{prefix}{node['uuid']}-seed.iso", seed, replace=fresh)
         disks.append({"path": seed, "dev": "sda", "device": "cdrom", "format": "raw"})
         os.makedirs(self.console_dir, exist_ok=True)
         reboot = node.get("reboot_requested_at")
@@ -414,10 +418,48 @@ class Reconciler:
         count = len(spec.get("disks") or []) if spec.get("kind") == "disks" else 1
         want = {_disk_name(prefix, node["uuid"], i) for i in range(count)}
         want |= {VOLUME_PREFIX + v["uuid"] + ".qcow2" for v in volumes}
-        want.add(node["uuid"] + ".iso")
         have = {os.path.basename(p or "") for p in domain_xml.disks_of(xml).values()}
-        return have == want and os.path.exists(
+        # the seed: a pool volume, or the local file where the driver takes no uploads
+        seeds = have & {f"{prefix}{node['uuid']}-seed.iso", node["uuid"] + ".iso"}
+        return have - seeds == want and len(seeds) == 1 and os.path.exists(
             os.path.join(self.seed_dir, node["uuid"] + ".iso"))
+
+    def _in_pool(self, pool, name, path, replace=False):
+        """The path, on the hypervisor, of a copy of the local file `path` in the storage
+        pool (uploaded once; again when `replace`). The pool is where the hypervisor's
+        QEMU may read (the state directory is 0700, and a remote hypervisor cannot see it
+        at all). A completed upload is marked by a companion volume `<name>.done`, so one
+        cut short by a kill is never used. Drivers without uploads (the test driver) get
+        the local path."""
+        conn = pool.connect()
+        if conn.getURI() in self.no_upload:
+            return path
+        done = name + ".done"
+        vol = _lookup_volume(pool, name)
+        if vol is not None and not replace and _lookup_volume(pool, done) is not None:
+            return vol.path()
+        _delete_volume(pool, done)
+        if vol is not None:
+            vol.delete(0)
+        size = os.path.getsize(path)
+        vol = pool.createXML(f"<volume><name>{escape(name)}</name><capacity unit='B'>{size}"
+                             "</capacity><target><format type='raw'/></target></volume>", 0)
+        stream = conn.newStream(0)
+        try:
+            vol.upload(stream, 0, size, 0)
+        except libvirt.libvirtError as e:
+            vol.delete(0)
+            if e.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:
+                raise
+            log.info("%s takes no uploads: its domains use local files", conn.getURI())
+            self.no_upload.add(conn.getURI())
+            return path
+        with open(path, "rb") as f:
+            stream.sendAll(lambda _stream, nbytes, handle: handle.read(nbytes), f)
+        stream.finish()
+        pool.createXML(f"<volume><name>{escape(done)}</name><capacity unit='B'>0"
+                       "</capacity><target><format type='raw'/></target></volume>", 0)
+        return vol.path()
 
     def _disks(self, pool, prefix, node, cached):
         """The node's disk_spec disks, each a pool volume (an overlay of its image, or
@@ -430,7 +472,11 @@ class Reconciler:
             image = cached.get(disk.get("image")) if disk.get("image") else None
             vol = _lookup_volume(pool, name)
             if vol is None:
-                vol = pool.createXML(_volume_xml(name, int(disk.get("size") or 10), image), 0)
+                backing = None if image is None else self._in_pool(
+                    pool, IMAGE_PREFIX + image["sha256"][:32] + "." + image["format"],
+                    image["path"])
+                vol = pool.createXML(_volume_xml(name, int(disk.get("size") or 10), image,
+                                                 backing), 0)
             disks.append({"path": vol.path(), "dev": _dev(index), "format": "qcow2"})
         if not disks:
             raise NodeFailure("disk_spec has no disk to boot from")
@@ -722,9 +768,10 @@ def _owner(name, prefix):
     """("node"|"volume", uuid) of a pool volume named by us, else None."""
     if name.startswith(VOLUME_PREFIX) and name.endswith(".qcow2"):
         return "volume", name[len(VOLUME_PREFIX):-len(".qcow2")]
-    if name.startswith(prefix) and "-disk" in name and name.endswith(".qcow2"):
-        uuid = name[len(prefix):].rsplit("-disk", 1)[0]
-        if len(uuid) == 36:
+    if name.startswith(prefix) and (name.endswith(".qcow2") or name.endswith("-seed.iso")
+                                    or name.endswith("-seed.iso.done")):
+        uuid = name[len(prefix):len(prefix) + 36]
+        if len(uuid) == 36 and name[len(prefix) + 36] == "-":
             return "node", uuid
     return None
 
@@ -733,11 +780,17 @@ def _dev(index):
     return "vd" + "abcdefghijklmnopqrstuvwxyz"[index]
 
 
-def _volume_xml(name, size_gb, image):
-    backing = "" if image is None else (
-        f"<backingStore><path>{image['path']}</path>"
-        f"<format type='{image['format']}'/></backingStore>")
-    return (f"<volume><name>{name}</name><capacity unit='G'>{size_gb}</capacity>"
+def _volume_xml(name, size_gb, image=None, backing_path=None):
+    """A qcow2 volume of `size_gb`, an overlay of `image` (a cache record) at
+    `backing_path` when given; never smaller than the image, or the guest would see a
+    truncated disk."""
+    size = size_gb * GB
+    backing = ""
+    if image is not None:
+        size = max(size, int(image.get("virtual_size") or 0))
+        backing = (f"<backingStore><path>{escape(backing_path)}</path>"
+                   f"<format type='{image['format']}'/></backingStore>")
+    return (f"<volume><name>{escape(name)}</name><capacity unit='B'>{size}</capacity>"
             f"<target><format type='qcow2'/></target>{backing}</volume>")
 
 
