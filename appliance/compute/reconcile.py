@@ -393,6 +393,8 @@ class Reconciler:
                 return
             dom.create()
             running = True
+            if reboot and reboot != honoured and dom is not None and mark is not None:
+                self._mark_reboot(dom, node, root_url, reboot)     # a fresh boot is one
         elif want_on and reboot and reboot != honoured and dom is not None:
             log.info("node %s: rebooting (requested at %s)", node["uuid"], reboot)
             self.reboot(dom)
@@ -650,15 +652,17 @@ class Reconciler:
 
     def _skip_failed(self, node):
         """A node in ERROR is tried again after FAILED_RETRY, or at once when its record
-        changes (a PUT)."""
-        if node["status"] != "ERROR":
-            return False
+        changes (a PUT), which also forgets its count of restarts."""
         failed = self.failed.get(node["uuid"])
         if failed is None:
             # an ERROR from before this process: try once, as after any restart
             return False
         revision, retry_at = failed
-        return revision == node["revision"] and self.clock() < retry_at
+        if revision != node["revision"]:
+            self.failed.pop(node["uuid"], None)
+            self.restarts.pop(node["uuid"], None)
+            return False
+        return node["status"] == "ERROR" and self.clock() < retry_at
 
     # -- libvirt events ----------------------------------------------------------------
 

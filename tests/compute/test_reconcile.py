@@ -344,3 +344,19 @@ def test_address_of_a_deleted_node_held_while_a_hypervisor_is_down(world):
     world.store.collection("compute_hypervisors").delete_where(lambda h: h["name"] == "down")
     rec.pass_once()
     assert not world.store.collection("network_ports").by("node", node["uuid"])
+
+
+def test_a_put_after_the_restart_limit_starts_afresh(world):
+    node = world.add_node()
+    rec = converge(world)
+    for _ in range(4):
+        world.domain(node["uuid"]).destroy()
+        rec.converged.clear()
+        rec.pass_once()
+    assert world.node(node["uuid"])["status"] == "ERROR"
+    rec.pass_once()
+    assert not world.domain(node["uuid"]).isActive()     # no loop within the window
+    world.store.collection("compute_nodes").update(node["uuid"], {"status": "IN_PROGRESS"})
+    rec.pass_once()
+    assert world.node(node["uuid"])["status"] == "ACTIVE"
+    assert world.domain(node["uuid"]).isActive()
