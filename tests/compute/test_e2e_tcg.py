@@ -20,8 +20,7 @@ from tests.image import qemu
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
-NODE = {"name": "e2e-node", "cores": 1, "ram": 1024}
-DISK_GB = 4                   # the node image's root is 1.5 GiB; cloud-init grows it
+NODE = {"cores": 1, "ram": 1024}
 DATA_GB = 1
 
 
@@ -52,7 +51,7 @@ def test_unknown_image_url_is_an_error_with_a_reason_and_leaves_nothing(env):
     url = f"http://127.0.0.1:{env.images.port}/node/no-such-image.qcow2"
     node = env.ok(env.admin.post("/v1/compute/nodes/", dict(
         NODE, project_id=tcg.ADMIN_PROJECT, name="e2e-bad-image",
-        disk_spec={"kind": "root_disk", "size": DISK_GB, "image": url})), 201)
+        disk_spec={"kind": "root_disk", "size": tcg.DISK_GB, "image": url})), 201)
 
     def terminal():
         rec = env.node(node["uuid"])
@@ -70,33 +69,20 @@ def test_node_boots_by_dhcp_keeps_data_mac_and_ip_over_an_image_update_and_leave
     base = qemu.build_image("node")
     newer = qemu.build_image("node", version_suffix="e2e2")
     admin, pool_before = env.admin, pool_files(env)
-    node_uuid = tcg.new_uuid()
-    key = env.ssh_key(node_uuid, "e2e-key")
-
-    posted = time.monotonic()
-    env.ok(admin.post("/v1/compute/nodes/", dict(
-        NODE, uuid=node_uuid, project_id=tcg.ADMIN_PROJECT, hostname="e2e-node",
-        disk_spec={"kind": "root_disk", "size": DISK_GB, "image": env.images.url(base)})), 201)
+    node_uuid, key, posted = env.create_node(base, "e2e-node")
     volume = env.ok(admin.post("/v1/compute/volumes/", {
         "project_id": tcg.ADMIN_PROJECT, "name": "e2e-data", "size": DATA_GB}), 201)
     env.ok(admin.post(f"/v1/compute/volumes/{volume['uuid']}/actions/attach/invoke",
                       {"node": node_uuid}))
 
-    # -- it boots and gets IPAM's address by DHCP
-    node = env.wait_node(node_uuid, "the node ACTIVE with an address")
-    net = node["default_network"]
-    ipv4, mac = net["ipv4"], net["mac"]
+    # -- it boots and gets IPAM's address by DHCP, and takes the key for SSH
+    node, to_lease, to_ssh = env.wait_booted(node_uuid, key, posted)
+    ipv4, mac = node["default_network"]["ipv4"], node["default_network"]["mac"]
     assert node["hypervisor"] == env.hypervisor["uuid"]
     assert [(p["ipv4"], p["mac"]) for p in ports_of(env, node_uuid)] == [(ipv4, mac)]
     assert ipaddress.ip_address(ipv4) in ipaddress.ip_network("10.20.0.0/22")   # the platform's
     assert len(env.domains_of(node_uuid)) == 1
     assert env.dhcp()[0][mac][0] == ipv4          # the fixed DHCP host entry
-    lease = env.wait("a DHCP lease for the node's MAC", lambda: env.dhcp()[1].get(mac),
-                     tcg.BOOT_TIMEOUT, interval=0.5)
-    to_lease = time.monotonic() - posted
-    assert lease == ipv4
-    env.wait_ssh(ipv4, key, "SSH to the node with the key given through the API")
-    to_ssh = time.monotonic() - posted
     env.wait_marker(node_uuid, ipv4, "the seed's marker on the serial console (API)")
     print(f"\nTCG, POST of a node to: DHCP lease {to_lease:.1f} s, SSH reachable {to_ssh:.1f} s")
     assert_guest_address(env, ipv4, mac, key)
@@ -105,7 +91,8 @@ def test_node_boots_by_dhcp_keeps_data_mac_and_ip_over_an_image_update_and_leave
     # -- a data volume written, then an image update
     payload = f"e2e-data-{volume['uuid']}"
     dev = data_disk(env, ipv4, key)
-    env.ssh(ipv4, key, f"printf %s {payload} | dd of=/dev/{dev} conv=fsync status=none")
+    wrote = env.ssh(ipv4, key, f"printf %s {payload} | dd of=/dev/{dev} conv=fsync status=none")
+    assert wrote.returncode == 0, wrote.stderr
     before = env.node(node_uuid)
     spec = dict(before["disk_spec"], image=env.images.url(newer))
     env.ok(admin.put(f"/v1/compute/nodes/{node_uuid}", {"disk_spec": spec}))
