@@ -32,6 +32,9 @@ NODE_NS = "https://appliance.local/ns/node"
 # A bound on a hang, not a measure: docs/image.md measured the node image's cloud-init
 # marker at 55-61 s on an idle machine and 213 s under a load of 6 (TCG, 2 shared cores).
 BOOT_TIMEOUT = 1200
+# cloud-init's default user in the node image (Debian's cloud.cfg; passwordless sudo):
+# the keys of the seed's ssh_authorized_keys go to it
+SSH_USER = "debian"
 DISK_GB = 4                   # the node image's root is 1.5 GiB; cloud-init grows it
 # the parts of issue 13 this scenario drives (other branches until merged)
 PARTS = ("appliance.compute.resources", "appliance.compute.reconcile",
@@ -133,12 +136,11 @@ class Env:
             return rec if rec["status"] == "ACTIVE" else None
         return self.wait("the hypervisor ACTIVE", active, 120)
 
-    def ssh_key(self, node_uuid, name):
-        """An SSH key that targets the node (before it exists: its uuid is the client's,
-        as the reference CLI does it); the private key in a 0600 file for ssh -i."""
+    def ssh_key(self, name):
+        """An SSH key of the admin project (the compute daemon puts the project's keys in
+        its nodes' seeds: docs/compute-daemon.md); the private key in a 0600 file."""
         key = self.ok(self.admin.post("/v1/secret/ssh_keys/", {
-            "project_id": ADMIN_PROJECT, "name": name, "user": "root",
-            "target": {"kind": "node", "node": node_uuid}}))
+            "project_id": ADMIN_PROJECT, "name": name}))
         path = os.path.join(self.workdir, f"{name}.key")
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             f.write(key["private_key"])
@@ -148,7 +150,7 @@ class Env:
         """POST of a node of `image` (an Image of tests/image/qemu.py) in the admin project,
         with an SSH key targeting it. Returns (node uuid, key file, the POST's monotonic time)."""
         node_uuid = new_uuid()
-        key = self.ssh_key(node_uuid, f"{name}-key")
+        key = self.ssh_key(f"{name}-key")
         posted = time.monotonic()
         self.ok(self.admin.post("/v1/compute/nodes/", {
             "uuid": node_uuid, "project_id": ADMIN_PROJECT, "name": name, "hostname": name,
@@ -224,7 +226,7 @@ class Env:
             conn.close()
 
     def ssh(self, ipv4, key, command, timeout=60):
-        return self.ns.ssh(ipv4, key, command, timeout=timeout)
+        return self.ns.ssh(ipv4, key, command, user=SSH_USER, timeout=timeout)
 
     def wait_ssh(self, ipv4, key, what, timeout=BOOT_TIMEOUT):
         def ok():
