@@ -146,9 +146,10 @@ class Service:
     """A process of the appliance (the API or a daemon, by its supervisor name) started as
     its unit and the supervisor start it: `python -P -m <module>` with the environment of
     child_environment(settings), so with the logging, thread count and settings users run.
-    Its log (stdout and stderr) goes to a file. `ready(service)` is polled until true."""
+    Its log (stdout and stderr) goes to a file. `ready(service)` is polled until true.
+    `prefix` goes before the command (`ip netns exec NS`: tests/compute/netns.py)."""
 
-    def __init__(self, name, settings, ready, timeout=90):
+    def __init__(self, name, settings, ready, timeout=90, prefix=()):
         from appliance import supervisor
         (module,) = [m for n, m in supervisor.child_modules() if n == name]
         self.name, self.settings = name, settings
@@ -156,7 +157,8 @@ class Service:
                                                delete=False)
         # systemd gives a unit PATH and little else
         env = supervisor.child_environment(settings, environ={"PATH": os.environ["PATH"]})
-        self.proc = subprocess.Popen(supervisor.python_command(module), cwd=ROOT, env=env,
+        self.proc = subprocess.Popen([*prefix, *supervisor.python_command(module)],
+                                     cwd=ROOT, env=env,
                                      stdout=self.log, stderr=self.log)
         deadline = time.monotonic() + timeout
         while not ready(self):
