@@ -160,10 +160,11 @@ def test_placement_policies_of_the_project_only(admin, member, other):
         f"{N}/{node['uuid']}", {"placement_policies": [theirs["uuid"]]}), 400)
 
 
-def test_network_must_be_one_of_the_project(admin, server, member):
-    networks = server.store.collection("network_networks")
-    theirs = networks.insert({"name": "n", "project_id": ADMIN_PROJECT})
-    mine = networks.insert({"name": "n", "project_id": member.project})
+def test_network_must_be_one_of_the_project(admin, member):
+    theirs = created(admin.post("/v1/network/networks",
+                                {"name": "n", "project_id": ADMIN_PROJECT}))
+    mine = created(member.client.post("/v1/network/networks",
+                                      {"name": "n", "project_id": member.project}))
     body = node_body(project_id=member.project)
     assert created(member.client.post(N, {**body, "network": mine["uuid"]}))["network"] == \
         mine["uuid"]

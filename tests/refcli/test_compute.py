@@ -1,6 +1,7 @@
 """The reference CLI's compute commands (`exordos compute nodes ...`) against a real
 appliance: what its add, list, update, info, power and delete send must work here. The
-node stays NEW: this appliance's compute daemon has no hypervisor to place it on."""
+appliance has no hypervisor, so its compute daemon turns the node ERROR (nowhere to place
+it) at a moment of its own: the node is NEW or ERROR whenever it is read."""
 
 import pytest
 
@@ -19,14 +20,14 @@ def test_nodes_add_list_update_info_power_and_delete(exordos):
     node = named(exordos.json("compute", "nodes", "list"), "refcli-node")
     # the list's columns: IP is "unknown" until the node has its port
     # (its json output gives every cell as text)
-    assert (node["cores"], node["ram"], node["disks"], node["status"]) == (
-        "2", "2048", "15", "NEW")
+    assert (node["cores"], node["ram"], node["disks"]) == ("2", "2048", "15")
+    assert node["status"] in ("NEW", "ERROR")
     assert node["image"] == IMAGE and node["ip"] == "unknown"
 
     exordos.ok("compute", "nodes", "update", "-u", node["uuid"], "-c", "3", "-d", "20",
                "-i", IMAGE + "?v=2")
     detail = shown(exordos.json("compute", "nodes", "info", node["uuid"]))
-    assert detail["cores"] == "3" and detail["status"] == "IN_PROGRESS"
+    assert detail["cores"] == "3" and detail["status"] in ("IN_PROGRESS", "ERROR")
     assert "'size': 20" in detail["disk_spec"] and "?v=2" in detail["disk_spec"]
     # a shrink is our 400, which exordos reports
     shrink = exordos("compute", "nodes", "update", "-u", node["uuid"], "-d", "5")
@@ -51,7 +52,9 @@ def test_sets_and_hypervisors(exordos):
     exordos.ok("compute", "hypervisors", "add", "-n", "refcli-hv", "--driver-spec",
                "kind=libvirt", "--driver-spec", "connection_uri=test:///refcli")
     hv = named(exordos.json("compute", "hypervisors", "list"), "refcli-hv")
-    assert hv["status"] == "IN_PROGRESS"
+    # IN_PROGRESS until the compute daemon has tried the URI, which names no test driver
+    # file: then ERROR
+    assert hv["status"] in ("IN_PROGRESS", "ERROR")
     # HW machines: our 400 (the reference answers 500)
     hw = exordos("compute", "hypervisors", "add", "-n", "hw", "-m", "HW", "--driver-spec",
                  "kind=libvirt", "--driver-spec", "connection_uri=test:///hw")
