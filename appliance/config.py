@@ -41,6 +41,12 @@ DEFAULTS = {
     "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
     "backup_dir": None,                 # where they go (required with a schedule)
     "backup_keep": 7,                   # how many are kept; older ones are removed
+    # networks (docs/network.md): the admin project's default network, the pool that other
+    # projects' default networks are cut from, and the routing of a new network
+    "platform_network": "10.20.0.0/22",
+    "project_networks": "10.32.0.0/12",
+    "project_network_prefix": 24,
+    "network_routing": "nat",           # nat | isolated (tests use isolated)
 }
 
 
@@ -100,7 +106,16 @@ def load(config_file=None, environ=None, overrides=None):
     settings = {k: _coerce(k, v) for k, v in settings.items()}
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
     _check_backup(settings)
+    _check_network(settings)
     return settings
+
+
+def _check_network(settings):
+    from appliance.network.ipam import check_settings  # noqa: PLC0415 (small, pure)
+    try:
+        check_settings(settings)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _check_backup(settings):

@@ -1,0 +1,9 @@
+"""Network: project networks, their ports and IPAM; the libvirt network step runs in the
+compute daemon (reconcile.py)."""
+
+
+def register(api):
+    # Imported here: the compute daemon imports this package's other modules without the API.
+    from .resources import all_resources
+    for resource in all_resources(api.settings):
+        resource.register(api)

@@ -1,0 +1,87 @@
+"""Ports: a node's address and MAC on its network (the functions crec's reconciler calls).
+
+`allocate` is safe between processes: it reads the addresses in use, takes the lowest free
+one and inserts, all under the ports kind's cross-process lock; the store's unique keys
+(network, ipv4), (mac) and (node) refuse any duplicate whatever the path, and a MAC that
+collides is drawn again (docs/network.md).
+"""
+
+import random
+
+from state import DuplicateKey
+
+from . import ipam
+from .networks import NetworkError, NotFoundError, default_of_project, networks, ports
+
+MAC_ATTEMPTS = 16
+
+
+class AddressesExhausted(NetworkError):
+    pass
+
+
+def random_mac():
+    """A MAC of QEMU's locally administered prefix, as the reference gives VMs."""
+    return "52:54:00:" + ":".join(f"{random.randrange(256):02x}" for _ in range(3))
+
+
+def network_of(store, settings, node):
+    """The network a node's port goes on: the one it names, else its project's default."""
+    if node.get("network"):
+        network = networks(store).get(node["network"])
+        if network is None or network["project_id"] != node["project_id"]:
+            raise NotFoundError(f"network {node['network']} not found in project "
+                                f"{node['project_id']}")
+        return network
+    return default_of_project(store, settings, node["project_id"])
+
+
+def allocate(store, settings, node):
+    """The node's port, made on first call: the lowest free address of its network and a
+    fresh MAC. Raises NotFoundError (no such network), AddressesExhausted (none left)."""
+    coll = ports(store)
+    found = coll.by("node", node["uuid"])
+    if found:
+        return dict(found[0])
+    network = network_of(store, settings, node)
+    net_layout = ipam.layout(network["cidr"])
+    # the choice and the insert under the ports lock: creators that chose optimistically
+    # and lost to the unique key did the work again, slower at 6 processes than waiting
+    # (docs/network.md); a network is deleted under this lock too, so none is orphaned
+    with coll.lock:
+        found = coll.by("node", node["uuid"])
+        if found:
+            return dict(found[0])
+        if networks(store).get(network["uuid"]) is None:
+            raise NotFoundError(f"network {network['uuid']} was deleted")
+        used = [p["ipv4"] for p in coll.by("network", network["uuid"])]
+        ipv4 = ipam.lowest_free(net_layout, used)
+        if ipv4 is None:
+            raise AddressesExhausted(
+                f"network {network['name'] or network['uuid']} ({network['cidr']}) has no "
+                f"free address: all {ipam.lease_count(net_layout)} from "
+                f"{net_layout['dhcp_start']} to {net_layout['dhcp_end']} are taken")
+        record = {"network": network["uuid"], "node": node["uuid"],
+                  "project_id": node["project_id"], "ipv4": ipv4, "mask": net_layout["mask"],
+                  "status": "NEW"}
+        # the unique keys still hold against any writer that skips the lock; inside it
+        # only a MAC can collide (1 in 16 million per port in use): another one is drawn
+        for attempt in range(MAC_ATTEMPTS):
+            try:
+                return coll.insert({**record, "mac": random_mac()})
+            except DuplicateKey as e:
+                if e.fields != ("mac",) or attempt == MAC_ATTEMPTS - 1:
+                    raise
+
+
+def release(store, node_uuid):
+    """Delete the node's port (its address and MAC are free again); the port or None."""
+    gone = ports(store).delete_where(lambda p: p["node"] == node_uuid)
+    return gone[0] if gone else None
+
+
+def default_network(port, network):
+    """The node's `default_network` field, from its port and that port's network."""
+    return {"network": network["uuid"], "subnet": network["uuid"], "port": port["uuid"],
+            "ipv4": port["ipv4"], "mask": port["mask"], "mac": port["mac"],
+            "gateway": network["gateway"], "dns": network["dns"]}
