@@ -1,0 +1,228 @@
+"""`appliance compute ...`: hypervisors, nodes, sets, volumes and placement policies.
+
+The generic verbs with the collection filled in (as `groups.py` does), plus what compute
+needs: the reference CLI's short options for a machine (`-i IMAGE -c 1 -r 1024 -d 10`),
+an update of the image or disk size that re-sends the whole `disk_spec` with the root disk
+changed (as the reference CLI does), the node actions, volume attach/detach, `--wait` with
+progress, and the serial console.
+"""
+
+import argparse
+
+from . import CliError, UsageError
+from .common import add_list_arguments, build_body, emit, session_client
+from .groups import resolve, wait_active
+
+WAIT_TIMEOUT = 900.0       # a VM under TCG downloads its image and boots in minutes
+WAITS_FOR = "the compute daemon to build it"
+# CLI name -> (API collection, summary, create example)
+COLLECTIONS = {
+    "hypervisors": ("hypervisors", "libvirt connections that run nodes (admin only)",
+                    "-n local --uri qemu:///system"),
+    "nodes": ("nodes", "virtual machines",
+              "-n web -i https://example.org/base.qcow2 -c 2 -r 2048 -d 20 --wait"),
+    "sets": ("sets", "groups of identical nodes",
+             "-n web -i https://example.org/base.qcow2 --replicas 3 --wait"),
+    "volumes": ("volumes", "data disks, attached to one node at a time", "-n data --size 10"),
+    "placement-policies": ("placement_policies", "affinity and anti-affinity of nodes",
+                           "-n spread --kind hard-anti-affinity"),
+}
+MACHINES = ("nodes", "sets")
+# only these move to ACTIVE through a daemon
+WAITABLE = ("hypervisors", "nodes", "sets", "volumes")
+
+
+def add_group(commands, common, make_parser, handlers):
+    group = commands.add_parser(
+        "compute", help="hypervisors, nodes, sets, volumes, placement policies",
+        description="compute: /v1/compute/...", parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  appliance compute nodes add -p PROJECT -i URL --wait\n"
+               "  appliance compute nodes console web")
+    collections = group.add_subparsers(dest="collection", metavar="COLLECTION", required=True,
+                                       parser_class=make_parser)
+    for name, (api, summary, example) in COLLECTIONS.items():
+        coll = collections.add_parser(name, help=summary, parents=[common],
+                                      description=f"{summary}: /v1/compute/{api}/")
+        verbs = coll.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                    parser_class=make_parser)
+        _add_verbs(verbs, common, name, api, example, handlers)
+
+
+def _add_verbs(verbs, common, name, api, example, handlers):
+    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
+        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
+                               parents=[common],
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=f"example:\n  {epilog}" if epilog else None)
+        if item:
+            sub.add_argument("ref", metavar="NAME-OR-UUID", help="the item's UUID or name")
+        sub.set_defaults(handler=handler, collection_path=f"/v1/compute/{api}/",
+                         compute_collection=name)
+        return sub
+
+    def waiting(sub):
+        if name in WAITABLE:
+            sub.add_argument("--wait", action="store_true",
+                             help="wait until ACTIVE, printing each status change; exit 1 "
+                                  "on ERROR or after --wait-timeout")
+            sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
+                             metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+        return sub
+
+    listing = verb("list", f"list {name}", _generic(handlers["list"]), item=False)
+    add_list_arguments(listing)
+    waiting(verb("show", f"show one of {name}", _show(handlers["show"])))
+    add = waiting(verb("add", f"add one of {name}", _write("POST"), item=False,
+                       aliases=("create",),
+                       epilog=f"appliance compute {name} add {example}"))
+    update = waiting(verb("update", f"change fields of one of {name}", _write("PUT")))
+    for sub in (add, update):
+        _shape_options(sub, name, create=sub is add)
+        sub.add_argument("fields", metavar="FIELD", nargs="*",
+                         help="more fields: key=value (string) or key:=json (typed); "
+                              "they override the options")
+        sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    verb("delete", f"delete one of {name}", _generic(handlers["delete"]))
+    if name == "nodes":
+        for action in ("power-on", "power-off", "reboot"):
+            verb(action, f"{action} the node", _action(action.replace("-", "_")))
+        verb("console", "print the node's serial console (its last 64 KiB)", cmd_console,
+             epilog="appliance compute nodes console web-0")
+    if name == "volumes":
+        attach = verb("attach", "attach the volume to a node", cmd_attach)
+        attach.add_argument("node", metavar="NODE", help="the node's UUID or name")
+        verb("detach", "detach the volume from its node", _action("detach"))
+
+
+def _shape_options(sub, name, create):
+    opt = sub.add_argument
+    opt("-n", "--name")
+    opt("-D", "--description")
+    if create and name != "hypervisors":
+        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+    if name in MACHINES:
+        opt("-c", "--cores", type=int)
+        opt("-r", "--ram", type=int, help="MB")
+        opt("-i", "--image", help="root disk image URL")
+        opt("-d", "--disk-size", type=int, help="root disk size, GB")
+    if name == "nodes":
+        opt("--hostname")
+    if name == "sets":
+        opt("--replicas", type=int)
+    if name == "volumes":
+        opt("--size", type=int, help="GB")
+    if name == "hypervisors":
+        opt("--uri", help="libvirt connection URI (driver_spec.connection_uri)")
+    if name == "placement-policies" and create:
+        opt("--kind", choices=["soft-anti-affinity", "hard-anti-affinity", "soft-affinity",
+                               "hard-affinity"])
+
+
+def _from_options(args):
+    names = {"name": "name", "description": "description", "project": "project_id",
+             "cores": "cores", "ram": "ram", "hostname": "hostname", "replicas": "replicas",
+             "size": "size", "kind": "kind"}
+    return {field: getattr(args, opt) for opt, field in names.items()
+            if getattr(args, opt, None) is not None}
+
+
+def _root_disk(spec, image, size):
+    """`spec` with its root disk's image and size replaced (the reference CLI's update)."""
+    spec = dict(spec or {"kind": "root_disk"})
+    if spec.get("kind") == "disks":
+        if not spec.get("disks"):
+            raise CliError("disk_spec has no disks: give disk_spec:= instead")
+        first = dict(spec["disks"][0])
+        first.update({k: v for k, v in (("image", image), ("size", size)) if v is not None})
+        return {**spec, "disks": [first] + spec["disks"][1:]}
+    spec.update({k: v for k, v in (("image", image), ("size", size)) if v is not None})
+    return spec
+
+
+def _write(method):
+    def handler(args, env):
+        client = session_client(args, env)
+        collection = args.collection_path
+        body = _from_options(args)
+        target = resolve(client, collection, args.ref) if method == "PUT" else collection
+        if getattr(args, "image", None) is not None or getattr(args, "disk_size", None):
+            current = client.request("GET", target).payload().get("disk_spec") \
+                if method == "PUT" else None
+            body["disk_spec"] = _root_disk(current, args.image, args.disk_size)
+        if getattr(args, "uri", None) is not None:
+            body["driver_spec"] = {"kind": "libvirt", "connection_uri": args.uri}
+        given = build_body(args, env)
+        if given is not None:
+            if not isinstance(given, dict):
+                raise UsageError("the body must be a JSON object")
+            body.update(given)
+        if method == "PUT" and not body:
+            raise UsageError("nothing to update: give options, key=value fields or --data")
+        if method == "POST" and args.compute_collection in MACHINES:
+            # the reference CLI's defaults; the API asks for both
+            body = {"cores": 1, "ram": 1024, **body}
+        sent = client.request(method, target, body=body).payload()
+        item = collection + sent["uuid"]
+        return _finish(args, env, client, item, sent)
+    return handler
+
+
+def _finish(args, env, client, item, obj):
+    if getattr(args, "wait", False):
+        try:
+            obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
+        except CliError:
+            env.stderr.write(f"{item} was saved; the wait failed\n")
+            raise
+    emit(args, env, obj, item)
+    return 0
+
+
+def _generic(generic):
+    def handler(args, env):
+        if getattr(args, "ref", None) is not None:
+            args.path = resolve(session_client(args, env), args.collection_path, args.ref)
+        else:
+            args.path = args.collection_path
+        return generic(args, env)
+    return handler
+
+
+def _show(generic):
+    def handler(args, env):
+        client = session_client(args, env)
+        args.path = resolve(client, args.collection_path, args.ref)
+        if not args.wait:
+            return generic(args, env)
+        emit(args, env, wait_active(client, args.path, env, args.wait_timeout, WAITS_FOR),
+             args.path)
+        return 0
+    return handler
+
+
+def _action(name, body=None):
+    def handler(args, env):
+        client = session_client(args, env)
+        item = resolve(client, args.collection_path, args.ref)
+        emit(args, env, client.request("POST", f"{item}/actions/{name}/invoke",
+                                       body=body or {}).payload(), item)
+        return 0
+    return handler
+
+
+def cmd_attach(args, env):
+    client = session_client(args, env)
+    node = resolve(client, "/v1/compute/nodes/", args.node)
+    return _action("attach", {"node": node.rsplit("/", 1)[1]})(args, env)
+
+
+def cmd_console(args, env):
+    client = session_client(args, env)
+    item = resolve(client, args.collection_path, args.ref)
+    payload = client.request("GET", f"{item}/actions/console").payload()
+    if getattr(args, "json", False):
+        emit(args, env, payload, item)
+    else:
+        env.stdout.write(payload.get("log") or "")
+    return 0

@@ -1,0 +1,8 @@
+"""Compute: hypervisors, placement policies, nodes, node sets and volumes."""
+
+
+def register(api):
+    # Imported here: the compute daemon imports this package's other modules without the API.
+    from .resources import all_resources
+    for resource in all_resources():
+        resource.register(api)

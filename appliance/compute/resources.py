@@ -1,0 +1,517 @@
+"""The compute API: hypervisors, placement policies, nodes, node sets and volumes.
+
+Shapes follow the reference (docs/compute.md); the API writes what a client asks for and
+the compute daemon (crec's `reconcile.py`) moves statuses on. Set members are ordinary
+nodes that `sets.reconcile_sets` creates and deletes.
+"""
+
+import base64
+import os
+import secrets
+
+from appliance.api.errors import BadRequest, Conflict, Forbidden, NotFound
+from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldType,
+                                  FilterError, Integer, List, Object, Reference, String, Tags,
+                                  UUID_RE)
+from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.validation import Validator
+from state.collection import format_time, utcnow
+
+from . import disks
+from .sets import release_volumes
+
+STATUSES = ("NEW", "SCHEDULED", "IN_PROGRESS", "STARTED", "ACTIVE", "ERROR")
+POLICY_KINDS = ("soft-anti-affinity", "hard-anti-affinity", "soft-affinity", "hard-affinity")
+HOSTNAME = (r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+            r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+CORES = Integer(1, 4096)
+RAM = Integer(512, 4194304)
+NODES_PATH = "/v1/compute/nodes"
+SETS_PATH = "/v1/compute/sets"
+NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
+POLICIES, HYPERVISORS, NETWORKS = ("compute_placement_policies", "compute_hypervisors",
+                                   "network_networks")
+CONSOLE_TAIL = 64 * 1024
+# fields a set owns on its members: a PUT of them on a member is refused
+SET_OWNED = ("cores", "ram", "disk_spec", "placement_policies")
+NODE_REF = {"$ref": "#/components/schemas/Node"}
+VOLUME_REF = {"$ref": "#/components/schemas/Volume"}
+
+
+class Number(FieldType):
+    type_name = "number"
+
+    def __init__(self, minimum, maximum):
+        self.minimum, self.maximum = minimum, maximum
+
+    def schema(self):
+        return {"type": "number", "minimum": self.minimum, "maximum": self.maximum}
+
+    def parse_filter(self, text):
+        try:
+            return float(text)
+        except ValueError:
+            raise FilterError("must be a number") from None
+
+
+def is_platform(principal):
+    """A caller acting for the platform, not for one project: no principal (in-process),
+    an unscoped token, or one scoped to the admin project. A project owner's token is
+    scoped to its project, so `compute.*.*` from the owner role never reaches the
+    platform's hypervisors nor file:// images."""
+    return principal is None or principal.project_id in (None, ADMIN_PROJECT)
+
+
+def base_fields(scoped=True):
+    fields = [Field("name", String(255), default="", nullable=False),
+              Field("description", String(255), default="", nullable=False)]
+    if scoped:
+        fields.append(Field("project_id", UUID(), required=True, create_only=True))
+    return fields
+
+
+def status_fields(what):
+    return [Field("status", Enum(*STATUSES), read_only=True, description=what),
+            Field("status_reason", String(4096), read_only=True,
+                  description="why the status is ERROR; null otherwise")]
+
+
+class ComputeResource(Resource):
+    def store_kind(self, kind):
+        return self.api.store.collection(kind)
+
+    def check_policies(self, project_id, uuids):
+        if len(set(uuids)) != len(uuids):
+            raise BadRequest("placement_policies: must not repeat a policy")
+        found = self.store_kind(POLICIES)
+        for uuid in uuids:
+            policy = found.get(uuid)
+            if policy is None or policy.get("project_id") != project_id:
+                raise BadRequest(f"placement_policies: no placement policy {uuid} in "
+                                 f"project {project_id}")
+
+    def check_network(self, project_id, uuid):
+        if uuid is None:
+            return
+        network = self.store_kind(NETWORKS).get(uuid)
+        if network is None or network.get("project_id") != project_id:
+            raise BadRequest(f"network: no network {uuid} in project {project_id}")
+
+    def check_disk_spec(self, call, record, node_type, current=None):
+        spec = record.get("disk_spec")
+        if node_type == "HW":
+            if spec is not None:
+                raise BadRequest("disk_spec: a HW node gets no disks (leave it null)")
+            return None
+        if spec is None:
+            raise BadRequest("disk_spec: required for node_type VM")
+        spec = disks.normalize(spec, is_platform(call.principal))
+        if current is not None:
+            disks.check_change(current, spec)
+        return spec
+
+    def invoke_update(self, record, changes):
+        return self.render(self.collection().update(record["uuid"], changes,
+                                                    expect_revision=record["revision"]))
+
+
+# ---- hypervisors ------------------------------------------------------------------------
+
+LIBVIRT_SPEC = {
+    "type": "object", "additionalProperties": False, "required": ["kind", "connection_uri"],
+    "properties": {
+        "kind": {"const": "libvirt"},
+        "connection_uri": {"type": "string", "minLength": 1, "maxLength": 2048},
+        "storage_pool": {"type": "string", "minLength": 1, "maxLength": 255},
+        "machine_prefix": {"type": "string", "maxLength": 64,
+                           "pattern": r"^[A-Za-z0-9_.-]*$"},
+        "network": {"type": ["string", "null"], "maxLength": 255},
+        "network_type": {"enum": ["network", "bridge"]},
+        "iface_rom_file": {"type": ["string", "null"], "maxLength": 4096},
+        "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
+        "iface_source": {"type": ["string", "null"], "maxLength": 255},
+    },
+    "description": "kind libvirt: connection_uri (required), storage_pool (default), "
+                   "machine_prefix (vm-), and the reference's network fields"}
+DRIVER_DEFAULTS = {"storage_pool": "default", "machine_prefix": "vm-"}
+
+
+class Hypervisors(ComputeResource):
+    def __init__(self):
+        capacity = "from libvirt, written by the compute daemon"
+        super().__init__(
+            name="Hypervisor", path="/v1/compute/hypervisors", kind=HYPERVISORS,
+            service="compute", policy="hypervisor", unique=[("connection_uri",)],
+            description="a libvirt connection that runs nodes (the reference's MachinePool); "
+                        "admin only",
+            fields=base_fields(scoped=False) + [
+                Field("driver_spec", Object(LIBVIRT_SPEC), required=True),
+                Field("connection_uri", String(2048), hidden=True),
+                Field("agent", UUID()),
+                Field("builder", UUID()),
+                Field("machine_type", Enum("VM"), default="VM", nullable=False,
+                      description="VM only: HW machines have no driver"),
+                Field("cores_ratio", Number(0.01, 1000), default=1.0, nullable=False,
+                      description="CPU overcommit"),
+                Field("ram_ratio", Number(0.01, 1000), default=1.0, nullable=False,
+                      description="RAM overcommit"),
+                Field("status", Enum("IN_PROGRESS", "ACTIVE", "ERROR"), read_only=True,
+                      description="IN_PROGRESS after a write, then ACTIVE or ERROR"),
+                Field("status_reason", String(4096), read_only=True,
+                      description="the libvirt error (status ERROR)"),
+                Field("all_cores", Integer(), read_only=True, description=capacity),
+                Field("all_ram", Integer(), read_only=True, description="MB; " + capacity),
+                Field("all_disk", Integer(), read_only=True,
+                      description="GB, the storage pool's capacity"),
+                Field("avail_cores", Integer(), read_only=True,
+                      description="all x ratio minus what placed nodes use"),
+                Field("avail_ram", Integer(), read_only=True),
+                Field("avail_disk", Integer(), read_only=True),
+                Field("accel", Enum("kvm", "tcg"), read_only=True,
+                      description="the accelerator guests get here"),
+            ])
+
+    def guard(self, call):
+        if not is_platform(call.principal):
+            raise Forbidden("hypervisors are the platform's: use an unscoped token or one "
+                            "scoped to the admin project")
+
+    def list_handler(self, call):
+        self.guard(call)
+        return super().list_handler(call)
+
+    def create_handler(self, call):
+        self.guard(call)
+        return super().create_handler(call)
+
+    def get_handler(self, call):
+        self.guard(call)
+        return super().get_handler(call)
+
+    def update_handler(self, call):
+        self.guard(call)
+        return super().update_handler(call)
+
+    def delete_handler(self, call):
+        self.guard(call)
+        return super().delete_handler(call)
+
+    def prepare_create(self, call, record):
+        record["driver_spec"] = {**DRIVER_DEFAULTS, **record["driver_spec"]}
+        record["connection_uri"] = record["driver_spec"]["connection_uri"]
+        record["status"], record["status_reason"] = "IN_PROGRESS", None
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "driver_spec" in changes:
+            changes["driver_spec"] = {**DRIVER_DEFAULTS, **changes["driver_spec"]}
+            changes["connection_uri"] = changes["driver_spec"]["connection_uri"]
+        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
+        return changes
+
+    def check_delete(self, call, record):
+        placed = self.store_kind(NODES).by("hypervisor", record["uuid"])
+        if placed:
+            raise Conflict(f"hypervisor {record['uuid']} runs {len(placed)} node(s): "
+                           "delete or move them first")
+
+
+# ---- placement policies -----------------------------------------------------------------
+
+class PlacementPolicies(ComputeResource):
+    def __init__(self):
+        super().__init__(
+            name="PlacementPolicy", path="/v1/compute/placement_policies",
+            kind=POLICIES, service="compute", policy="placement_policy",
+            project_scoped=True,
+            description="affinity or anti-affinity, hard (refuse) or soft (prefer), among "
+                        "the nodes that name the policy",
+            fields=base_fields() + [
+                Field("kind", Enum(*POLICY_KINDS), default="soft-anti-affinity",
+                      nullable=False, create_only=True),
+            ])
+
+    def check_delete(self, call, record):
+        for kind in (NODES, SETS):
+            users = [r for r in self.store_kind(kind).records()
+                     if record["uuid"] in (r.get("placement_policies") or ())]
+            if users:
+                raise Conflict(f"placement policy {record['uuid']} is used by "
+                               f"{kind[len('compute_'):][:-1]} {users[0]['uuid']}")
+
+
+# ---- nodes --------------------------------------------------------------------------------
+
+def machine_fields():
+    """What nodes and sets share: the shape of a machine."""
+    return [
+        Field("cores", CORES, required=True),
+        Field("ram", RAM, required=True, description="MB"),
+        Field("node_type", Enum("VM", "HW"), default="VM", nullable=False, create_only=True),
+        Field("disk_spec", Object(disks.FIELD_SCHEMA), description=disks.FIELD_SCHEMA[
+            "description"] + "; required for VM, null for HW"),
+        Field("placement_policies", List(UUID(), max_items=16), default=list,
+              nullable=False, description="uuids of placement policies of the project"),
+        Field("network", UUID(), create_only=True,
+              description="a network of the project; null: the project's default network"),
+    ]
+
+
+def seal_agent_key(box, node_uuid):
+    """A new node key as the reference makes it (32 random bytes, base64: 44
+    characters), sealed like secrets (`box`: a secret.crypto.SecretBox)."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    return box.seal(NODES, node_uuid, "agent_key", key)
+
+
+class Nodes(ComputeResource):
+    def __init__(self):
+        super().__init__(
+            name="Node", path=NODES_PATH, kind=NODES, service="compute", policy="node",
+            project_scoped=True,
+            description="a virtual machine (or a HW machine) of a project",
+            fields=base_fields() + machine_fields() + [
+                Field("hostname", String(253, pattern=HOSTNAME)),
+                Field("hypervisor", UUID(), read_only=True, description="picked by placement"),
+                Field("default_network", Object(), read_only=True,
+                      description="{network, subnet, port, ipv4, mask, mac, gateway, dns} "
+                                  "once the node has its port; {} before"),
+                Field("node_set", Reference(SETS_PATH), read_only=True,
+                      description="the set the node is a member of"),
+                Field("set_index", Integer(), hidden=True),
+                Field("agent_key", String(), hidden=True),
+                Field("power_state", Enum("on", "off"), read_only=True,
+                      description="the desired power, set by power_on / power_off"),
+                Field("reboot_requested_at", DateTime(), read_only=True,
+                      description="set by the action reboot"),
+            ] + status_fields("NEW, SCHEDULED, IN_PROGRESS, ACTIVE or ERROR; a PUT sets "
+                              "IN_PROGRESS"),
+            actions=[
+                Action("power_on", self.power_on, summary="Power the node on",
+                       response_schema=NODE_REF),
+                Action("power_off", self.power_off, summary="Power the node off",
+                       response_schema=NODE_REF),
+                Action("reboot", self.reboot, summary="Reboot the node",
+                       response_schema=NODE_REF),
+                Action("details", self.details, method="GET",
+                       permission="compute.node.read", summary="The node's hypervisor",
+                       response_schema={"type": "object", "properties": {
+                           "hypervisor": {"type": ["string", "null"]}}}),
+                Action("get_private_key", self.get_private_key, method="GET",
+                       summary="The node's agent key (a bare JSON string)",
+                       response_schema={"type": "string"}),
+                Action("console", self.console, method="GET",
+                       summary=f"The tail ({CONSOLE_TAIL} bytes) of the serial console log",
+                       response_schema={"type": "object", "required": ["log"],
+                                        "properties": {"log": {"type": "string"}}}),
+            ])
+
+    def register(self, api):
+        super().register(api)
+        from appliance.secret.crypto import SecretBox
+        self.box = SecretBox(api.store)
+
+    def prepare_create(self, call, record):
+        project = record["project_id"]
+        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"])
+        self.check_policies(project, record["placement_policies"])
+        self.check_network(project, record.get("network"))
+        record.update(status="NEW", status_reason=None, default_network={},
+                      power_state="on", agent_key=seal_agent_key(self.box, record["uuid"]))
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if current.get("node_set") and any(f in changes and changes[f] != current.get(f)
+                                           for f in SET_OWNED):
+            raise Conflict(f"node {current['uuid']} is a member of set "
+                           f"{current['node_set']}: change {', '.join(SET_OWNED)} on the set")
+        if "disk_spec" in changes:
+            changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
+                                                        current.get("disk_spec"))
+        if "placement_policies" in changes:
+            self.check_policies(current["project_id"], changes["placement_policies"])
+        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
+        return changes
+
+    def after_delete(self, call, record):
+        release_volumes(self.api.store, [record["uuid"]])
+
+    def power_on(self, call, record):
+        return self.invoke_update(record, {"power_state": "on"})
+
+    def power_off(self, call, record):
+        return self.invoke_update(record, {"power_state": "off"})
+
+    def reboot(self, call, record):
+        if record.get("power_state") == "off":
+            raise Conflict(f"node {record['uuid']} is powered off: power it on instead")
+        return self.invoke_update(record, {"reboot_requested_at": format_time(utcnow())})
+
+    def details(self, call, record):
+        return {"hypervisor": record.get("hypervisor")}
+
+    def get_private_key(self, call, record):
+        sealed = record.get("agent_key")
+        if sealed is None:
+            # a node recorded without the API (first boot's own node) gets its key now
+            sealed = seal_agent_key(self.box, record["uuid"])
+            sealed = self.collection().mutate(
+                record["uuid"], lambda r: {**r, "agent_key": r.get("agent_key") or sealed}
+            )["agent_key"]
+        return self.box.open(self.kind, record["uuid"], "agent_key", sealed)
+
+    def console(self, call, record):
+        path = console_path(self.api.settings, record["uuid"])
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                f.seek(max(0, size - CONSOLE_TAIL))
+                data = f.read(CONSOLE_TAIL)
+        except FileNotFoundError:
+            data = b""
+        return {"log": data.decode("utf-8", errors="replace")}
+
+
+def console_path(settings, node_uuid):
+    """Where the daemon's libvirt `<serial type='file'>` writes a node's console."""
+    return os.path.join(settings["state_dir"], "compute", "console", f"{node_uuid}.log")
+
+
+# ---- sets -----------------------------------------------------------------------------------
+
+class Sets(ComputeResource):
+    def __init__(self):
+        super().__init__(
+            name="Set", path=SETS_PATH, kind=SETS, service="compute", policy="set",
+            project_scoped=True,
+            description="replicas nodes of one shape; members are ordinary nodes named "
+                        "<set>-<n> (docs/compute.md)",
+            fields=base_fields() + [Field("tags", Tags())] + machine_fields() + [
+                Field("replicas", Integer(0, 4096), default=1, nullable=False),
+                Field("set_type", Enum("SET"), default="SET", nullable=False),
+                Field("nodes", Object(), read_only=True,
+                      description="{node uuid: {name, ipv4, status}} of the members"),
+            ] + status_fields("ACTIVE when every member is ACTIVE; ERROR with the first "
+                              "failed member's reason"),
+            actions=[Action("get_private_keys", self.get_private_keys, method="GET",
+                            summary="The members' agent keys {node uuid: key}",
+                            response_schema={"type": "object", "additionalProperties": {
+                                "type": "string"}})])
+
+    def prepare_create(self, call, record):
+        project = record["project_id"]
+        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"])
+        self.check_policies(project, record["placement_policies"])
+        self.check_network(project, record.get("network"))
+        record.update(status="NEW", status_reason=None, nodes={})
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if "disk_spec" in changes:
+            changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
+                                                        current.get("disk_spec"))
+        if "placement_policies" in changes:
+            self.check_policies(current["project_id"], changes["placement_policies"])
+        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
+        return changes
+
+    def after_delete(self, call, record):
+        # members go with the set at once; sets.reconcile_sets also removes any left over
+        gone = self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
+        release_volumes(self.api.store, [m["uuid"] for m in gone])
+
+    def get_private_keys(self, call, record):
+        nodes = self.api.resources[NODES_PATH]
+        return {m["uuid"]: nodes.get_private_key(call, m)
+                for m in self.store_kind(NODES).by("node_set", record["uuid"])}
+
+
+# ---- volumes --------------------------------------------------------------------------------
+
+NODE_BODY = {"type": "object", "additionalProperties": False, "required": ["node"],
+             "properties": {"node": {"type": "string", "description": "node uuid or path"}}}
+ATTACH_BODY = Validator(NODE_BODY)
+
+
+class Volumes(ComputeResource):
+    def __init__(self):
+        super().__init__(
+            name="Volume", path="/v1/compute/volumes", kind=VOLUMES, service="compute",
+            policy="volume", project_scoped=True,
+            description="a data disk in the hypervisor's storage pool, attached to at most "
+                        "one node",
+            fields=base_fields() + [
+                Field("size", Integer(1, 1000000), required=True, description="GB"),
+                Field("image", String(255), description="http(s) URL to fill it from"),
+                Field("boot", Boolean(), default=True, nullable=False),
+                Field("label", String(127)),
+                Field("device_type", String(64), default="", nullable=False,
+                      description="deprecated, as in the reference"),
+                Field("tier", Enum(*disks.TIERS), default="WARM", nullable=False,
+                      create_only=True),
+                Field("ephemeral", Boolean(), default=True, nullable=False, create_only=True),
+                Field("node", Reference(NODES_PATH), create_only=True,
+                      description="the node it is attached to; changed by the actions "
+                                  "attach and detach"),
+                Field("hypervisor", UUID(), read_only=True,
+                      description="where the volume lives, set by the daemon"),
+            ] + status_fields("NEW, IN_PROGRESS, ACTIVE or ERROR; a PUT sets IN_PROGRESS"),
+            actions=[
+                Action("attach", self.attach, request_schema=NODE_BODY,
+                       response_schema=VOLUME_REF,
+                       summary="Attach to a node of the same project"),
+                Action("detach", self.detach, summary="Detach from its node",
+                       response_schema=VOLUME_REF),
+            ])
+
+    def attachable_node(self, call, volume_project, node_ref):
+        nodes = self.api.resources[NODES_PATH]
+        uuid = Reference(NODES_PATH).to_input(node_ref)
+        if not isinstance(uuid, str) or not UUID_RE.match(uuid):
+            raise BadRequest("node: must be a node uuid or path")
+        node = nodes.load_visible(call, uuid)
+        if node.get("project_id") != volume_project:
+            raise NotFound(f"Node {uuid} not found")
+        if node.get("node_type") == "HW":
+            raise BadRequest(f"node: {uuid} is a HW node, which takes no volumes")
+        return node
+
+    def prepare_create(self, call, record):
+        if record.get("image") is not None:
+            disks.check_image("image", record["image"], is_platform(call.principal))
+        if record.get("node") is not None:
+            self.attachable_node(call, record["project_id"], record["node"])
+        record.update(status="NEW", status_reason=None)
+        return record
+
+    def prepare_update(self, call, current, changes):
+        if changes.get("image") is not None:
+            disks.check_image("image", changes["image"], is_platform(call.principal))
+        if changes.get("size", current["size"]) < current["size"]:
+            raise BadRequest(f"size: a volume cannot shrink (from {current['size']} GB)")
+        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
+        return changes
+
+    def check_delete(self, call, record):
+        if record.get("node"):
+            raise Conflict(f"volume {record['uuid']} is attached to node {record['node']}: "
+                           "detach it first")
+
+    def attach(self, call, record):
+        body = call.body if call.body is not None else {}
+        ATTACH_BODY.check(body)
+        if record.get("node"):
+            raise BadRequest("Volume is already attached to a node")
+        node = self.attachable_node(call, record["project_id"], body["node"])
+        return self.invoke_update(record, {"node": node["uuid"], "status": "IN_PROGRESS",
+                                           "status_reason": None})
+
+    def detach(self, call, record):
+        if not record.get("node"):
+            raise BadRequest("Volume is not attached to a node")
+        return self.invoke_update(record, {"node": None, "status": "IN_PROGRESS",
+                                           "status_reason": None})
+
+
+def all_resources():
+    return [Hypervisors(), PlacementPolicies(), Nodes(), Sets(), Volumes()]

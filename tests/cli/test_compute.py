@@ -1,0 +1,163 @@
+"""`appliance compute ...` against the real API. No compute daemon runs here: where a
+command waits, the test moves the record's status in the store, as the daemon would."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from appliance.compute.resources import console_path
+
+from .conftest import ADMIN_PROJECT
+
+IMAGE = "https://images.example.test/base.qcow2"
+NODES = "/v1/compute/nodes/"
+
+
+def add_node(cli, *extra):
+    result = cli("--json", "compute", "nodes", "add", "-p", ADMIN_PROJECT, "-i", IMAGE, *extra)
+    assert result.code == 0, result.stderr
+    return result.json()
+
+
+def later(store_kind, uuid, *moves, pause=0.5):
+    """A thread that plays the daemon: writes each (status, reason) after a pause."""
+    def run():
+        for status, reason in moves:
+            time.sleep(pause)
+            store_kind.update(uuid, {"status": status, "status_reason": reason})
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_nodes_add_sends_the_reference_shape_and_lists(logged_in):
+    node = add_node(logged_in, "-n", "web", "-c", "2", "-r", "2048", "-d", "20",
+                    "--hostname", "web-a")
+    sent = logged_in.transport.to(NODES)[-1]
+    assert sent.method == "POST" and sent.body == {
+        "name": "web", "project_id": ADMIN_PROJECT, "cores": 2, "ram": 2048,
+        "hostname": "web-a", "disk_spec": {"kind": "root_disk", "image": IMAGE, "size": 20}}
+    assert node["status"] == "NEW"
+    listed = logged_in("compute", "nodes", "list")
+    assert listed.code == 0 and "web" in listed.stdout and node["uuid"] in listed.stdout
+    shown = logged_in("--json", "compute", "nodes", "show", "web")
+    assert shown.json()["uuid"] == node["uuid"]
+    # the reference's defaults: 1 core, 1024 MB
+    plain = add_node(logged_in, "-n", "plain")
+    assert (plain["cores"], plain["ram"]) == (1, 1024)
+
+
+def test_update_resends_the_whole_disk_spec_with_the_root_changed(logged_in):
+    spec = ('disk_spec:={"kind": "disks", "disks": [{"size": 5, "image": "%s"}, '
+            '{"size": 1, "label": "data", "fs": "ext4"}]}' % IMAGE)
+    node = logged_in("--json", "compute", "nodes", "add", "-p", ADMIN_PROJECT, "-n", "multi",
+                     spec).json()
+    image2 = IMAGE.replace("base", "base-2")
+    result = logged_in("--json", "compute", "nodes", "update", "multi", "-i", image2, "-d", "6")
+    assert result.code == 0, result.stderr
+    disks = result.json()["disk_spec"]["disks"]
+    assert (disks[0]["image"], disks[0]["size"]) == (image2, 6)
+    assert disks[1]["label"] == "data"
+    assert result.json()["status"] == "IN_PROGRESS"
+    refused = logged_in("compute", "nodes", "update", node["uuid"], "-d", "1")
+    assert refused.code == 1 and "cannot shrink" in refused.stderr
+    nothing = logged_in("compute", "nodes", "update", node["uuid"])
+    assert nothing.code == 2 and "nothing to update" in nothing.stderr
+
+
+def test_power_actions_and_console(logged_in, real_api):
+    node = add_node(logged_in, "-n", "pw")
+    off = logged_in("--json", "compute", "nodes", "power-off", "pw")
+    assert off.code == 0 and off.json()["power_state"] == "off"
+    reboot = logged_in("compute", "nodes", "reboot", "pw")
+    assert reboot.code == 1 and "powered off" in reboot.stderr
+    assert logged_in("--json", "compute", "nodes", "power-on", "pw").json()[
+        "power_state"] == "on"
+    assert logged_in("--json", "compute", "nodes", "reboot", node["uuid"]).json()[
+        "reboot_requested_at"]
+    path = console_path(real_api.settings, node["uuid"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("cloud-init: ready 10.20.0.20\n")
+    console = logged_in("compute", "nodes", "console", "pw")
+    assert console.code == 0 and console.stdout == "cloud-init: ready 10.20.0.20\n"
+
+
+def test_wait_prints_each_status_and_ends_at_active(logged_in, real_api):
+    nodes = real_api.store.collection("compute_nodes")
+    # the node is made by the CLI; the daemon's part starts once it exists
+    found = threading.Event()
+
+    def daemon():
+        while not found.is_set():
+            for record in nodes.find(name="waited"):
+                found.set()
+                later(nodes, record["uuid"], ("SCHEDULED", None), ("IN_PROGRESS", None),
+                      ("ACTIVE", None), pause=0.3).join()
+            time.sleep(0.05)
+    thread = threading.Thread(target=daemon, daemon=True)
+    thread.start()
+    result = logged_in("--json", "compute", "nodes", "add", "-p", ADMIN_PROJECT, "-i", IMAGE,
+                       "-n", "waited", "--wait", "--wait-timeout", "60")
+    thread.join(5)
+    assert result.code == 0, result.stderr
+    assert result.json()["status"] == "ACTIVE"
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith("waiting up to 60 s for the compute daemon")
+    seen = [line.split(": ")[1].split(" ")[0] for line in lines[1:]]
+    assert seen[-1] == "ACTIVE" and seen == sorted(set(seen), key=seen.index)
+    assert set(seen) <= {"NEW", "SCHEDULED", "IN_PROGRESS", "ACTIVE"}
+
+
+def test_wait_ends_non_zero_on_error_and_on_timeout(logged_in, real_api):
+    nodes = real_api.store.collection("compute_nodes")
+    node = add_node(logged_in, "-n", "doomed")
+    later(nodes, node["uuid"], ("ERROR", "no hypervisor has 1 free core"))
+    result = logged_in("compute", "nodes", "show", "doomed", "--wait")
+    assert result.code == 1
+    assert "ERROR: no hypervisor has 1 free core" in result.stderr
+    stuck = logged_in("compute", "nodes", "show", add_node(logged_in)["uuid"], "--wait",
+                      "--wait-timeout", "0.5")
+    assert stuck.code == 1 and "still NEW after 0.5 s" in stuck.stderr
+
+
+def test_volumes_attach_and_detach(logged_in):
+    add_node(logged_in, "-n", "holder")
+    volume = logged_in("--json", "compute", "volumes", "add", "-p", ADMIN_PROJECT, "-n",
+                       "data", "--size", "2")
+    assert volume.code == 0, volume.stderr
+    attached = logged_in("--json", "compute", "volumes", "attach", "data", "holder")
+    assert attached.code == 0, attached.stderr
+    assert attached.json()["node"].startswith(NODES)
+    again = logged_in("compute", "volumes", "attach", "data", "holder")
+    assert again.code == 1 and "Volume is already attached to a node" in again.stderr
+    busy = logged_in("compute", "volumes", "delete", "data")
+    assert busy.code == 1 and "detach it first" in busy.stderr
+    assert logged_in("--json", "compute", "volumes", "detach", "data").json()["node"] is None
+    assert logged_in("compute", "volumes", "delete", "data").code == 0
+
+
+def test_hypervisors_sets_and_policies(logged_in):
+    hyper = logged_in("--json", "compute", "hypervisors", "add", "-n", "local",
+                      "--uri", "test:///default")
+    assert hyper.code == 0, hyper.stderr
+    assert hyper.json()["driver_spec"]["storage_pool"] == "default"
+    dup = logged_in("compute", "hypervisors", "add", "--uri", "test:///default")
+    assert dup.code == 1
+    policy = logged_in("--json", "compute", "placement-policies", "add", "-p", ADMIN_PROJECT,
+                       "-n", "spread", "--kind", "hard-anti-affinity")
+    assert policy.code == 0 and policy.json()["kind"] == "hard-anti-affinity"
+    made = logged_in("--json", "compute", "sets", "add", "-p", ADMIN_PROJECT, "-n", "web",
+                     "-i", IMAGE, "--replicas", "3",
+                     f"placement_policies:=[\"{policy.json()['uuid']}\"]")
+    assert made.code == 0, made.stderr
+    assert made.json()["replicas"] == 3
+    scaled = logged_in("--json", "compute", "sets", "update", "web", "--replicas", "1")
+    assert scaled.json()["replicas"] == 1
+    assert logged_in("compute", "sets", "delete", "web").code == 0
+    assert logged_in("compute", "placement-policies", "delete", "spread").code == 0
+    assert logged_in("compute", "hypervisors", "delete", "local").code == 0
+    gone = logged_in("compute", "hypervisors", "show", "local")
+    assert gone.code == 1 and "no name 'local'" in gone.stderr
