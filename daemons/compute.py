@@ -1,17 +1,49 @@
-"""Compute daemon: will reconcile compute nodes with libvirt. Named "compute" rather than
-"libvirt" so that the module never shadows the libvirt package it will import.
+"""Compute daemon: keeps libvirt's domains, volumes and networks in line with the compute
+and network kinds. The logic is appliance.compute.reconcile; this is its process shell.
+Named "compute" rather than "libvirt" so that the module never shadows the libvirt package.
 
-So far it only follows changes to the nodes; the libvirt logic comes in a later issue.
+Every watched kind leads to the same whole pass (`Reconciler.pass_once`); a pass is skipped
+when none of the kinds moved since the last one and libvirt reported nothing, except on
+the periodic tick, which always runs one (changes made behind our back in libvirt).
 """
 
 import sys
+import threading
 
+from appliance.compute.reconcile import Reconciler
 from daemons.base import Daemon, run
 
 
 class Compute(Daemon):
     name = "compute"
-    kinds = ("compute_nodes",)
+    kinds = Reconciler.kinds
+    tick_seconds = 30.0
+    connect = None          # libvirt's open by default; a bench shares one test:/// connection
+
+    def start(self):
+        self._keys = None
+        self._forced = threading.Event()
+        self.reconciler = Reconciler(self.store, self.settings, connect=self.connect,
+                                     on_change=self._libvirt_changed)
+        self.reconciler.start_events()
+        return super().start()
+
+    def schedule_jobs(self, scheduler):
+        scheduler.every(self.tick_seconds).seconds.do(self._libvirt_changed)
+
+    def _libvirt_changed(self):
+        self._forced.set()
+        self.request(Reconciler.kinds[1])
+
+    def reconcile(self, kind):
+        keys = tuple(self.store.collection(k).snapshot().key for k in self.kinds)
+        if keys == self._keys and not self._forced.is_set():
+            return
+        self._forced.clear()
+        self.reconciler.pass_once()
+        # what the pass wrote itself moves the keys: the next request runs one more pass,
+        # which finds nothing to do and writes nothing, and from then on requests are free
+        self._keys = keys
 
 
 def main():

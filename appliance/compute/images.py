@@ -1,0 +1,168 @@
+"""The image cache: each image URL is downloaded once into `<dir>/<sha256(url)>.<fmt>`.
+
+A download goes to a `.part` file, is decompressed on the way (`.gz` by gzip, `.zst` by
+the `zstd` program: no Python binding needed for a format seen rarely), checked, and only
+then renamed into place, so a file under its final name is always whole and a crash leaves
+at most a `.part` (swept at the next try). Beside it, `<key>.json` records the URL, the
+format, the size and the sha256 of the cached file.
+
+Formats: by the URL's suffix, `.qcow2` (checked by its magic), else raw (`.raw`, `.img`,
+`.raw.gz`, `.raw.zst`...), which must be a non-empty whole number of 512-byte sectors and
+not secretly a qcow2 (then it is taken as qcow2). A bad file, an unreachable URL or an HTTP
+error raise ImageError with a reason for the node; every network read has a timeout and the
+whole download a deadline, so a stuck server cannot hang the daemon.
+"""
+
+import gzip
+import hashlib
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+QCOW2_MAGIC = b"QFI\xfb"
+CHUNK = 1 << 20
+
+
+class ImageError(Exception):
+    """An image cannot be had; the message is the node's status_reason."""
+
+
+class ImageCache:
+    def __init__(self, directory, read_timeout=30.0, deadline=1800.0):
+        self.directory = directory
+        self.read_timeout = read_timeout
+        self.deadline = deadline
+        self._locks = {}
+        self._guard = threading.Lock()
+
+    def key(self, url):
+        return hashlib.sha256(url.encode()).hexdigest()
+
+    def cached(self, url):
+        """The record of a cached URL ({"url", "path", "format", "size", "sha256"}) or None."""
+        try:
+            with open(os.path.join(self.directory, self.key(url) + ".json")) as f:
+                meta = json.load(f)
+        except (OSError, ValueError):
+            return None
+        return meta if os.path.exists(meta.get("path", "")) else None
+
+    def get(self, url):
+        """The cached image of `url`, downloading it first if needed."""
+        meta = self.cached(url)
+        if meta is not None:
+            return meta
+        with self._guard:
+            lock = self._locks.setdefault(url, threading.Lock())
+        with lock:
+            meta = self.cached(url)
+            return meta if meta is not None else self._download(url)
+
+    def _download(self, url):
+        os.makedirs(self.directory, mode=0o755, exist_ok=True)
+        key = self.key(url)
+        part = os.path.join(self.directory, key + ".part")
+        path_only = urllib.parse.urlsplit(url).path.lower()
+        try:
+            self._fetch(url, path_only, part)
+            fmt = _check(part, path_only, url)
+            digest = _sha256(part)
+            final = os.path.join(self.directory, f"{key}.{fmt}")
+            os.chmod(part, 0o644)   # the hypervisor's QEMU reads it as a backing file
+            os.replace(part, final)
+        finally:
+            if os.path.exists(part):
+                os.unlink(part)
+        meta = {"url": url, "path": final, "format": fmt, "size": os.path.getsize(final),
+                "virtual_size": _virtual_size(final, fmt), "sha256": digest}
+        tmp = os.path.join(self.directory, key + ".json.part")
+        with open(tmp, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, os.path.join(self.directory, key + ".json"))
+        return meta
+
+    def _fetch(self, url, path_only, part):
+        scheme = urllib.parse.urlsplit(url).scheme
+        if scheme not in ("http", "https", "file"):
+            raise ImageError(f"image {url}: unsupported URL scheme {scheme!r}")
+        started = time.monotonic()
+        try:
+            response = urllib.request.urlopen(url, timeout=self.read_timeout)  # noqa: S310
+        except urllib.error.HTTPError as e:
+            raise ImageError(f"image {url}: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            reason = getattr(e, "reason", None) or e
+            raise ImageError(f"image {url}: cannot download: {reason}") from None
+        try:
+            with response, open(part, "wb") as out:
+                if path_only.endswith(".zst"):
+                    self._unzstd(response, out, url, started)
+                else:
+                    src = gzip.GzipFile(fileobj=response) if path_only.endswith(".gz") \
+                        else response
+                    self._copy(src, out, url, started)
+        except (OSError, EOFError) as e:    # BadGzipFile and socket timeouts are OSErrors
+            raise ImageError(f"image {url}: download or decompression failed: {e}") from None
+
+    def _copy(self, src, out, url, started):
+        while True:
+            chunk = src.read(CHUNK)
+            if not chunk:
+                return
+            out.write(chunk)
+            if time.monotonic() - started > self.deadline:
+                raise ImageError(f"image {url}: download took longer than "
+                                 f"{self.deadline:g} s")
+
+    def _unzstd(self, response, out, url, started):
+        proc = subprocess.Popen(["zstd", "-d", "-q", "-c"], stdin=subprocess.PIPE, stdout=out,
+                                stderr=subprocess.PIPE)
+        try:
+            self._copy(response, proc.stdin, url, started)
+            proc.stdin.close()
+            err = proc.stderr.read()
+            if proc.wait(timeout=self.read_timeout) != 0:
+                raise ImageError(f"image {url}: not valid zstd data: "
+                                 f"{err.decode(errors='replace').strip()[:200]}")
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _check(path, path_only, url):
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == QCOW2_MAGIC:
+        return "qcow2"
+    if path_only.endswith(".qcow2"):
+        raise ImageError(f"image {url}: not a qcow2 file (bad magic)")
+    if size == 0:
+        raise ImageError(f"image {url}: empty file")
+    if size % 512:
+        raise ImageError(f"image {url}: not a disk image: {size} bytes is not a whole "
+                         "number of 512-byte sectors")
+    return "raw"
+
+
+def _virtual_size(path, fmt):
+    """Bytes the guest sees: a raw file's size, or a qcow2 header's size field."""
+    if fmt == "raw":
+        return os.path.getsize(path)
+    with open(path, "rb") as f:
+        header = f.read(32)
+    return int.from_bytes(header[24:32], "big") if len(header) == 32 else 0
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
