@@ -27,6 +27,7 @@ from tests.compute.netns import Netns, unavailable
 from tests.image import qemu
 
 MARKER = "APPLIANCE-NODE-READY"
+NO_SEED = "Datasource DataSourceNone"       # cloud-init's final line when it read no seed
 ADMIN_PROJECT = builtin.ADMIN_PROJECT
 NODE_NS = "https://appliance.local/ns/node"
 # A bound on a hang, not a measure: docs/image.md measured the node image's cloud-init
@@ -168,7 +169,8 @@ class Env:
                           BOOT_TIMEOUT, interval=0.5)
         to_lease = time.monotonic() - posted
         assert lease == ipv4, f"the lease is {lease}, IPAM gave {ipv4}"
-        self.wait_ssh(ipv4, key, "SSH to the node with the key given through the API")
+        self.wait_ssh(ipv4, key, "SSH to the node with the key given through the API",
+                      node_uuid=node_uuid)
         return node, to_lease, time.monotonic() - posted
 
     def node(self, node_uuid):
@@ -228,8 +230,12 @@ class Env:
     def ssh(self, ipv4, key, command, timeout=60):
         return self.ns.ssh(ipv4, key, command, user=SSH_USER, timeout=timeout)
 
-    def wait_ssh(self, ipv4, key, what, timeout=BOOT_TIMEOUT):
+    def wait_ssh(self, ipv4, key, what, timeout=BOOT_TIMEOUT, node_uuid=None):
         def ok():
+            # a guest that found no seed never takes the key: say so now, not at the timeout
+            if node_uuid and NO_SEED in self.console(node_uuid):
+                raise AssertionError(f"{what}: cloud-init found no NoCloud seed ({NO_SEED}); "
+                                     f"console tail:\n{self.console(node_uuid)[-2000:]}")
             try:
                 return self.ssh(ipv4, key, "true", timeout=30).returncode == 0
             except Exception:              # a timed-out ssh while sshd starts: try again
