@@ -304,6 +304,51 @@ def test_every_unit_is_active_and_hardened(box):
     assert [a for a, port in listening if port == 11010] == ["127.0.0.1"], listening
 
 
+def test_libvirt_answers_the_appliance_user(box):
+    """issue 12: libvirtd works in the image and the appliance user (group libvirt, as the
+    compute daemon runs) reaches qemu:///system; nothing of libvirt listens on the network
+    nor takes port 53 from the appliance's DNS."""
+    out = box.ssh("runuser -u appliance -- virsh -c qemu:///system version").stdout
+    assert "Running hypervisor: QEMU" in out, out
+    assert "default" in box.ssh("virsh -c qemu:///system pool-list --all --name").stdout
+    assert box.ssh("virsh -c qemu:///system net-list --all --name").stdout.split() == []
+    for socket_unit in ("libvirtd-tls.socket", "libvirtd-tcp.socket"):
+        state = box.ssh(f"systemctl is-enabled {socket_unit}", check=False).stdout.strip()
+        assert state == "masked", (socket_unit, state)
+    owners = box.ssh("ss -Hlnptu 'sport = :53'").stdout
+    dns_pid = box.main_pid("appliance-dns")
+    assert owners.strip() and all(f"pid={dns_pid}," in line for line in owners.splitlines()), \
+        owners
+    assert not re.search(r":16514|:16509", box.ssh("ss -Hlnt").stdout)
+
+
+def compute_records(box):
+    """The compute kinds as the store holds them (read as the appliance user)."""
+    probe = ("import json; from state import Store; s = Store('/var/lib/appliance'); "
+             "print(json.dumps({k: s.collection(k).records() "
+             "for k in ('compute_hypervisors', 'compute_nodes')}))")
+    return json.loads(box.ssh(f'cd / && runuser -u appliance -- '
+                              f'/opt/appliance/venv/bin/python -P -c "{probe}"').stdout)
+
+
+def test_first_boot_registered_the_hypervisor_and_the_node(box):
+    records = compute_records(box)
+    [hypervisor] = records["compute_hypervisors"]
+    assert hypervisor["driver_spec"]["kind"] == "libvirt"
+    assert hypervisor["driver_spec"]["connection_uri"] == "qemu:///system"
+    # IN_PROGRESS until the compute daemon has asked libvirt; ERROR would say why it failed
+    assert hypervisor["status"] in ("IN_PROGRESS", "ACTIVE"), hypervisor
+    [node] = records["compute_nodes"]
+    hostname = box.ssh("hostname").stdout.strip()
+    assert (node["name"], node["node_type"], node["status"], node["project_id"]) == (
+        hostname, "HW", "ACTIVE", ADMIN_PROJECT)
+    # the first NIC's address, as the guest sees it (QEMU user networking: 10.0.2.15/24)
+    address = box.ssh("ip -4 -o addr show dev eth0").stdout.split()[3]
+    assert f"{node['default_network']['ipv4']}/{node['default_network']['mask']}" == address
+    mac = box.ssh("cat /sys/class/net/eth0/address").stdout.strip()
+    assert node["default_network"]["mac"] == mac
+
+
 def sigkill_and_wait(box, unit, bound):
     """SIGKILL the unit's main process; the seconds until systemd has it active again
     under a new pid (the API's unit is active once it accepts connections)."""
@@ -354,12 +399,17 @@ def test_idle_memory_of_the_appliance_processes(box):
 
 def test_a_reboot_keeps_the_state(box, made):
     host_key = box.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout
+    registered = compute_records(box)
     mark = box.vm.mark()
     box.ssh("systemctl --no-block reboot", check=False)
     rebooted = Box(box.vm, box.workdir, box.ssh_key, box.known_hosts, since=mark)
     assert rebooted.fingerprint == box.fingerprint
     assert_state_kept(rebooted, made)
     assert rebooted.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout == host_key
+    # registration is idempotent: the same hypervisor and node records, no new ones
+    after = compute_records(rebooted)
+    for kind, records in registered.items():
+        assert [r["uuid"] for r in after[kind]] == [r["uuid"] for r in records], kind
     box.client = rebooted.client
 
 
