@@ -33,7 +33,7 @@ import pytest
 from appliance.iam.builtin import ADMIN_PROJECT
 from daemons import DAEMONS
 from tests.apiserver import TOKEN_PATH, Client
-from tests.image.qemu import VM, blank_disk, build_image, require_root
+from tests.image.qemu import VM, blank_disk, build_image, require_root, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
 # test's set-up): the bound here covers build, boots and upgrade
@@ -378,23 +378,14 @@ def test_a_daemon_killed_with_sigkill_is_back_within_seconds(box, made):
 def test_idle_memory_of_the_appliance_processes(box):
     """Printed, not asserted (the issue's goal is a benchmark: < 150 MB RSS in total)."""
     time.sleep(10)                      # let the restarts above settle
-    total_rss = total_pss = 0
-    lines = []
-    for unit in DAEMON_UNITS:
-        pids = box.ssh(f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs"
-                       ).stdout.split()
-        rss = pss = 0
-        for pid in pids:
-            # PSS shares each shared page (the interpreter, libraries) among its users
-            out = box.ssh(f"grep -E '^(Rss|Pss):' /proc/{pid}/smaps_rollup").stdout.split()
-            rss += int(out[1])
-            pss += int(out[4])
-        lines.append(f"  {unit}: RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB")
-        total_rss += rss
-        total_pss += pss
+    memory = unit_memory(lambda command: box.ssh(command).stdout, DAEMON_UNITS)
+    total_rss = sum(rss for rss, _ in memory.values())
+    total_pss = sum(pss for _, pss in memory.values())
     assert total_rss > 0 and 0 < total_pss <= total_rss
-    print("\nidle memory of the appliance's processes:\n" + "\n".join(lines)
-          + f"\n  total: RSS {total_rss / 1024:.1f} MB, PSS {total_pss / 1024:.1f} MB")
+    print("\nidle memory of the appliance's processes:\n" + "\n".join(
+        f"  {unit}: RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB"
+        for unit, (rss, pss) in memory.items())
+        + f"\n  total: RSS {total_rss / 1024:.1f} MB, PSS {total_pss / 1024:.1f} MB")
 
 
 def test_a_reboot_keeps_the_state(box, made):
