@@ -41,7 +41,7 @@ TEST_ONLY = {"pytest", "openapi_spec_validator", "dns"}      # dns: dnspython
 OPENSSL = {"_hashlib", "hmac", "secrets"}
 
 NEVER = {
-    "api": DNS_WIRE,
+    "api": DNS_WIRE | {"watchdog"},
     "builder": HTTP_SERVER | DNS_WIRE,
     "delivery": HTTP_SERVER | TOKENS | DNS_WIRE | CONFIG_FILE,
     "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE | HTTP_CLIENT | OPENSSL,
