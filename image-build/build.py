@@ -256,6 +256,11 @@ def install_venv(root, wheels, profile, migrations):
             chroot(root, f"{venv}/bin/python", "-m", "pip", "install", "-q", "--no-index",
                    "--no-cache-dir", "--find-links", "/tmp/wheels",
                    "-c", "/tmp/wheels/constraints.txt", "appliance")
+        # pip compiled the venv and Debian's postinst the system Python, but a .pyc whose
+        # source changed after it (Debian's sitecustomize.py, a symlink into /etc) would be
+        # recompiled at every start of every process: the units cannot write the root
+        for path in glob.glob(os.path.join(root, "usr/lib/python3*/sitecustomize.py")):
+            chroot(root, "python3", "-m", "compileall", "-q", "/" + os.path.relpath(path, root))
     finally:
         remove(staging)
     if migrations:
