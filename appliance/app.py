@@ -23,6 +23,7 @@ def build_api(settings, store=None):
     system.register(api, {"schema_version": latest()})
     for capability in capabilities():
         capability.register(api)
+    api.compile_routes()
     return api
 
 

@@ -7,7 +7,7 @@ store's locks, and a file that already exists wins.
 
 import secrets
 
-from appliance.migrations import migrate
+from appliance.migrations import MigrationError, check, latest, migrate
 from state import Store
 
 ADMIN_PASSWORD_FILE = "admin-password"
@@ -41,3 +41,18 @@ def bootstrap(settings):
     if path:
         return f"admin password of user 'admin' is in {path}"
     return "admin password of user 'admin' is the value of APPLIANCE_ADMIN_PASSWORD"
+
+
+def require_bootstrapped(settings):
+    """Refuse a state that bootstrap has not brought to this code's schema version (newer
+    or older): what a process that skips bootstrap checks instead."""
+    store = Store(settings["state_dir"])
+    try:
+        version, newest = check(store), latest()
+    finally:
+        store.close()
+    if version != newest:
+        raise MigrationError(
+            f"the state in {settings['state_dir']} has schema version {version}, this code's "
+            f"is {newest}: bootstrap has not migrated it (set api_bootstrap to true, or run "
+            "the first-boot unit)")

@@ -37,6 +37,11 @@ DEFAULTS = {
     # q refused: an older upstream), none (no tags at all)
     "dns_tags": "full",
     "log_level": "INFO",
+    # false: the API process leaves the state's preparation (migrations, seeds) to whoever
+    # ran bootstrap before it, and only refuses a state not at its schema version; the
+    # image's API unit sets it, first boot having bootstrapped at this very boot
+    # (docs/appliance-image.md, "Boot time")
+    "api_bootstrap": True,
     # scheduled backups (docs/backup.md): off while backup_schedule is unset
     "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
     "backup_dir": None,                 # where they go (required with a schedule)

@@ -10,7 +10,7 @@ import waitress
 from appliance import config, logs
 from appliance.app import create_app
 from appliance.api.server_errors import body_limit, json_errors
-from appliance.bootstrap import bootstrap
+from appliance.bootstrap import bootstrap, require_bootstrapped
 from appliance.migrations import MigrationError
 
 
@@ -63,9 +63,13 @@ def waitress_settings(settings, descriptors=None):
 def serve(settings):
     # queued: request threads only enqueue their access lines (appliance/logs.py)
     log = logs.setup("api", settings["log_level"], queued=True)
-    # idempotent: the supervisor ran it already, but a unit may start the API alone
+    # idempotent: the supervisor ran it already, but a unit may start the API alone; the
+    # image's unit skips it (api_bootstrap: first boot ran it just before)
     try:
-        log.info(bootstrap(settings))
+        if settings["api_bootstrap"]:
+            log.info(bootstrap(settings))
+        else:
+            require_bootstrapped(settings)
     except MigrationError as e:
         log.error("%s", e)             # a state newer than the code: never serve it
         logs.stop()

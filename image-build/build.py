@@ -42,7 +42,11 @@ TOOLS = ("mmdebstrap", "sfdisk", "mkfs.ext4", "extlinux", "qemu-img", "mount", "
          "chroot", "tar")
 MBR = "/usr/lib/EXTLINUX/mbr.bin"
 KEEP = 2          # cache entries kept per layer and profile (besides the one just used)
-CMDLINE = "root=LABEL={label} rw console=tty0 console=ttyS0,115200 net.ifnames=0"
+# quiet: the kernel's messages and systemd's status lines go through an emulated UART at
+# 115200 baud (TCG): tens of kilobytes, seconds of boot; failures and the appliance's
+# banner still reach the console. cryptomgr.notests: the crypto API's boot self-tests.
+CMDLINE = ("root=LABEL={label} rw console=tty0 console=ttyS0,115200 net.ifnames=0 quiet "
+           "cryptomgr.notests")
 # the wheels for Debian 12's python3 (3.11, glibc 2.36), whatever Python runs the build
 PIP_DOWNLOAD = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
                 "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
@@ -220,7 +224,8 @@ def wheels_layer():
 def disk_key(recipe, name, rootfs_key, wheels_key, suffix, migrations):
     files = [os.path.join(HERE, "files", "common"), os.path.join(HERE, "files", name),
              os.path.join(ROOT, "systemd"), os.path.join(ROOT, "docs"), os.path.abspath(__file__)]
-    return digest("disk", recipe["profiles"][name], recipe["appliance_uid"], rootfs_key,
+    return digest("disk", recipe["profiles"][name], recipe["appliance_uid"], recipe["mask"],
+                  rootfs_key,
                   wheels_key, suffix or "", tree_digest(*files),
                   tree_digest(migrations) if migrations else "")
 
@@ -251,6 +256,11 @@ def install_venv(root, wheels, profile, migrations):
             chroot(root, f"{venv}/bin/python", "-m", "pip", "install", "-q", "--no-index",
                    "--no-cache-dir", "--find-links", "/tmp/wheels",
                    "-c", "/tmp/wheels/constraints.txt", "appliance")
+        # pip compiled the venv and Debian's postinst the system Python, but a .pyc whose
+        # source changed after it (Debian's sitecustomize.py, a symlink into /etc) would be
+        # recompiled at every start of every process: the units cannot write the root
+        for path in glob.glob(os.path.join(root, "usr/lib/python3*/sitecustomize.py")):
+            chroot(root, "python3", "-m", "compileall", "-q", "/" + os.path.relpath(path, root))
     finally:
         remove(staging)
     if migrations:
@@ -321,6 +331,14 @@ def configure(recipe, name, profile, root, info):
             shutil.copy2(os.path.join(ROOT, "systemd", unit),
                          os.path.join(root, "etc/systemd/system", unit))
     chroot(root, "systemctl", "enable", "--quiet", *profile["enable"])
+    # what neither machine uses, each a step of a boot under TCG (docs/image.md, "Boot time")
+    chroot(root, "systemctl", "mask", "--quiet", *recipe["mask"], *profile.get("mask", []))
+    for path in profile.get("remove", []):
+        remove(os.path.join(root, path))
+    # the initramfs of files/common/etc/initramfs-tools (MODULES=list): the rootfs layer's
+    # holds most of the kernel's drivers
+    with mounted("-t", "proc", "proc", os.path.join(root, "proc")):
+        chroot(root, "update-initramfs", "-u", "-k", "all")
     os.makedirs(os.path.join(root, "etc/appliance"), exist_ok=True)
     with open(os.path.join(root, "etc/appliance/build-info.json"), "w") as f:
         json.dump(info, f, indent=2)

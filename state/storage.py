@@ -7,7 +7,6 @@ at any instant leaves either the old or the new content, never a torn file.
 """
 
 import os
-import secrets
 
 import orjson
 from tinydb.storages import Storage
@@ -62,8 +61,10 @@ class AtomicJSONStorage(Storage):
         self.write_bytes(orjson.dumps(data))
 
     def write_bytes(self, payload):
+        # os.urandom, not secrets: secrets imports hmac and so OpenSSL's libcrypto, ~3 MB
+        # of RSS in every daemon that only needs a unique name
         base = os.path.basename(self.path)
-        tmp = os.path.join(self.directory, f".{base}.{secrets.token_hex(6)}{self.TEMP_SUFFIX}")
+        tmp = os.path.join(self.directory, f".{base}.{os.urandom(6).hex()}{self.TEMP_SUFFIX}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, self.mode)
         try:
             view = memoryview(payload)

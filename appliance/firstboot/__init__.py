@@ -14,7 +14,7 @@ import socket
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
 
-from . import banner, nginx, sources, ssh, tls
+from . import banner, nginx, register, sources, ssh, tls
 from .paths import Paths
 
 log = logging.getLogger("appliance.firstboot")
@@ -41,10 +41,13 @@ def admin_password(store, given):
                     store.private_path(ADMIN_PASSWORD_FILE))
 
 
-def register_node(settings):
-    """Register this box as a compute node and its libvirt as a hypervisor. A no-op for
-    now: it needs the compute API of issue 13, which does not exist yet."""
-    log.info("node registration: waits for the compute API (issue 13); nothing done")
+def register_node(store, paths):
+    """This box as a compute node and its libvirt as a hypervisor (register.py). A failure
+    is logged, not fatal: the appliance still boots, and the next boot tries again."""
+    try:
+        register.register(store, paths.libvirt_socket)
+    except Exception:
+        log.exception("node registration failed; tried again at the next boot")
 
 
 def hand_over(state_dir, uid, gid):
@@ -90,7 +93,11 @@ def run(settings, paths=None, owner=None):
     max_body = max(settings["max_body_bytes"], settings["max_upload_bytes"])
     nginx.write(paths.nginx_sites, nginx.site(cert_path, key_path, upstream, max_body))
     password_line = bootstrap(settings)
-    register_node(settings)
+    store = Store(state_dir)
+    try:
+        register_node(store, paths)
+    finally:
+        store.close()
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)

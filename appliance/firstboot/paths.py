@@ -43,5 +43,9 @@ class Paths:
         return self.at("etc/issue.d")
 
     @property
+    def libvirt_socket(self):
+        return self.at("run/libvirt/libvirt-sock")
+
+    @property
     def build_info(self):
         return self.at("etc/appliance/build-info.json")

@@ -8,7 +8,7 @@ import time
 from . import note
 
 BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
-           "backup", "image", "network", "compute", "compute_tcg"]
+           "backup", "image", "boot", "network", "compute", "compute_tcg"]
 
 
 def main(argv):

@@ -324,6 +324,22 @@ class VM:
             return reply.get("return")
 
 
+def unit_memory(run, units):
+    """{unit: (RSS kB, PSS kB)} summed over the processes of each systemd unit of a booted
+    guest; `run(command)` runs a shell command there and returns its stdout. PSS shares
+    each shared page (the interpreter, libraries) among the processes that map it."""
+    out = {}
+    for unit in units:
+        pids = run(f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs").split()
+        rss = pss = 0
+        for pid in pids:
+            fields = run(f"grep -E '^(Rss|Pss):' /proc/{pid}/smaps_rollup").split()
+            rss += int(fields[1])
+            pss += int(fields[4])
+        out[unit] = (rss, pss)
+    return out
+
+
 def _format(path):
     return "raw" if path.endswith((".raw", ".img", ".iso")) else "qcow2"
 

@@ -1,0 +1,113 @@
+"""The appliance image booted under TCG: boot to a healthy HTTPS API, idle memory.
+
+    python -m tests.bench boot
+    BENCH_BOOT_RUNS=3 BENCH_BOOT_IDLE=60 python -m tests.bench boot
+
+Each run is a first boot, as a user's: a fresh overlay over the built image (cached build:
+instant when nothing changed), a blank second disk for the state, the admin password and
+root's SSH key in fw_cfg. Timed from QEMU's start to the first 200 of `/v1/health` over
+HTTPS on the forwarded 443 (the API answers it only once its store is open), with QEMU's
+own CPU seconds until then (less sensitive to the machine's load). Then, inside
+the guest, `systemd-analyze` and, after BENCH_BOOT_IDLE seconds, the RSS and PSS of every
+process of the appliance's units. The load average is printed beside: on this shared
+2-core machine it moves the figures more than any change. Needs root (the build).
+Goals (issue 12): boot to a healthy API < 30 s, idle memory < 150 MB RSS in total.
+"""
+
+import http.client
+import os
+import ssl
+import subprocess
+import time
+
+from . import cpu_seconds, note, remove, table, temp_dir, title
+from daemons import DAEMONS
+from tests.image import qemu
+
+RUNS = int(os.environ.get("BENCH_BOOT_RUNS", "2"))
+IDLE_SECONDS = float(os.environ.get("BENCH_BOOT_IDLE", "60"))
+HEALTHY_TIMEOUT = 900
+UNITS = ["appliance-api"] + [f"appliance-{name}" for name in DAEMONS]
+GOAL_BOOT_SECONDS, GOAL_RSS_MB = 30, 150
+
+
+def healthy_after(vm):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    deadline = time.monotonic() + HEALTHY_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", vm.port(443), context=ctx,
+                                               timeout=5)
+            conn.request("GET", "/v1/health")
+            if conn.getresponse().status == 200:
+                return time.monotonic() - vm.started_at
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"no healthy API after {HEALTHY_TIMEOUT} s:\n{vm.tail()}")
+
+
+def ssh_runner(vm, key):
+    def run(command):
+        return subprocess.run(
+            ["ssh", "-i", key, "-p", str(vm.port(22)), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
+            capture_output=True, text=True, timeout=120, check=True,
+            stdin=subprocess.DEVNULL).stdout
+    return run
+
+
+def boot_once(image, work, key, n):
+    with open(key + ".pub") as f:
+        public = f.read().strip()
+    state = qemu.blank_disk(os.path.join(work, f"state{n}.qcow2"))
+    vm = qemu.VM(image.raw, work, tcp=[443, 22], extra_disks=[state], name=f"boot{n}",
+                 fw_cfg={"opt/appliance/admin-password": "bench-boot-password",
+                         "opt/appliance/ssh-key": public})
+    with vm:
+        load_start = os.getloadavg()[0]
+        healthy = healthy_after(vm)
+        # QEMU's own CPU time up to then: what the boot costs whatever else runs beside it
+        # (TCG runs one host thread per vCPU: on 2 free cores it takes at least half this)
+        cpu = cpu_seconds(vm.proc.pid)
+        run = ssh_runner(vm, key)
+        analyze = run("systemd-analyze").splitlines()[0].replace("Startup finished in ", "")
+        time.sleep(IDLE_SECONDS)
+        memory = qemu.unit_memory(run, UNITS)
+        vm.shutdown(120)
+    return {"healthy": healthy, "cpu": cpu, "analyze": analyze, "memory": memory,
+            "load": (load_start, os.getloadavg()[0])}
+
+
+def main():
+    title("boot: the appliance image under TCG, boot to a healthy HTTPS API, idle memory")
+    if os.geteuid() != 0:
+        note("skipped: the image build needs root")
+        return
+    image = qemu.build_image("appliance", log=open(os.devnull, "w"))
+    work = temp_dir("boot")
+    try:
+        key = os.path.join(work, "key")
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
+        runs = [boot_once(image, work, key, n) for n in range(RUNS)]
+    finally:
+        remove(work)
+    table(["run", "healthy HTTPS s", "QEMU CPU s", "systemd-analyze", "RSS MB", "PSS MB",
+           "load 1-min"],
+          [[n + 1, f"{r['healthy']:.1f}", f"{r['cpu']:.1f}", r["analyze"],
+            f"{sum(v[0] for v in r['memory'].values()) / 1024:.1f}",
+            f"{sum(v[1] for v in r['memory'].values()) / 1024:.1f}",
+            f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}"] for n, r in enumerate(runs)])
+    last = runs[-1]["memory"]
+    table(["unit (last run)", "RSS MB", "PSS MB"],
+          [[unit, f"{rss / 1024:.1f}", f"{pss / 1024:.1f}"] for unit, (rss, pss) in last.items()])
+    best = min(r["healthy"] for r in runs)
+    rss = min(sum(v[0] for v in r["memory"].values()) for r in runs) / 1024
+    note(f"goals: boot to healthy < {GOAL_BOOT_SECONDS} s: best {best:.1f} s; "
+         f"idle < {GOAL_RSS_MB} MB RSS: best {rss:.1f} MB (idle {IDLE_SECONDS:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()
