@@ -55,9 +55,13 @@ _BY_KIND = {"root_disk": Validator(ROOT_DISK), "disks": Validator(DISKS)}
 def check_image(where, image, platform):
     """http(s) URLs for everyone; `file://` (a path on the hypervisor) only for platform
     callers, since it reads any file the daemon can read."""
-    scheme = urllib.parse.urlsplit(image).scheme.lower()
+    try:
+        parts = urllib.parse.urlsplit(image)
+    except ValueError:          # e.g. an unclosed IPv6 bracket
+        raise BadRequest(f"{where}: not a URL") from None
+    scheme = parts.scheme.lower()
     if scheme in ("http", "https"):
-        if not urllib.parse.urlsplit(image).netloc:
+        if not parts.netloc:
             raise BadRequest(f"{where}: must be an http(s) URL with a host")
         return
     if scheme == "file":

@@ -18,6 +18,7 @@ from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
 
 from . import disks
+from .sets import release_volumes
 
 STATUSES = ("NEW", "SCHEDULED", "IN_PROGRESS", "STARTED", "ACTIVE", "ERROR")
 POLICY_KINDS = ("soft-anti-affinity", "hard-anti-affinity", "soft-affinity", "hard-affinity")
@@ -33,6 +34,8 @@ POLICIES, HYPERVISORS, NETWORKS = ("compute_placement_policies", "compute_hyperv
 CONSOLE_TAIL = 64 * 1024
 # fields a set owns on its members: a PUT of them on a member is refused
 SET_OWNED = ("cores", "ram", "disk_spec", "placement_policies")
+NODE_REF = {"$ref": "#/components/schemas/Node"}
+VOLUME_REF = {"$ref": "#/components/schemas/Volume"}
 
 
 class Number(FieldType):
@@ -284,15 +287,23 @@ class Nodes(ComputeResource):
             ] + status_fields("NEW, SCHEDULED, IN_PROGRESS, ACTIVE or ERROR; a PUT sets "
                               "IN_PROGRESS"),
             actions=[
-                Action("power_on", self.power_on, summary="Power the node on"),
-                Action("power_off", self.power_off, summary="Power the node off"),
-                Action("reboot", self.reboot, summary="Reboot the node"),
+                Action("power_on", self.power_on, summary="Power the node on",
+                       response_schema=NODE_REF),
+                Action("power_off", self.power_off, summary="Power the node off",
+                       response_schema=NODE_REF),
+                Action("reboot", self.reboot, summary="Reboot the node",
+                       response_schema=NODE_REF),
                 Action("details", self.details, method="GET",
-                       permission="compute.node.read", summary="The node's hypervisor"),
+                       permission="compute.node.read", summary="The node's hypervisor",
+                       response_schema={"type": "object", "properties": {
+                           "hypervisor": {"type": ["string", "null"]}}}),
                 Action("get_private_key", self.get_private_key, method="GET",
-                       summary="The node's agent key (a bare JSON string)"),
+                       summary="The node's agent key (a bare JSON string)",
+                       response_schema={"type": "string"}),
                 Action("console", self.console, method="GET",
-                       summary=f"The tail ({CONSOLE_TAIL} bytes) of the serial console log"),
+                       summary=f"The tail ({CONSOLE_TAIL} bytes) of the serial console log",
+                       response_schema={"type": "object", "required": ["log"],
+                                        "properties": {"log": {"type": "string"}}}),
             ])
 
     def register(self, api):
@@ -323,10 +334,7 @@ class Nodes(ComputeResource):
         return changes
 
     def after_delete(self, call, record):
-        # the daemon detaches them from the domain it tears down
-        volumes = self.store_kind(VOLUMES)
-        for volume in volumes.by("node", record["uuid"]):
-            volumes.update(volume["uuid"], {"node": None})
+        release_volumes(self.api.store, [record["uuid"]])
 
     def power_on(self, call, record):
         return self.invoke_update(record, {"power_state": "on"})
@@ -343,7 +351,14 @@ class Nodes(ComputeResource):
         return {"hypervisor": record.get("hypervisor")}
 
     def get_private_key(self, call, record):
-        return self.box.open(self.kind, record["uuid"], "agent_key", record.get("agent_key"))
+        sealed = record.get("agent_key")
+        if sealed is None:
+            # a node recorded without the API (first boot's own node) gets its key now
+            sealed = seal_agent_key(self.box, record["uuid"])
+            sealed = self.collection().mutate(
+                record["uuid"], lambda r: {**r, "agent_key": r.get("agent_key") or sealed}
+            )["agent_key"]
+        return self.box.open(self.kind, record["uuid"], "agent_key", sealed)
 
     def console(self, call, record):
         path = console_path(self.api.settings, record["uuid"])
@@ -379,7 +394,9 @@ class Sets(ComputeResource):
             ] + status_fields("ACTIVE when every member is ACTIVE; ERROR with the first "
                               "failed member's reason"),
             actions=[Action("get_private_keys", self.get_private_keys, method="GET",
-                            summary="The members' agent keys {node uuid: key}")])
+                            summary="The members' agent keys {node uuid: key}",
+                            response_schema={"type": "object", "additionalProperties": {
+                                "type": "string"}})])
 
     def prepare_create(self, call, record):
         project = record["project_id"]
@@ -400,7 +417,8 @@ class Sets(ComputeResource):
 
     def after_delete(self, call, record):
         # members go with the set at once; sets.reconcile_sets also removes any left over
-        self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
+        gone = self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
+        release_volumes(self.api.store, [m["uuid"] for m in gone])
 
     def get_private_keys(self, call, record):
         nodes = self.api.resources[NODES_PATH]
@@ -440,8 +458,10 @@ class Volumes(ComputeResource):
             ] + status_fields("NEW, IN_PROGRESS, ACTIVE or ERROR; a PUT sets IN_PROGRESS"),
             actions=[
                 Action("attach", self.attach, request_schema=NODE_BODY,
+                       response_schema=VOLUME_REF,
                        summary="Attach to a node of the same project"),
-                Action("detach", self.detach, summary="Detach from its node"),
+                Action("detach", self.detach, summary="Detach from its node",
+                       response_schema=VOLUME_REF),
             ])
 
     def attachable_node(self, call, volume_project, node_ref):

@@ -23,9 +23,8 @@ members to create, delete and update, and the set's own read-only fields. The ru
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
-from state.errors import NotFound, RevisionConflict
 
-NODES, SETS = "compute_nodes", "compute_sets"
+NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
 TEMPLATE = ("cores", "ram", "disk_spec", "placement_policies")
 LOCK = "compute-sets"
 
@@ -105,39 +104,43 @@ def plan(node_set, members):
     return out
 
 
+def release_volumes(store, node_uuids):
+    """Detach the volumes of nodes that are gone (the daemon tears their domains down)."""
+    volumes = store.collection(VOLUMES)
+    for uuid in node_uuids:
+        for volume in volumes.by("node", uuid):
+            volumes.update(volume["uuid"], {"node": None})
+
+
 def reconcile_sets(store, settings=None):
-    """One pass over every set; returns the number of records written."""
+    """One pass over every set; returns the number of records written. Each kind is
+    written once per pass (a batch), whatever the number of sets."""
     from appliance.secret.crypto import SecretBox
     from .resources import seal_agent_key
     sets, nodes = store.collection(SETS), store.collection(NODES)
-    writes, box = 0, None
     with store.named_lock(LOCK):
         live = {s["uuid"]: s for s in sets.records()}
-        writes += len(nodes.delete_where(
-            lambda r: r.get("node_set") is not None and r["node_set"] not in live))
+        doomed, created, member_updates, set_updates = set(), [], {}, {}
+        for record in nodes.records():
+            if record.get("node_set") is not None and record["node_set"] not in live:
+                doomed.add(record["uuid"])
         for node_set in live.values():
-            members = [dict(m) for m in nodes.by("node_set", node_set["uuid"])]
-            step = plan(node_set, members)
-            for uuid in step.delete:
-                try:
-                    nodes.delete(uuid)
-                    writes += 1
-                except NotFound:
-                    pass
-            if step.create:
-                box = box or SecretBox(store)
-                for member in step.create:
-                    member["agent_key"] = seal_agent_key(box, member["uuid"])
-                writes += len(nodes.insert_many(step.create))
-            if step.update:
-                # a member the daemon wrote in between is skipped: its write brings
-                # another pass, which plans on the fresh record
-                writes += len(nodes.update_many(step.update))
+            step = plan(node_set, [dict(m) for m in nodes.by("node_set", node_set["uuid"])])
+            doomed.update(step.delete)
+            created += step.create
+            member_updates.update(step.update)
             if step.set_changes:
-                try:
-                    sets.update(node_set["uuid"], step.set_changes,
-                                expect_revision=node_set["revision"])
-                    writes += 1
-                except (RevisionConflict, NotFound):
-                    pass        # a PUT or DELETE got in: the next pass sees it
-    return writes
+                set_updates[node_set["uuid"]] = (node_set["revision"], step.set_changes)
+        # the kind's write lock only when there is something to write (every pass runs this)
+        gone = nodes.delete_where(lambda r: r["uuid"] in doomed) if doomed else []
+        release_volumes(store, [r["uuid"] for r in gone])
+        if created:
+            box = SecretBox(store)
+            for member in created:
+                member["agent_key"] = seal_agent_key(box, member["uuid"])
+            nodes.insert_many(created)
+        # compare-and-set: a member the daemon wrote in between, or a set a PUT changed, is
+        # skipped; that write brings another pass, which plans on the fresh record
+        written = nodes.update_many(member_updates) if member_updates else {}
+        written_sets = sets.update_many(set_updates) if set_updates else {}
+    return len(gone) + len(created) + len(written) + len(written_sets)

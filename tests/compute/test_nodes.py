@@ -76,6 +76,7 @@ def test_disk_size_range(admin, spec):
      "fs or image, not both"),
     ({"kind": "root_disk", "image": "ftp://example.test/x.raw"}, "http(s) URL"),
     ({"kind": "root_disk", "image": "https:///no-host"}, "with a host"),
+    ({"kind": "root_disk", "image": "http://[::1/x"}, "not a URL"),
 ])
 def test_disk_spec_rules(admin, spec, words):
     before = count(admin)
@@ -190,6 +191,13 @@ def test_private_key_is_a_stable_bare_string(admin, server):
     assert admin.get(f"{N}/{node['uuid']}/actions/get_private_key").json == first.json
     stored = server.store.collection("compute_nodes").get(node["uuid"])["agent_key"]
     assert first.json not in stored      # sealed at rest
+    # a node recorded without the API gets its key on the first ask, and keeps it
+    bare = server.store.collection("compute_nodes").insert(
+        {**server.store.collection("compute_nodes").get(node["uuid"]), "uuid": None,
+         "agent_key": None})
+    url = f"{N}/{bare['uuid']}/actions/get_private_key"
+    key = admin.get(url).json
+    assert len(key) == 44 and key != first.json and admin.get(url).json == key
 
 
 def test_console_serves_the_tail_of_the_serial_log(admin, server):

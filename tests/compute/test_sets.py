@@ -252,3 +252,17 @@ def test_set_rules(admin, member):
     assert "administrators" in refused(member.client.post(S, node_body(
         project_id=member.project, disk_spec={"kind": "root_disk",
                                               "image": "file:///x.qcow2"})), 403)
+
+
+def test_members_that_go_leave_their_volumes_detached(admin, server, settle):
+    s = created(admin.post(S, {**node_body(name="vols"), "replicas": 2}))
+    settle()
+    first, second = members(admin, s["uuid"])
+    volumes = [created(admin.post("/v1/compute/volumes", {
+        "project_id": ADMIN_PROJECT, "size": 1, "node": m["uuid"]})) for m in (first, second)]
+    admin.put(f"{S}/{s['uuid']}", {"replicas": 1})
+    settle()
+    shown = [admin.get(f"/v1/compute/volumes/{v['uuid']}").json["node"] for v in volumes]
+    assert shown == [f"{N}/{first['uuid']}", None]
+    admin.delete(f"{S}/{s['uuid']}")
+    assert admin.get(f"/v1/compute/volumes/{volumes[0]['uuid']}").json["node"] is None
