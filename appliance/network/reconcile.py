@@ -68,7 +68,7 @@ def _ensure(conn, network, net, its_ports):
         net = conn.networkDefineXML(desired)
         # up again after a host restart, before libvirt starts the domains that use it
         net.setAutostart(1)
-    if not net.isActive():
+    if its_ports and not net.isActive():
         net.create()
     _sync_hosts(net, hosts)
 

@@ -34,7 +34,7 @@ class Networks(Resource):
                 Field("name", String(255), default="", nullable=False),
                 Field("description", String(255), default="", nullable=False),
                 Field("project_id", UUID(), required=True, create_only=True),
-                Field("cidr", String(18, pattern=r"^[0-9./]+$"), create_only=True,
+                Field("cidr", String(18), create_only=True,
                       description="a private IPv4 network, /29 or larger; default: the next "
                                   "free /24 of the project_networks setting"),
                 Field("routing", Enum(*ipam.ROUTINGS), create_only=True,
@@ -71,7 +71,7 @@ class Networks(Resource):
         count = len(ports(call.store).by("network", record["uuid"]))
         if count:
             raise Conflict(f"network {record['uuid']} has {count} port(s): delete its nodes "
-                           "first")
+                           "first (a port goes once the compute daemon removed its node)")
 
     def delete_record(self, call, uuid):
         # under the ports lock: no port can be given on the network between the check

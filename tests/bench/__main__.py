@@ -8,7 +8,7 @@ import time
 from . import note
 
 BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
-           "backup", "image", "compute"]
+           "backup", "image", "compute", "network"]
 
 
 def main(argv):

@@ -120,6 +120,26 @@ def test_no_free_project_cidr_is_a_clear_error(store, tmp_path):
         ports.allocate(store, settings, node(str(uuid.uuid4())))
 
 
+def test_a_mac_in_use_is_drawn_again(store, settings, monkeypatch):
+    first = ports.allocate(store, settings, node())
+    draws = iter([first["mac"], first["mac"], "52:54:00:12:34:56"])
+    monkeypatch.setattr(ports, "random_mac", lambda: next(draws))
+    assert ports.allocate(store, settings, node())["mac"] == "52:54:00:12:34:56"
+    assert len(ports.ports(store).records()) == 2
+
+
+def test_the_store_refuses_a_second_port_on_an_address_or_node(store, settings):
+    # what guards a writer that would skip allocate's lock
+    made = ports.allocate(store, settings, node())
+    copy = {k: v for k, v in made.items() if k not in ("uuid", "revision")}
+    for changed in ({"node": str(uuid.uuid4()), "mac": "52:54:00:00:00:01"},
+                    {"ipv4": "10.20.0.99", "mac": "52:54:00:00:00:02"},
+                    {"node": str(uuid.uuid4()), "ipv4": "10.20.0.98"}):
+        with pytest.raises(networks.DuplicateKey):
+            ports.ports(store).insert({**copy, **changed})
+    assert len(ports.ports(store).records()) == 1
+
+
 # ---- 6 processes on one store --------------------------------------------------------
 
 def _allocate_many(directory, count, start, results):

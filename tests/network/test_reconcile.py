@@ -164,6 +164,23 @@ def test_only_nodes_placed_on_this_hypervisor(conn, store, settings):
     assert networks.ports(store).get(there["uuid"])["status"] == "NEW"
 
 
+def test_a_node_gone_elsewhere_leaves_no_host_entry_here(conn, store, settings):
+    node, port = place(store, settings)
+    _, stays = place(store, settings)
+    reconcile_networks(store, conn, HV)
+    store.collection("compute_nodes").update(node["uuid"], {"hypervisor": OTHER_HV})
+    reconcile_networks(store, conn, HV)
+    assert live_hosts(conn, port["network"]) == [(stays["mac"], stays["ipv4"])]
+    # with no node left here the network stays as it is, emptied, and is not started again
+    store.collection("compute_nodes").update(stays["node"], {"hypervisor": OTHER_HV})
+    reconcile_networks(store, conn, HV)
+    libvirt_net(conn, port["network"]).destroy()
+    calls = []
+    reconcile_networks(store, Recorder(conn, calls), HV)
+    assert live_hosts(conn, port["network"]) == []
+    assert calls == [] and not libvirt_net(conn, port["network"]).isActive()
+
+
 def test_nat_network_forwards(conn, store, settings):
     project = str(uuid.uuid4())
     net = networks.create(store, settings, {"project_id": project, "name": "out",
