@@ -89,7 +89,9 @@ def disk_element(disk):
     ET.SubElement(el, "driver", name="qemu", type=disk.get("format", "qcow2"))
     ET.SubElement(el, "source", file=disk["path"])
     if device == "cdrom":
-        ET.SubElement(el, "target", dev=disk["dev"], bus="sata")
+        # IDE, not SATA: the node image's cloud kernel has no AHCI driver (CONFIG_SATA_AHCI
+        # is not set), so a SATA seed is never seen and cloud-init runs without it
+        ET.SubElement(el, "target", dev=disk["dev"], bus="ide")
         ET.SubElement(el, "readonly")
     else:
         ET.SubElement(el, "target", dev=disk["dev"], bus="virtio")

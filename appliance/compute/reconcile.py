@@ -365,7 +365,7 @@ class Reconciler:
         fresh = cloudinit.write_seed(seed, cloudinit.seed_files(
             node, port, self.store.collection("secret_ssh_keys").records()))
         seed = self._in_pool(pool, f"{prefix}{node['uuid']}-seed.iso", seed, replace=fresh)
-        disks.append({"path": seed, "dev": "sda", "device": "cdrom", "format": "raw"})
+        disks.append({"path": seed, "dev": "hdc", "device": "cdrom", "format": "raw"})
         os.makedirs(self.console_dir, exist_ok=True)
         reboot = node.get("reboot_requested_at")
         honoured = (mark or {}).get("reboot")

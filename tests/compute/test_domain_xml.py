@@ -11,7 +11,7 @@ NODE = {"uuid": "7b0a8f52-0a38-4a4e-9ea5-4f3f5c1c2d11", "name": "web 1", "cores"
         "ram": 1536}
 DISKS = [{"path": "/default-pool/root.qcow2", "dev": "vda"},
          {"path": "/default-pool/data.qcow2", "dev": "vdb", "serial": "vol1"},
-         {"path": "/seeds/n.iso", "dev": "sda", "device": "cdrom", "format": "raw"}]
+         {"path": "/seeds/n.iso", "dev": "hdc", "device": "cdrom", "format": "raw"}]
 PORT = {"mac": "52:54:00:aa:bb:cc", "bridge": "ap-0123456789ab"}
 
 
@@ -44,12 +44,12 @@ def test_libvirt_reads_back_mark_disks_nic_and_console(conn):
     assert domain_xml.shape_of(xml) == (2, 1536)
     assert domain_xml.disks_of(xml) == {"vda": "/default-pool/root.qcow2",
                                        "vdb": "/default-pool/data.qcow2",
-                                       "sda": "/seeds/n.iso"}
+                                       "hdc": "/seeds/n.iso"}
     assert "<source network='appliance-net'/>" in xml
     assert "<mac address='52:54:00:aa:bb:cc'/>" in xml and "<model type='virtio'/>" in xml
     assert "<source path='/state/compute/console/n.log' append='on'/>" in xml
     assert "<serial type='pty'>" in xml
-    assert xml.count("bus='virtio'") == 2 and "bus='sata'" in xml     # the seed: a cdrom
+    assert xml.count("bus='virtio'") == 2 and "bus='ide'" in xml     # the seed: a cdrom
     assert "<readonly/>" in xml
 
 

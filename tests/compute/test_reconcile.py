@@ -72,7 +72,7 @@ def test_node_becomes_a_running_marked_domain(world):
     assert f"<source network='appliance-{dn['network']}'" in xml
     disks = domain_xml.disks_of(xml)
     assert disks["vda"].endswith(f"vm-{node['uuid']}-disk0.qcow2")
-    assert disks["sda"].endswith(node["uuid"] + ".iso")
+    assert disks["hdc"].endswith(node["uuid"] + ".iso")
     hv = world.store.collection("compute_hypervisors").get(world.hypervisor["uuid"])
     assert hv["avail_cores"] == hv["all_cores"] - 2 and hv["avail_disk"] == 90
 
