@@ -37,8 +37,9 @@ def test_api_to_active_and_back(admin, server, compute, images):
     hv = created(admin.post(H, {"name": "local", "driver_spec": {
         "kind": "libvirt", "connection_uri": "test:///default",
         "storage_pool": "default-pool"}}))
+    # the daemon's first pass waits on its own start (imports, libvirt), seconds under load
     hv = wait_for(lambda: (lambda r: r if r["status"] == "ACTIVE" else None)(
-        admin.get(f"{H}/{hv['uuid']}").json))
+        admin.get(f"{H}/{hv['uuid']}").json), timeout=60)
     assert hv["all_cores"] > 0 and hv["avail_disk"] == hv["all_disk"] == 100
     node = created(admin.post(N, node_body(disk_spec={
         "kind": "root_disk", "image": f"{images}/base.raw", "size": 10})))
@@ -49,7 +50,7 @@ def test_api_to_active_and_back(admin, server, compute, images):
     ports = server.store.collection("network_ports")
     assert ports.by("node", node["uuid"])
     # capacity is written at the end of the pass that made the node ACTIVE
-    wait_for(lambda: admin.get(f"{H}/{hv['uuid']}").json["avail_disk"] == 90)
+    wait_for(lambda: admin.get(f"{H}/{hv['uuid']}").json["avail_disk"] == 90, timeout=30)
 
     bad = created(admin.post(N, node_body(disk_spec={
         "kind": "root_disk", "image": f"{images}/nowhere.raw", "size": 10})))
