@@ -20,9 +20,7 @@ import os
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 
 QCOW2_MAGIC = b"QFI\xfb"
 CHUNK = 1 << 20
@@ -90,12 +88,16 @@ class ImageCache:
         scheme = urllib.parse.urlsplit(url).scheme
         if scheme not in ("http", "https", "file"):
             raise ImageError(f"image {url}: unsupported URL scheme {scheme!r}")
+        # imported on the first download: urllib.request brings http.client and ssl (a few
+        # MB of libssl), which an idle compute daemon need not hold (tests/supervisor)
+        from urllib.error import HTTPError, URLError
+        from urllib.request import urlopen
         started = time.monotonic()
         try:
-            response = urllib.request.urlopen(url, timeout=self.read_timeout)  # noqa: S310
-        except urllib.error.HTTPError as e:
+            response = urlopen(url, timeout=self.read_timeout)  # noqa: S310
+        except HTTPError as e:
             raise ImageError(f"image {url}: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError, ValueError) as e:
+        except (URLError, OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or e
             raise ImageError(f"image {url}: cannot download: {reason}") from None
         try:

@@ -18,7 +18,7 @@ import logging
 import os
 import threading
 import time
-from xml.sax.saxutils import escape
+from html import escape  # xml.sax.saxutils would bring urllib.request and ssl along
 
 from . import cloudinit, domain_xml, placement
 from .images import ImageCache, ImageError

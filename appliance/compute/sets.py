@@ -115,8 +115,6 @@ def release_volumes(store, node_uuids):
 def reconcile_sets(store, settings=None):
     """One pass over every set; returns the number of records written. Each kind is
     written once per pass (a batch), whatever the number of sets."""
-    from appliance.secret.crypto import SecretBox
-    from .resources import seal_agent_key
     sets, nodes = store.collection(SETS), store.collection(NODES)
     with store.named_lock(LOCK):
         live = {s["uuid"]: s for s in sets.records()}
@@ -134,10 +132,9 @@ def reconcile_sets(store, settings=None):
         # the kind's write lock only when there is something to write (every pass runs this)
         gone = nodes.delete_where(lambda r: r["uuid"] in doomed) if doomed else []
         release_volumes(store, [r["uuid"] for r in gone])
+        # members get their agent key on the first ask (Nodes.get_private_key), so the
+        # compute daemon needs no cryptography and no API framework (tests/supervisor)
         if created:
-            box = SecretBox(store)
-            for member in created:
-                member["agent_key"] = seal_agent_key(box, member["uuid"])
             nodes.insert_many(created)
         # compare-and-set: a member the daemon wrote in between, or a set a PUT changed, is
         # skipped; that write brings another pass, which plans on the fresh record
