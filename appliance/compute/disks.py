@@ -8,6 +8,8 @@ import urllib.parse
 from appliance.api.errors import BadRequest, Forbidden
 from appliance.api.validation import Validator
 
+from . import images
+
 TIERS = ("COLD", "WARM", "HOT")
 SIZE = {"type": "integer", "minimum": 1, "maximum": 1000000}
 ROOT_LABEL = "root-volume"
@@ -52,9 +54,19 @@ FIELD_SCHEMA = {"type": "object", "required": ["kind"],
 _BY_KIND = {"root_disk": Validator(ROOT_DISK), "disks": Validator(DISKS)}
 
 
-def check_image(where, image, platform):
+def check_image(where, image, platform, artifact=None):
     """http(s) URLs for everyone; `file://` (a path on the hypervisor) only for platform
-    callers, since it reads any file the daemon can read."""
+    callers, since it reads any file the daemon can read; or a repository artifact of
+    category `images` by its path, `/v1/repo/artifacts/<uuid>`, which `artifact(uuid)`
+    returns when the caller may see it (None otherwise)."""
+    if images.artifact_uuid(image) is not None:
+        record = artifact(images.artifact_uuid(image)) if artifact else None
+        if record is None:
+            raise BadRequest(f"{where}: no repository artifact {image}")
+        if not images.is_image_artifact(record):
+            raise BadRequest(f"{where}: artifact {image} is a {record['urn'].split(':')[0]}"
+                             f", not an {images.ARTIFACT_CATEGORY} artifact")
+        return
     try:
         parts = urllib.parse.urlsplit(image)
     except ValueError:          # e.g. an unclosed IPv6 bracket
@@ -68,22 +80,24 @@ def check_image(where, image, platform):
         if not platform:
             raise Forbidden(f"{where}: file:// images are for administrators only")
         return
-    raise BadRequest(f"{where}: must be an http(s) URL (or file:// for administrators)")
+    raise BadRequest(f"{where}: must be an http(s) URL, a repository artifact "
+                     f"({images.ARTIFACT_PREFIX}<uuid>), or file:// for administrators")
 
 
-def normalize(spec, platform):
-    """The spec checked, with the reference's defaults filled in; 400/403 otherwise."""
+def normalize(spec, platform, artifact=None):
+    """The spec checked, with the reference's defaults filled in; 400/403 otherwise.
+    `artifact`: as check_image takes it."""
     _BY_KIND[spec["kind"]].check_at(spec, "disk_spec")
     if spec["kind"] == "root_disk":
         spec = {**DEFAULTS, "size": 10, **spec}
-        check_image("disk_spec.image", spec["image"], platform)
+        check_image("disk_spec.image", spec["image"], platform, artifact)
         return spec
     disks = [{**DEFAULTS, **disk} for disk in spec["disks"]]
     labels, mounts = set(), set()
     for i, disk in enumerate(disks):
         where = f"disk_spec.disks[{i}]"
         if disk.get("image") is not None:
-            check_image(f"{where}.image", disk["image"], platform)
+            check_image(f"{where}.image", disk["image"], platform, artifact)
         if disk.get("mount_point") is not None:
             if disk["mount_point"] in mounts:
                 raise BadRequest(f"{where}.mount_point: {disk['mount_point']} is used twice")

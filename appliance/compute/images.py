@@ -26,8 +26,38 @@ QCOW2_MAGIC = b"QFI\xfb"
 CHUNK = 1 << 20
 
 
+# an image named by a repository artifact rather than a URL: the artifact's path
+ARTIFACT_PREFIX = "/v1/repo/artifacts/"
+ARTIFACT_CATEGORY = "images"
+
+
 class ImageError(Exception):
     """An image cannot be had; the message is the node's status_reason."""
+
+
+def artifact_uuid(image):
+    """The artifact's uuid when `image` names a repository artifact, else None."""
+    if isinstance(image, str) and image.startswith(ARTIFACT_PREFIX):
+        return image[len(ARTIFACT_PREFIX):].strip("/") or None
+    return None
+
+
+def is_image_artifact(record):
+    return record is not None and str(record.get("urn", "")).startswith(
+        ARTIFACT_CATEGORY + ":")
+
+
+def resolve(store, image):
+    """The URL to download `image` from: itself, or the URI of the repository artifact it
+    names (read at each download, so a repository moved to a new URI is followed)."""
+    uuid = artifact_uuid(image)
+    if uuid is None:
+        return image
+    record = store.collection("repo_artifacts").get(uuid)
+    if not is_image_artifact(record):
+        raise ImageError(f"image {image}: no repository artifact of category "
+                         f"{ARTIFACT_CATEGORY} (was its element removed?)")
+    return record["uri"]
 
 
 class ImageCache:

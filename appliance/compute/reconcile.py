@@ -22,6 +22,7 @@ from html import escape  # xml.sax.saxutils would bring urllib.request and ssl a
 
 from . import cloudinit, domain_xml, placement
 from .images import ImageCache, ImageError
+from .images import resolve as resolve_image
 
 try:
     import libvirt
@@ -133,7 +134,7 @@ class Reconciler:
 
     def _hypervisors(self):
         coll = self.store.collection(HYPERVISORS)
-        active = {}
+        active, placed = {}, None
         for hv in coll.records():
             spec = hv.get("driver_spec") or {}
             uri = spec.get("connection_uri")
@@ -147,6 +148,14 @@ class Reconciler:
             except NodeFailure as e:
                 self._write(coll, hv, status="ERROR", status_reason=str(e))
                 continue
+            if hv.get("status") != "ACTIVE" or hv.get("avail_disk") is None:
+                # what is free goes with ACTIVE in one write: a reader never sees an
+                # ACTIVE hypervisor without its capacity (the pass's end refreshes it)
+                if placed is None:
+                    placed = [n for n in self.store.collection(NODES).records()
+                              if n.get("hypervisor")]
+                cores, ram, disk = placement.free({**hv, **found}, placed)
+                found.update(avail_cores=int(cores), avail_ram=int(ram), avail_disk=int(disk))
             hv = self._write(coll, hv, status="ACTIVE", status_reason=None, **found) or hv
             active[hv["uuid"]] = (hv, conn)
         for gone in set(self.conns) - {h["uuid"] for h in coll.records()}:
@@ -332,7 +341,7 @@ class Reconciler:
                                                        != (images[0] if images else None)):
             node = self._write(nodes, node, status="IN_PROGRESS", status_reason=None) or node
         self.step("images", node["uuid"])
-        cached = {url: self.images.get(url) for url in images}
+        cached = {url: self.images.get(resolve_image(self.store, url)) for url in images}
         root_url = images[0] if images else None
         if dom is not None and mark.get("image") != root_url:
             log.info("node %s: image changed to %s; replacing its root disk", node["uuid"],

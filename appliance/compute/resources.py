@@ -62,6 +62,21 @@ def is_platform(principal):
     return principal is None or principal.project_id in (None, ADMIN_PROJECT)
 
 
+def artifact_lookup(artifacts, call, project_id):
+    """The repository artifacts (`artifacts`: their collection) a caller may boot from:
+    those of the project's repositories and of the shared ones (admin project); any of
+    them for the platform."""
+    platform = is_platform(call.principal)
+
+    def visible(uuid):
+        record = artifacts.get(uuid)
+        if record is None or platform or record.get("project_id") in (project_id,
+                                                                      ADMIN_PROJECT):
+            return record
+        return None
+    return visible
+
+
 def base_fields(scoped=True):
     fields = [Field("name", String(255), default="", nullable=False),
               Field("description", String(255), default="", nullable=False)]
@@ -97,7 +112,10 @@ class ComputeResource(Resource):
         if network is None or network.get("project_id") != project_id:
             raise BadRequest(f"network: no network {uuid} in project {project_id}")
 
-    def check_disk_spec(self, call, record, node_type, current=None):
+    def artifacts(self, call, project_id):
+        return artifact_lookup(self.store_kind("repo_artifacts"), call, project_id)
+
+    def check_disk_spec(self, call, record, node_type, project_id, current=None):
         spec = record.get("disk_spec")
         if node_type == "HW":
             if spec is not None:
@@ -105,7 +123,8 @@ class ComputeResource(Resource):
             return None
         if spec is None:
             raise BadRequest("disk_spec: required for node_type VM")
-        spec = disks.normalize(spec, is_platform(call.principal))
+        spec = disks.normalize(spec, is_platform(call.principal),
+                               self.artifacts(call, project_id))
         if current is not None:
             disks.check_change(current, spec)
         return spec
@@ -313,7 +332,8 @@ class Nodes(ComputeResource):
 
     def prepare_create(self, call, record):
         project = record["project_id"]
-        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"])
+        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"],
+                                                   record["project_id"])
         self.check_policies(project, record["placement_policies"])
         self.check_network(project, record.get("network"))
         record.update(status="NEW", status_reason=None, default_network={},
@@ -327,6 +347,7 @@ class Nodes(ComputeResource):
                            f"{current['node_set']}: change {', '.join(SET_OWNED)} on the set")
         if "disk_spec" in changes:
             changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
+                                                        current["project_id"],
                                                         current.get("disk_spec"))
         if "placement_policies" in changes:
             self.check_policies(current["project_id"], changes["placement_policies"])
@@ -400,7 +421,8 @@ class Sets(ComputeResource):
 
     def prepare_create(self, call, record):
         project = record["project_id"]
-        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"])
+        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"],
+                                                   record["project_id"])
         self.check_policies(project, record["placement_policies"])
         self.check_network(project, record.get("network"))
         record.update(status="NEW", status_reason=None, nodes={})
@@ -409,6 +431,7 @@ class Sets(ComputeResource):
     def prepare_update(self, call, current, changes):
         if "disk_spec" in changes:
             changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
+                                                        current["project_id"],
                                                         current.get("disk_spec"))
         if "placement_policies" in changes:
             self.check_policies(current["project_id"], changes["placement_policies"])
@@ -478,7 +501,8 @@ class Volumes(ComputeResource):
 
     def prepare_create(self, call, record):
         if record.get("image") is not None:
-            disks.check_image("image", record["image"], is_platform(call.principal))
+            disks.check_image("image", record["image"], is_platform(call.principal),
+                              self.artifacts(call, record["project_id"]))
         if record.get("node") is not None:
             self.attachable_node(call, record["project_id"], record["node"])
         record.update(status="NEW", status_reason=None)
@@ -486,7 +510,8 @@ class Volumes(ComputeResource):
 
     def prepare_update(self, call, current, changes):
         if changes.get("image") is not None:
-            disks.check_image("image", changes["image"], is_platform(call.principal))
+            disks.check_image("image", changes["image"], is_platform(call.principal),
+                              self.artifacts(call, current["project_id"]))
         if changes.get("size", current["size"]) < current["size"]:
             raise BadRequest(f"size: a volume cannot shrink (from {current['size']} GB)")
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None

@@ -252,3 +252,41 @@ def test_filters_by_reference_and_status(admin):
     found = admin.get(N, query={"status": "NEW", "name": node["name"]}).json
     assert [n["uuid"] for n in found] == [node["uuid"]]
     refused(admin.get(N, query={"status": "SLEEPING"}), 400)
+
+
+def test_images_named_by_repository_artifacts(admin, server, member, other):
+    """An image may be a repository artifact of category images, by its path: one of the
+    caller's project or of a shared repository (admin project); nothing else."""
+    artifacts = server.store.collection("repo_artifacts")
+
+    def artifact(project, category):
+        return artifacts.insert({"element": None, "project_id": project,
+                                 "urn": f"{category}:{os.urandom(4).hex()}",
+                                 "uri": "https://images.example.test/a.raw.gz"})
+
+    mine = artifact(member.project, "images")
+    shared = artifact(ADMIN_PROJECT, "images")
+    theirs = artifact(other.project, "images")
+    manifest = artifact(member.project, "manifests")
+
+    def spec(record_or_path):
+        image = record_or_path if isinstance(record_or_path, str) else \
+            f"/v1/repo/artifacts/{record_or_path['uuid']}"
+        return {"kind": "root_disk", "image": image}
+
+    for record in (mine, shared):
+        node = created(member.client.post(N, node_body(project_id=member.project,
+                                                       disk_spec=spec(record))))
+        assert node["disk_spec"]["image"] == f"/v1/repo/artifacts/{record['uuid']}"
+    before = len(member.client.get(N).json)
+    for record, says in ((theirs, "no repository artifact"),
+                         ("/v1/repo/artifacts/6d1f1c55-1111-4a44-9999-000000000000",
+                          "no repository artifact"),
+                         (manifest, "not an images artifact")):
+        assert says in refused(member.client.post(
+            N, node_body(project_id=member.project, disk_spec=spec(record))), 400)
+    assert says in refused(member.client.put(f"{N}/{node['uuid']}",
+                                             {"disk_spec": spec(manifest)}), 400)
+    assert len(member.client.get(N).json) == before
+    # the platform may boot any project's image artifact
+    created(admin.post(N, node_body(disk_spec=spec(theirs))))

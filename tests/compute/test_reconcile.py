@@ -360,3 +360,24 @@ def test_a_put_after_the_restart_limit_starts_afresh(world):
     rec.pass_once()
     assert world.node(node["uuid"])["status"] == "ACTIVE"
     assert world.domain(node["uuid"]).isActive()
+
+
+def test_an_image_named_by_a_repository_artifact_is_downloaded_from_its_uri(world):
+    artifacts = world.store.collection("repo_artifacts")
+    image = artifacts.insert({"element": None, "project_id": PROJECT,
+                              "urn": "images:0f8a1c2e-0000-4000-8000-000000000001",
+                              "uri": world.url("base.raw.gz")})
+    node = world.add_node(disk_spec={"kind": "root_disk", "size": 10,
+                                     "image": f"/v1/repo/artifacts/{image['uuid']}"})
+    converge(world)
+    assert world.node(node["uuid"])["status"] == "ACTIVE"
+    assert "base.raw.gz" in world.hits
+
+    # the artifact gone (its element removed): a node made from it now is ERROR, saying so
+    artifacts.delete(image["uuid"])
+    late = world.add_node(name="n2", disk_spec={
+        "kind": "root_disk", "size": 10, "image": f"/v1/repo/artifacts/{image['uuid']}"})
+    converge(world)
+    late = world.node(late["uuid"])
+    assert late["status"] == "ERROR" and "no repository artifact" in late["status_reason"]
+    assert world.domain(late["uuid"]) is None
