@@ -127,35 +127,38 @@ class Resource:
         api.resources[self.path] = self
         ops = self.operations
         if "list" in ops:
-            api.route("GET", self.path, self.list_handler, permission=self.permission("read"),
+            api.route("GET", self.path, self._admitted(self.list_handler),
+                      permission=self.permission("read"),
                       summary=f"List {ref}s", response_schema={"type": "array", "items": {
                           "$ref": f"#/components/schemas/{ref}"}},
                       query_params=self.query_parameters(), **common)
         if "create" in ops:
-            api.route("POST", self.path, self.create_handler,
+            api.route("POST", self.path, self._admitted(self.create_handler),
                       permission=self.permission("create"), summary=f"Create a {ref}",
                       status=201, max_body=self.max_body,
                       accepts=self.create_accepts or ("application/json",),
                       request_schema={"$ref": f"#/components/schemas/{ref}Create"},
                       response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
         if "get" in ops:
-            api.route("GET", item, self.get_handler, permission=self.permission("read"),
+            api.route("GET", item, self._admitted(self.get_handler),
+                      permission=self.permission("read"),
                       summary=f"Get a {ref}",
                       response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
         if "update" in ops:
-            api.route("PUT", item, self.update_handler, permission=self.permission("update"),
+            api.route("PUT", item, self._admitted(self.update_handler),
+                      permission=self.permission("update"),
                       summary=f"Update a {ref} (only the fields sent)",
                       max_body=self.max_body,
                       request_schema={"$ref": f"#/components/schemas/{ref}Update"},
                       response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
         if "delete" in ops:
-            api.route("DELETE", item, self.delete_handler,
+            api.route("DELETE", item, self._admitted(self.delete_handler),
                       permission=self.permission("delete"), summary=f"Delete a {ref}",
                       status=204, **common)
         for action in self.actions:
             suffix = "/invoke" if action.method == "POST" else ""
             api.route(action.method, f"{item}/actions/{action.name}{suffix}",
-                      self._action_endpoint(action),
+                      self._admitted(self._action_endpoint(action)),
                       permission=action.permission or self.permission(action.name),
                       summary=action.summary or f"{action.name} a {ref}",
                       request_schema=action.request_schema,
@@ -167,6 +170,16 @@ class Resource:
         return [f for f in self.filterable_fields()]
 
     # ---- project scoping -----------------------------------------------------------
+
+    def admit(self, call):
+        """Runs first on every route of the resource, after its permission check: a
+        rule that no permission can say (hypervisors: platform callers only). Raises."""
+
+    def _admitted(self, handler):
+        def admitted(call):
+            self.admit(call)
+            return handler(call)
+        return admitted
 
     def visible_projects(self, call):
         """None when the caller sees every project, else the set it may read."""

@@ -190,30 +190,10 @@ class Hypervisors(ComputeResource):
                       description="the accelerator guests get here"),
             ])
 
-    def guard(self, call):
+    def admit(self, call):
         if not is_platform(call.principal):
             raise Forbidden("hypervisors are the platform's: use an unscoped token or one "
                             "scoped to the admin project")
-
-    def list_handler(self, call):
-        self.guard(call)
-        return super().list_handler(call)
-
-    def create_handler(self, call):
-        self.guard(call)
-        return super().create_handler(call)
-
-    def get_handler(self, call):
-        self.guard(call)
-        return super().get_handler(call)
-
-    def update_handler(self, call):
-        self.guard(call)
-        return super().update_handler(call)
-
-    def delete_handler(self, call):
-        self.guard(call)
-        return super().delete_handler(call)
 
     def prepare_create(self, call, record):
         record["driver_spec"] = {**DRIVER_DEFAULTS, **record["driver_spec"]}
