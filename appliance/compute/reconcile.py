@@ -211,8 +211,9 @@ class Reconciler:
         placed = [n for n in nodes.records() if n.get("hypervisor")]
         for node in nodes.by("hypervisor", None):
             if node.get("node_type", "VM") != "VM":
-                self._write(nodes, node, status="ERROR", status_reason=(
-                    "node_type HW: this appliance has no bare-metal driver"))
+                # a HW node is a machine of its own (the appliance itself, or one its
+                # agent enrolls): nothing here to place or build, and its status is not
+                # this daemon's to write
                 continue
             where, reason = placement.place(node, hypervisors, placed, policies)
             if where is None:

@@ -381,3 +381,14 @@ def test_an_image_named_by_a_repository_artifact_is_downloaded_from_its_uri(worl
     late = world.node(late["uuid"])
     assert late["status"] == "ERROR" and "no repository artifact" in late["status_reason"]
     assert world.domain(late["uuid"]) is None
+
+
+def test_a_hw_node_is_left_alone(world):
+    """The appliance registers itself as an ACTIVE HW node at first boot: the daemon
+    neither places it nor writes its status."""
+    node = world.add_node(node_type="HW", disk_spec=None, status="ACTIVE")
+    converge(world)
+    after = world.node(node["uuid"])
+    assert (after["status"], after["hypervisor"], after["revision"]) == (
+        "ACTIVE", None, node["revision"])
+    assert world.domain(node["uuid"]) is None
