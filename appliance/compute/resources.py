@@ -115,6 +115,18 @@ class ComputeResource(Resource):
     def artifacts(self, call, project_id):
         return artifact_lookup(self.store_kind("repo_artifacts"), call, project_id)
 
+    def machine_changes(self, call, current, changes):
+        """A PUT of a node or a set: its disks and policies checked, and IN_PROGRESS
+        again (the reference's "PUT resets status")."""
+        if "disk_spec" in changes:
+            changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
+                                                        current["project_id"],
+                                                        current.get("disk_spec"))
+        if "placement_policies" in changes:
+            self.check_policies(current["project_id"], changes["placement_policies"])
+        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
+        return changes
+
     def check_disk_spec(self, call, record, node_type, project_id, current=None):
         spec = record.get("disk_spec")
         if node_type == "HW":
@@ -325,14 +337,7 @@ class Nodes(ComputeResource):
                                            for f in SET_OWNED):
             raise Conflict(f"node {current['uuid']} is a member of set "
                            f"{current['node_set']}: change {', '.join(SET_OWNED)} on the set")
-        if "disk_spec" in changes:
-            changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
-                                                        current["project_id"],
-                                                        current.get("disk_spec"))
-        if "placement_policies" in changes:
-            self.check_policies(current["project_id"], changes["placement_policies"])
-        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
-        return changes
+        return self.machine_changes(call, current, changes)
 
     def after_delete(self, call, record):
         release_volumes(self.api.store, [record["uuid"]])
@@ -409,14 +414,7 @@ class Sets(ComputeResource):
         return record
 
     def prepare_update(self, call, current, changes):
-        if "disk_spec" in changes:
-            changes["disk_spec"] = self.check_disk_spec(call, changes, current["node_type"],
-                                                        current["project_id"],
-                                                        current.get("disk_spec"))
-        if "placement_policies" in changes:
-            self.check_policies(current["project_id"], changes["placement_policies"])
-        changes["status"], changes["status_reason"] = "IN_PROGRESS", None
-        return changes
+        return self.machine_changes(call, current, changes)
 
     def after_delete(self, call, record):
         # members go with the set at once; sets.reconcile_sets also removes any left over
