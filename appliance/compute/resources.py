@@ -115,6 +115,13 @@ class ComputeResource(Resource):
     def artifacts(self, call, project_id):
         return artifact_lookup(self.store_kind("repo_artifacts"), call, project_id)
 
+    def check_machine(self, call, record):
+        """A new node or set: its disks, policies and network checked (400/403)."""
+        project = record["project_id"]
+        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"], project)
+        self.check_policies(project, record["placement_policies"])
+        self.check_network(project, record.get("network"))
+
     def machine_changes(self, call, current, changes):
         """A PUT of a node or a set: its disks and policies checked, and IN_PROGRESS
         again (the reference's "PUT resets status")."""
@@ -323,11 +330,7 @@ class Nodes(ComputeResource):
         self.box = SecretBox(api.store)
 
     def prepare_create(self, call, record):
-        project = record["project_id"]
-        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"],
-                                                   record["project_id"])
-        self.check_policies(project, record["placement_policies"])
-        self.check_network(project, record.get("network"))
+        self.check_machine(call, record)
         record.update(status="NEW", status_reason=None, default_network={},
                       power_state="on", agent_key=seal_agent_key(self.box, record["uuid"]))
         return record
@@ -405,11 +408,7 @@ class Sets(ComputeResource):
                                 "type": "string"}})])
 
     def prepare_create(self, call, record):
-        project = record["project_id"]
-        record["disk_spec"] = self.check_disk_spec(call, record, record["node_type"],
-                                                   record["project_id"])
-        self.check_policies(project, record["placement_policies"])
-        self.check_network(project, record.get("network"))
+        self.check_machine(call, record)
         record.update(status="NEW", status_reason=None, nodes={})
         return record
 
