@@ -12,7 +12,6 @@ from openapi_spec_validator import validate
 from appliance.api import conflicts
 from appliance.api.routing import AUTHENTICATED
 from appliance.iam.builtin import ADMIN_PROJECT
-from tests.api import widgets
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD
 

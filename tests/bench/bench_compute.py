@@ -23,7 +23,6 @@ start) plus the API.
 
 import os
 import statistics
-import threading
 import time
 import uuid
 

@@ -11,7 +11,6 @@ import faulthandler
 import ipaddress
 import json
 import subprocess
-import time
 
 import pytest
 

@@ -164,7 +164,6 @@ def test_power_off_on_and_reboot(world):
     converge(world)
     dom = world.domain(node["uuid"])
     assert dom.isActive()
-    first_id = dom.ID()
     reboots = []
 
     class Counting(Reconciler):
