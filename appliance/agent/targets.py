@@ -1,0 +1,84 @@
+"""Where a resource goes: the target field shared by configs, services and SSH keys, and
+the view over the store that producers read through.
+
+A target is one of
+    {"kind": "node", "node": <uuid>}             one node (VM or HW)
+    {"kind": "node_set", "node_set": <uuid>}     every member of a node set
+    {"kind": "nodes", "nodes": [<uuid>, ...]}    the nodes named (ours: HW nodes have no
+                                                 set, and a monopoly service needs a group)
+"""
+
+from appliance.em.links import Unavailable
+
+UUID_PATTERN = "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+_UUID = {"type": "string", "pattern": UUID_PATTERN}
+
+TARGET_SCHEMA = {
+    "type": "object",
+    "oneOf": [
+        {"properties": {"kind": {"const": "node"}, "node": _UUID},
+         "required": ["kind", "node"], "additionalProperties": False},
+        {"properties": {"kind": {"const": "node_set"}, "node_set": _UUID},
+         "required": ["kind", "node_set"], "additionalProperties": False},
+        {"properties": {"kind": {"const": "nodes"},
+                        "nodes": {"type": "array", "items": _UUID, "minItems": 1,
+                                  "maxItems": 256, "uniqueItems": True}},
+         "required": ["kind", "nodes"], "additionalProperties": False},
+    ],
+}
+
+
+class View:
+    """Read access to the store for producers (pure functions of what it returns)."""
+
+    def __init__(self, store, secret_box=None):
+        self.store = store
+        self._box = secret_box
+
+    def record(self, kind, uuid):
+        return self.store.collection(kind).get(uuid)
+
+    def sets_of(self, node):
+        """Uuids of the node sets `node` is a member of."""
+        node_set = node.get("node_set")
+        if not node_set:
+            return set()
+        return {node_set.rsplit("/", 1)[-1]}
+
+    def targets(self, target, node):
+        """True when `target` (a target field value) names `node`."""
+        kind = (target or {}).get("kind")
+        if kind == "node":
+            return target["node"] == node["uuid"]
+        if kind == "node_set":
+            return target["node_set"] in self.sets_of(node)
+        if kind == "nodes":
+            return node["uuid"] in target["nodes"]
+        return False
+
+    def nodes_of(self, target):
+        """The node records `target` names that exist (a missing one is left out)."""
+        nodes = self.store.collection("compute_nodes")
+        kind = (target or {}).get("kind")
+        if kind == "node":
+            found = nodes.get(target["node"])
+            return [found] if found else []
+        if kind == "nodes":
+            return [n for n in (nodes.get(u) for u in target["nodes"]) if n]
+        if kind == "node_set":
+            return [n for n in nodes.records() if target["node_set"] in self.sets_of(n)]
+        return []
+
+    def secret_value(self, kind, uuid):
+        """The effective (opened) value of a secret record; Unavailable when it has none."""
+        from appliance.secret.resources import KINDS, effective_value
+        record = self.record(kind, uuid)
+        if record is None:
+            raise Unavailable(f"{kind}/{uuid}", "resource")
+        if self._box is None:
+            from appliance.secret.crypto import SecretBox
+            self._box = SecretBox(self.store)
+        value = effective_value(kind, self._box.open_fields(kind, record, KINDS[kind].sealed))
+        if value is None:
+            raise Unavailable(f"{kind}/{uuid}", "value")
+        return value
