@@ -119,8 +119,8 @@ class ApiServer:
         return self
 
     def stop(self):
+        self.api.close()        # first: it ends long polls that would hold the threads
         self.loop.stop()
-        self.api.close()
         self.api.store.close()
 
     @property
