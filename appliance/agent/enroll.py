@@ -9,31 +9,21 @@ ends every token of the old secret at once.
 """
 
 import datetime
-import hashlib
-import hmac
 import secrets
-import uuid as uuidlib
 
 from appliance.api.errors import Conflict, Forbidden, Unauthorized
 from appliance.api.routing import Reply
 from state import format_time, utcnow
 
-AGENTS, ENROLLMENTS, RESOURCES = "ua_agents", "ua_enrollments", "ua_resources"
-NODES = "compute_nodes"
+from .credentials import (AGENTS, ENROLLMENTS, NODES, RESOURCES, digest,  # noqa: F401
+                          issue_credential, same)
+
 ENROLL_TTL = 3600
 # what an agent's token may do; each route's handler then checks that it acts for the
 # token's own agent or node
 AGENT_PERMISSIONS = frozenset({"ua.agent.payload", "ua.agent.report", "em.service.lease"})
 # the claim that makes an access token an agent's
 AGENT_CLAIM = "agt"
-
-
-def digest(text):
-    return hashlib.sha256(str(text).encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def same(text, hashed):
-    return hashed is not None and hmac.compare_digest(digest(text), hashed)
 
 
 class AgentPrincipal:
@@ -69,30 +59,6 @@ def require_own(call, agent_uuid=None, node_uuid=None):
     if (agent_uuid is not None and agent_uuid != principal.agent) or (
             node_uuid is not None and node_uuid != principal.node):
         raise Forbidden("an agent may act only for its own node")
-
-
-# ---- credentials ----------------------------------------------------------------------
-
-def issue_credential(store, node_uuid, name=None):
-    """Create the node's agent (uuid = the node's) or give it a new secret; returns
-    {"agent", "node", "secret"}. Used by enrollment, the compute daemon (VM nodes) and
-    first boot (the appliance's own node)."""
-    agents = store.collection(AGENTS)
-    secret = secrets.token_urlsafe(32)
-    now = format_time(utcnow())
-    fresh = {"secret_hash": digest(secret), "credential": str(uuidlib.uuid4()),
-             "enrolled_at": now, "status": "ACTIVE"}
-    current = agents.find_one(node=node_uuid)
-    if current is None:
-        agent = agents.insert({"uuid": node_uuid, "name": name or f"agent-{node_uuid[:8]}",
-                               "description": "", "node": node_uuid,
-                               "capabilities": {"capabilities": []}, "facts": {"facts": []},
-                               **fresh})
-    else:
-        if name:
-            fresh["name"] = name
-        agent = agents.update(current["uuid"], fresh)
-    return {"agent": agent["uuid"], "node": node_uuid, "secret": secret}
 
 
 def mint_enrollment(store, node_uuid, ttl=ENROLL_TTL):

@@ -81,6 +81,7 @@ class Agents(Resource):
                       description="when its current secret was issued"),
                 Field("secret_hash", String(), hidden=True),
                 Field("credential", String(), hidden=True),
+                Field("secret_sealed", String(), hidden=True),
             ],
             actions=[Action("report", self.report, summary="Report the agent's actual "
                             "resources (docs/agent.md)", request_schema=REPORT_SCHEMA,

@@ -9,7 +9,7 @@ The per-node judgement goes into the master's read-only `node_status`.
 """
 
 from . import capabilities, protocol
-from .enroll import AGENTS, NODES, RESOURCES
+from .credentials import AGENTS, NODES, RESOURCES
 from .targets import View
 
 SETS = "compute_sets"

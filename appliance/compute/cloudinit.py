@@ -63,14 +63,22 @@ def keys_for(node, ssh_keys):
     return sorted(keys)
 
 
-def seed_files(node, port, ssh_keys):
-    """{"meta-data", "user-data", "network-config"} texts of the node's seed."""
+AGENT_FILE = "/etc/appliance/agent.json"
+
+
+def seed_files(node, port, ssh_keys, agent=None):
+    """{"meta-data", "user-data", "network-config"} texts of the node's seed. `agent`: the
+    node agent's credential (appliance.agent.enroll.vm_credential), written root-only."""
     meta = {"instance-id": node["uuid"], "local-hostname": hostname_of(node)}
+    files = [{"path": "/usr/local/sbin/appliance-ready", "permissions": "0755",
+              "content": READY_SCRIPT.format(uuid=node["uuid"])}]
+    if agent:
+        files.append({"path": AGENT_FILE, "permissions": "0600", "owner": "root:root",
+                      "content": json.dumps(agent, indent=1, sort_keys=True) + "\n"})
     user = {
         "hostname": hostname_of(node),
         "ssh_authorized_keys": keys_for(node, ssh_keys),
-        "write_files": [{"path": "/usr/local/sbin/appliance-ready", "permissions": "0755",
-                         "content": READY_SCRIPT.format(uuid=node["uuid"])}],
+        "write_files": files,
         "runcmd": [["/usr/local/sbin/appliance-ready"]],
     }
     network = {"version": 2, "ethernets": {"eth0": {

@@ -20,6 +20,8 @@ import threading
 import time
 from html import escape  # xml.sax.saxutils would bring urllib.request and ssl along
 
+from appliance.agent.credentials import vm_credential
+
 from . import cloudinit, domain_xml, placement
 from .images import ImageCache, ImageError
 from .images import resolve as resolve_image
@@ -373,7 +375,8 @@ class Reconciler:
         self.step("seed", node["uuid"])
         seed = os.path.join(self.seed_dir, node["uuid"] + ".iso")
         fresh = cloudinit.write_seed(seed, cloudinit.seed_files(
-            node, port, self.store.collection("secret_ssh_keys").records()))
+            node, port, self.store.collection("secret_ssh_keys").records(),
+            vm_credential(self.store, self.settings, node)))
         seed = self._in_pool(pool, f"{prefix}{node['uuid']}-seed.iso", seed, replace=fresh)
         disks.append({"path": seed, "dev": "hdc", "device": "cdrom", "format": "raw"})
         os.makedirs(self.console_dir, exist_ok=True)

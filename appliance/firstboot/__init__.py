@@ -11,6 +11,7 @@ import os
 import pwd
 import socket
 
+from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
 
@@ -41,11 +42,13 @@ def admin_password(store, given):
                     store.private_path(ADMIN_PASSWORD_FILE))
 
 
-def register_node(store, paths):
-    """This box as a compute node and its libvirt as a hypervisor (register.py). A failure
-    is logged, not fatal: the appliance still boots, and the next boot tries again."""
+def register_node(store, paths, settings):
+    """This box as a compute node and its libvirt as a hypervisor, and its node agent
+    enrolled (register.py). A failure is logged, not fatal: the appliance still boots,
+    and the next boot tries again."""
     try:
-        register.register(store, paths.libvirt_socket)
+        node = register.register(store, paths.libvirt_socket)
+        register.enroll_self(store, node, settings, paths.agent_credential)
     except Exception:
         log.exception("node registration failed; tried again at the next boot")
 
@@ -95,7 +98,10 @@ def run(settings, paths=None, owner=None):
     password_line = bootstrap(settings)
     store = Store(state_dir)
     try:
-        register_node(store, paths)
+        # the certificate, readable by the daemons (tls/ is root's): VM seeds pin it
+        with open(cert_path, "rb") as f:
+            store.write_private(API_CA_FILE, f.read())
+        register_node(store, paths, settings)
     finally:
         store.close()
     owner = owner or service_user()

@@ -35,6 +35,11 @@ class Paths:
         return self.at("etc/ssh")
 
     @property
+    def agent_credential(self):
+        """The appliance's own node agent's credential (daemons/agent.py reads it)."""
+        return self.at("etc/appliance/agent.json")
+
+    @property
     def root_ssh(self):
         return self.at("root/.ssh")
 

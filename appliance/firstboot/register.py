@@ -21,6 +21,7 @@ import os
 import socket
 import subprocess
 
+from appliance.agent.credentials import AGENTS, issue_credential, same
 from appliance.iam.builtin import ADMIN_PROJECT
 from state import DuplicateKey
 
@@ -143,3 +144,32 @@ def register(store, libvirt_socket, hostname=None, network=None, cores=None, ram
     log.info("this appliance %s node %s (%s)", "registered as" if made else "is",
              node["uuid"], hostname)
     return node
+
+
+def local_endpoint(settings):
+    """The API as the appliance's own agent reaches it: plain HTTP on loopback."""
+    host = settings["api_host"]
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://{host}:{settings['api_port']}"
+
+
+def enroll_self(store, node, settings, path):
+    """The appliance's own node agent: its credential file at `path` (0600), made once and
+    kept across boots while the agent record still matches it (a re-enrollment by token,
+    or a lost file, makes a new one). Returns True when it wrote the file."""
+    try:
+        with open(path) as f:
+            current = json.load(f)
+        agent = store.collection(AGENTS).get(current.get("agent") or "")
+        if agent is not None and agent.get("node") == node["uuid"] and same(
+                current.get("secret"), agent.get("secret_hash")):
+            return False
+    except (OSError, ValueError, AttributeError):
+        pass
+    cred = issue_credential(store, node["uuid"], name="appliance")
+    from appliance.agent.runner import write_atomically  # noqa: PLC0415 (stdlib only)
+    write_atomically(path, json.dumps({"endpoint": local_endpoint(settings), **cred},
+                                      indent=1) + "\n")
+    log.info("this appliance's node agent %s enrolled (%s)", cred["agent"], path)
+    return True
