@@ -1,5 +1,6 @@
 """A test-only capability "testfile": a record of kind test_agent_files puts a file on
-every node its target names. Tests register it in appliance.agent.capabilities (the API
+every node its target names (its content, or with "link" the content of the record it
+names: a linked value). Tests register it in appliance.agent.capabilities (the API
 process's producers, the agent's drivers) with `install()`."""
 
 import os
@@ -26,9 +27,13 @@ def for_node(view, node):
     for record in view.store.collection(MASTER_KIND).records():
         if not view.targets(record["target"], node):
             continue
+        content = record["content"]
+        if record.get("link"):
+            # a linked value: the content of another record of the kind (no target)
+            content = view.record(MASTER_KIND, record["link"])["content"]
         item = {"uuid": target_uuid(node["uuid"], KIND, record["uuid"]), "kind": KIND,
                 "master": record["uuid"], "master_kind": MASTER_KIND,
-                "value": {"path": record["path"], "content": record["content"]}}
+                "value": {"path": record["path"], "content": content}}
         if record.get("unavailable"):
             item.update(value=None, unavailable=record["unavailable"])
         out.append(item)
