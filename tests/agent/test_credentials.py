@@ -118,3 +118,31 @@ def test_agent_token_permission_matrix(capserver, capadmin):
     # an admin reads everything an agent wrote
     rows = capadmin.get("/v1/ua/resources", query={"node": mine["uuid"]}).json
     assert [r["uuid"] for r in rows] == [item["uuid"]] and "value" not in rows[0]
+
+
+def test_agents_create_list_get(capserver, capadmin):
+    node = hw_node(capadmin)
+    made = capadmin.post("/v1/ua/agents", {"name": "a1", "node": node["uuid"]})
+    assert made.status == 201, made
+    agent = made.json
+    assert agent["status"] == "NEW" and agent["capabilities"] == {"capabilities": []}
+    assert agent["facts"] == {"facts": []} and agent["node"] == node["uuid"]
+    assert not {"secret_hash", "credential", "secret_sealed"} & set(agent)
+    assert capadmin.get(f"/v1/ua/agents/{agent['uuid']}").json == agent
+    assert [a["uuid"] for a in capadmin.get("/v1/ua/agents", query={
+        "node": node["uuid"]}).json] == [agent["uuid"]]
+    # one agent per node; the node must exist; no secret through the API; no update
+    assert "already exists" in refused(capadmin.post(
+        "/v1/ua/agents", {"name": "a2", "node": node["uuid"]}), 409)
+    refused(capadmin.post("/v1/ua/agents", {"name": "a3",
+                                            "node": "5b0c9a1e-0000-4000-8000-000000000001"}),
+            400)
+    refused(capadmin.post("/v1/ua/agents", {"name": "a4", "node": hw_node(capadmin)["uuid"],
+                                            "secret_hash": "x"}), 400)
+    refused(capadmin.post("/v1/ua/agents", {"node": hw_node(capadmin)["uuid"]}), 400)
+    refused(capadmin.post("/v1/ua/agents", {"name": "a5", "node": hw_node(capadmin)["uuid"],
+                                            "status": "ACTIVE"}), 403)
+    assert capadmin.put(f"/v1/ua/agents/{agent['uuid']}", {"name": "x"}).status == 405
+    # an agent made through the API has no secret until its node is enrolled
+    assert grant(capserver, agent["uuid"], "anything").status == 401
+    assert enroll(capserver, capadmin, node["uuid"])["agent"] == agent["uuid"]
