@@ -103,9 +103,12 @@ def group_id(root, group):
 class SafeDir:
     """An open directory of the node reached without leaving the allowed roots."""
 
-    def __init__(self, host, path, create=False, owner=None):
+    def __init__(self, host, path, create=False, private=None):
+        """`create`: make missing directories inside the allowed roots, 0755 and the
+        agent's, except those at or under `private` = (path, (uid, gid), mode)."""
         self.host = host
-        self.path, self.fd = self._open(path, create, owner)
+        self.private = private
+        self.path, self.fd = self._open(path, create)
 
     def close(self):
         os.close(self.fd)
@@ -116,7 +119,13 @@ class SafeDir:
     def __exit__(self, *exc):
         self.close()
 
-    def _open(self, path, create, owner):
+    def _made(self, path):
+        """(mode, owner or None) of a directory this walk creates."""
+        if self.private and inside(path, [self.private[0]]):
+            return self.private[2], self.private[1]
+        return 0o755, None
+
+    def _open(self, path, create):
         roots = self.host.allowed_roots
         hops = 0
         while True:
@@ -132,11 +141,13 @@ class SafeDir:
                     except FileNotFoundError:
                         if not create or not inside(nxt, roots):
                             raise Refused(f"directory {nxt} does not exist") from None
-                        os.mkdir(name, 0o755, dir_fd=fd)
-                        if owner is not None:
-                            os.chown(name, *owner, dir_fd=fd, follow_symlinks=False)
+                        mode, owner = self._made(nxt)
+                        os.mkdir(name, mode, dir_fd=fd)
                         child = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
                                         dir_fd=fd)
+                        os.fchmod(child, mode)      # whatever the umask
+                        if owner is not None:
+                            os.fchown(child, *owner)
                     except OSError as e:
                         if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                             raise
@@ -210,6 +221,23 @@ def write_atomic(dirfd, name, data, mode, uid, gid):
         raise
     os.fsync(dirfd)
     return True
+
+
+def read_file(dirfd, name):
+    """Bytes of a regular file in the open directory; None when absent. A symlink at that
+    name is not followed (Refused)."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dirfd)
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise Refused(f"{name} is a symlink") from None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise Refused(f"{name} is not a regular file")
+        return f.read()
 
 
 def tail(text, limit=OUTPUT_TAIL):

@@ -142,20 +142,24 @@ class Configs(Resource):
             bad("names a record of another project")
 
     def check_target(self, call, target, project_id):
-        kinds = {"node": ("compute_nodes", [target.get("node")]),
-                 "nodes": ("compute_nodes", target.get("nodes") or []),
-                 "node_set": ("compute_sets", [target.get("node_set")])}
-        kind, uuids = kinds[target["kind"]]
-        for uuid in uuids:
-            record = call.store.collection(kind).get(uuid.lower())
-            if record is None or record.get("project_id") != project_id:
-                raise BadRequest(f"target: {target['kind']} {uuid} not found in project "
-                                 f"{project_id}")
+        check_target(call.store, target, project_id)
 
 
-def _normalized(values):
-    """Stored forms: uuids in lower case (the producer compares them as strings), a
-    template's variables present."""
+def check_target(store, target, project_id):
+    """400 unless every node or set a target names exists in `project_id` (a project may
+    put files or keys only on its own nodes). Shared with SSH-key targets."""
+    kinds = {"node": ("compute_nodes", [target.get("node")]),
+             "nodes": ("compute_nodes", target.get("nodes") or []),
+             "node_set": ("compute_sets", [target.get("node_set")])}
+    kind, uuids = kinds[target["kind"]]
+    for uuid in uuids:
+        record = store.collection(kind).get(uuid.lower())
+        if record is None or record.get("project_id") != project_id:
+            raise BadRequest(f"target: {target['kind']} {uuid} not found in project "
+                             f"{project_id}")
+
+
+def normalized_target(values):
     target = values.get("target")
     if target:
         for key in ("node", "node_set"):
@@ -163,6 +167,13 @@ def _normalized(values):
                 target[key] = target[key].lower()
         if "nodes" in target:
             target["nodes"] = [u.lower() for u in target["nodes"]]
+    return values
+
+
+def _normalized(values):
+    """Stored forms: uuids in lower case (the producer compares them as strings), a
+    template's variables present."""
+    normalized_target(values)
     body = values.get("body")
     if body and body["kind"] == "template":
         body.setdefault("variables", {})
