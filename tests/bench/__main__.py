@@ -8,6 +8,7 @@ import time
 from . import note
 
 BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
+           "configs",
            "backup", "image", "boot", "network", "compute", "compute_tcg"]
 
 
