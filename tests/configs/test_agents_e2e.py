@@ -154,10 +154,13 @@ def test_delivery_owner_mode_link_tracking_and_refusal(api, admin, nodes):
     # a path outside the allowed roots: refused on every node, and the config says why
     bad = admin.post(C, config_body(nodes[0].uuid, path="/tmp/evil", target={
         "kind": "nodes", "nodes": [n.uuid for n in nodes]})).json
-    errored = eventually(lambda: (lambda c: c if c["status"] == "ERROR" else None)(
-        admin.get(f"{C}/{bad['uuid']}").json), what="config ERROR")
+    def all_refused():
+        shown = admin.get(f"{C}/{bad['uuid']}").json
+        rows = shown["node_status"].values()
+        return shown if shown["status"] == "ERROR" and len(rows) == 3 and all(
+            r["status"] == "ERROR" for r in rows) else None
+    errored = eventually(all_refused, what="config ERROR on every node")
     assert "/tmp/evil is outside the allowed roots" in errored["status_reason"]
-    assert all(r["status"] == "ERROR" for r in errored["node_status"].values())
     assert not any(os.path.exists(n.agent.root + "/tmp/evil") for n in nodes)
 
     # a delete removes the file
