@@ -63,17 +63,22 @@ def item_value(view, config):
 
 
 def for_node(view, node):
+    # one view serves one payload, or the status step's pass over every node: a config is
+    # rendered (its secrets opened) once per view, not once per node it targets
+    rendered = view.__dict__.setdefault("_configs_rendered", {})
     items = []
     for config in view.store.collection(MASTER_KIND).records():
         if not view.targets(config.get("target"), node):
             continue
-        item = {"uuid": target_uuid(node["uuid"], KIND, config["uuid"]), "kind": KIND,
-                "master": config["uuid"], "master_kind": MASTER_KIND}
-        try:
-            item["value"] = item_value(view, config)
-        except Unavailable as u:
-            item.update(value=None, unavailable=waiting(u))
-        items.append(item)
+        key = (config["uuid"], config["revision"])
+        if key not in rendered:
+            try:
+                rendered[key] = {"value": item_value(view, config)}
+            except Unavailable as u:
+                rendered[key] = {"value": None, "unavailable": waiting(u)}
+        items.append({"uuid": target_uuid(node["uuid"], KIND, config["uuid"]), "kind": KIND,
+                      "master": config["uuid"], "master_kind": MASTER_KIND,
+                      **rendered[key]})
     return items
 
 

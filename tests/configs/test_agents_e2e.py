@@ -223,3 +223,29 @@ def test_agent_catches_up_after_the_api_restarts(tmp_path):
     finally:
         node.agent.stop()
         srv.stop()
+
+
+def test_ssh_key_targets_through_the_agents(api, admin, nodes):
+    keys = "/v1/secret/ssh_keys"
+    node = nodes[0]
+    key = admin.post(keys, {"name": "deploy", "project_id": node.record["project_id"],
+                            "user": "app", "target": {"kind": "node", "node": node.uuid}}).json
+    path = "/home/app/.ssh/authorized_keys"
+    eventually(lambda: f"{key['public_key']} appliance:{key['uuid']}" in (node.file(path) or ""),
+               what="the key in the user's authorized_keys")
+    assert oct(os.stat(node.agent.root + path).st_mode & 0o777) == "0o600"
+    assert all(n.file(path) is None for n in nodes[1:])
+    eventually(lambda: admin.get(f"{keys}/{key['uuid']}").json["status"] == "ACTIVE",
+               what="key ACTIVE")
+    # a user the node lacks: ERROR from the agent, and it stays ERROR (the delivery
+    # daemon leaves a targeted key's status to the agents)
+    ghost = admin.post(keys, {"name": "ghost", "project_id": node.record["project_id"],
+                              "user": "ghost", "target": {"kind": "node", "node": node.uuid}}).json
+    errored = eventually(lambda: (lambda k: k if k["status"] == "ERROR" else None)(
+        admin.get(f"{keys}/{ghost['uuid']}").json), what="key ERROR")
+    assert "ghost: no such user" in errored["status_reason"]
+    revision = api.store.collection("secret_ssh_keys").get(ghost["uuid"])["revision"]
+    time.sleep(1.0)
+    assert api.store.collection("secret_ssh_keys").get(ghost["uuid"])["revision"] == revision
+    assert admin.delete(f"{keys}/{key['uuid']}").status == 204
+    eventually(lambda: "appliance:" not in (node.file(path) or ""), what="the line dropped")
