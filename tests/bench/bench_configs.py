@@ -18,7 +18,6 @@ BENCH_CONFIGS_AGENTS, BENCH_CONFIGS_CONFIGS and BENCH_CONFIGS_ROUNDS change the 
 import os
 import tempfile
 import time
-import uuid
 
 from . import appliance, note, remove, table, title
 
