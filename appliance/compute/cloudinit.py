@@ -4,11 +4,10 @@
 ~105 ms for `cloud-localds` (a shell script around genisoimage, a process per seed), which
 was most of the time from POST to a running domain (docs/dependencies.md).
 
-SSH keys (docs/compute-daemon.md, "Which SSH keys"): `secret_ssh_keys` records have no
-target field yet (docs/secrets.md), so the rule is: every SSH key of the node's project
-goes in. Should a key carry the reference's `target` (`{"kind": "node", "node": uuid}` or
-`{"kind": "node_set", "node_set": uuid}`), it goes only to the node(s) it names. The
-reference's `target_public_key` (a user's own public key), when present, goes in as well.
+SSH keys (docs/compute-daemon.md, "Which SSH keys"): a key without a `target` goes to
+every node of its project (its public_key and target_public_key). A key with a target
+(docs/secrets.md, "SSH-key targets") goes only to the nodes it names, as the one line it
+authorizes; the node agent also puts it into its `user`'s authorized_keys.
 
 The ready marker: a script written by `write_files` and run by `runcmd` (list form: the
 machine facts found that an unquoted `: ` in a runcmd line makes cloud-init drop the whole
@@ -45,18 +44,19 @@ def hostname_of(node):
 
 
 def keys_for(node, ssh_keys):
-    """The public keys (sorted, unique) of `ssh_keys` records that go to `node`."""
+    """The public keys (sorted, unique) of `ssh_keys` records that go to `node`: a key
+    with a target only when it targets the node, and then the line it authorizes (its
+    target_public_key, else its own public key); one without, as before."""
+    from appliance.agent.targets import View
+    from appliance.secret.ssh_targets import authorized_line
     keys = set()
     for record in ssh_keys:
         if record.get("project_id") != node.get("project_id"):
             continue
-        target = record.get("target")
-        if target:
-            kind = target.get("kind")
-            set_uuid = (node.get("node_set") or "").rsplit("/", 1)[-1]
-            if not ((kind == "node" and target.get("node") == node["uuid"])
-                    or (kind == "node_set" and set_uuid and target.get("node_set") == set_uuid)):
-                continue
+        if record.get("target"):
+            if View(None).targets(record["target"], node) and authorized_line(record):
+                keys.add(authorized_line(record))
+            continue
         for field in ("public_key", "target_public_key"):
             if record.get(field):
                 keys.add(record[field].strip())

@@ -1,6 +1,7 @@
 """The link grammar of manifests, parsed once and evaluated against live resources.
 
     $<element>.<service>.<collection>.$<name>        a resource (its uuid when used bare)
+    $<element>.<service>.<collection>.$<uuid>        a resource named by its uuid (configs)
     $<element>.<service>.<collection>.$<name>:field  a field of it; nested: :a:b
     $<element>.imports.$<import>:field               a field of an imported resource
     to_str(LINK)  index(LINK, i)  join(LINK, "sep")  functions over a value
@@ -13,7 +14,10 @@ A string value that starts with `$` is a link and must parse as one; `to_str(`, 
 import re
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
-_LINK = re.compile(rf"^\$({IDENT})((?:\.\$?{IDENT})+)((?::{IDENT})*)$")
+UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
+# a `$` segment may also be a uuid (one starting with a digit is no IDENT): a config names
+# the record it links to by uuid, having no manifest names (docs/configs.md)
+_LINK = re.compile(rf"^\$({IDENT})((?:\.(?:\$?{IDENT}|\${UUID}))+)((?::{IDENT})*)$")
 _CALL = re.compile(r"^(to_str|index|join)\((.*)\)$", re.S)
 _TEMPLATE = re.compile(r"^f(\"|')(.*)\1$", re.S)
 _HOLE = re.compile(r"\{([^{}]*)\}")

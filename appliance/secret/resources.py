@@ -6,9 +6,13 @@ their sensitive fields are sealed in the store (crypto.SecretBox) and opened onl
 returned to a caller holding the read permission.
 """
 
+import re
+
 from appliance.api.errors import BadRequest
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, String, Tags, Text
 from appliance.api.resource import Action, Resource
+
+from appliance.agent.targets import TARGET_SCHEMA
 
 from . import generate
 from .crypto import SecretBox
@@ -20,6 +24,12 @@ CONSTRUCTOR = {"type": "object", "properties": {"kind": {"enum": CONSTRUCTOR_KIN
                "required": ["kind"], "additionalProperties": False}
 NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.@:/ -]{0,254}$"
 _OPENED = "__opened__"
+USER = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
+# relative to the home or absolute; no empty, `.` or `..` component
+AUTHORIZED_KEYS = r"^/?(?!\.\.?(/|$))[^/\x00\n]+(/(?!\.\.?(/|$))[^/\x00\n]+)*$"
+# a key type, its base64 and a comment: no options (command=...), no second line
+PUBLIC_KEY = re.compile(r"^(ssh-[a-z0-9-]+|ecdsa-sha2-[a-z0-9-]+|sk-[a-z0-9@.-]+)"
+                        r" [A-Za-z0-9+/]+={0,3}( [^\n\r]*)?$")
 
 
 def common_fields():
@@ -184,7 +194,40 @@ class SshKeys(SecretMaterial):
                 Field("fingerprint", String(128), read_only=True),
                 Field("private_key", Text(16384), read_only=True, filterable=False,
                       description="OpenSSH private key; needs secret.ssh_key.read"),
+                # where the node agent authorizes the key (docs/secrets.md, "SSH-key
+                # targets"); the reference's fields
+                Field("target", Object(TARGET_SCHEMA),
+                      description="node, node_set or nodes whose `user` gets the key"),
+                Field("user", String(64, min_length=1, pattern=USER),
+                      description="required with a target"),
+                Field("authorized_keys", String(256, min_length=1, pattern=AUTHORIZED_KEYS),
+                      default=".ssh/authorized_keys", nullable=False,
+                      description="relative to the user's home, or absolute"),
+                Field("target_public_key", Text(10240),
+                      description="the public key line to authorize; null: this key's own "
+                                  "public_key"),
             ] + status_fields())
+
+    def prepare_create(self, call, record):
+        self.check_target(call, record)
+        return super().prepare_create(call, record)
+
+    def prepare_update(self, call, current, changes):
+        self.check_target(call, {**current, **changes})
+        return super().prepare_update(call, current, changes)
+
+    def check_target(self, call, record):
+        from appliance.configs.resources import check_target, normalized_target
+        normalized_target(record)
+        if record.get("target_public_key") and not PUBLIC_KEY.match(
+                record["target_public_key"].strip()):
+            raise BadRequest("target_public_key: one OpenSSH public key line "
+                             "(<type> <base64> [comment]), no options")
+        if record.get("target") is None:
+            return
+        if not record.get("user"):
+            raise BadRequest("user: required with a target")
+        check_target(call.store, record["target"], record["project_id"])
 
     def fill(self, call, record):
         if record["algorithm"] == "ed25519":

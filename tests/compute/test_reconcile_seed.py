@@ -23,10 +23,16 @@ def test_keys_of_the_project_and_those_targeting_the_node_or_its_set():
             key("other-node", target={"kind": "node", "node": "someone-else"}),
             key("my-set", target={"kind": "node_set", "node_set": "s1"}),
             key("other-set", target={"kind": "node_set", "node_set": "s2"}),
-            key("own", target_public_key="ssh-rsa BBBBown")]
+            key("own", target_public_key="ssh-rsa BBBBown"),
+            key("listed", target={"kind": "nodes", "nodes": ["x", NODE["uuid"]]}),
+            key("unlisted", target={"kind": "nodes", "nodes": ["x"]}),
+            # a targeted key authorizes its target_public_key instead of its own
+            key("theirs", target={"kind": "node", "node": NODE["uuid"]},
+                target_public_key="ssh-rsa CCCCtheirs")]
     assert cloudinit.keys_for(NODE, keys) == [
-        "ssh-ed25519 AAAAmine", "ssh-ed25519 AAAAmy-set", "ssh-ed25519 AAAAown",
-        "ssh-ed25519 AAAAplain", "ssh-rsa BBBBown"]
+        "ssh-ed25519 AAAAlisted", "ssh-ed25519 AAAAmine", "ssh-ed25519 AAAAmy-set",
+        "ssh-ed25519 AAAAown", "ssh-ed25519 AAAAplain", "ssh-rsa BBBBown",
+        "ssh-rsa CCCCtheirs"]
 
 
 def test_files_hostname_network_and_ready_marker():
