@@ -52,6 +52,9 @@ DEFAULTS = {
     "project_networks": "10.32.0.0/12",
     "project_network_prefix": 24,
     "network_routing": "nat",           # nat | isolated (tests use isolated)
+    # services (the service part of issue 14, docs/services.md): how long a monopoly
+    # service's lease lasts; its agent renews it every third of that
+    "service_lease_seconds": 10.0,
 }
 
 
