@@ -12,7 +12,6 @@ from appliance.agent.targets import TARGET_SCHEMA, View
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, List, Object, String, Tags
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
-from appliance.api.routing import AUTHENTICATED
 from appliance.api.validation import Validator
 from state import DuplicateKey, RevisionConflict, format_time
 
@@ -84,24 +83,19 @@ class OrderList(List):
 
 
 def is_platform(principal):
-    """An admin acting for the platform: in-process, unscoped, or scoped to the admin
-    project, with the lease permission (the admin role's *.*.*)."""
+    """An admin acting for the platform: in-process, or a user's token unscoped or scoped
+    to the admin project with the lease permission (the admin role's *.*.*). Not a node
+    agent, though it has no project either."""
     if principal is None:
         return True
-    return (principal.project_id in (None, ADMIN_PROJECT)
+    return (agent_node(principal) is None and principal.project_id in (None, ADMIN_PROJECT)
             and principal.allows("em.service.lease"))
 
 
-def agent_node(store, principal):
-    """The node whose agent `principal` is, else None. An agent's token names its agent
-    (claim `agent`); the agent record names the node."""
-    if principal is None:
-        return None
-    agent = (principal.claims or {}).get("agent")
-    if not agent:
-        return None
-    record = store.collection("ua_agents").get(agent)
-    return record.get("node") if record else None
+def agent_node(principal):
+    """The node whose agent `principal` is (a node agent's principal carries `node`,
+    appliance/agent/enroll.py), else None."""
+    return getattr(principal, "node", None)
 
 
 def now():
@@ -161,7 +155,7 @@ class Services(Resource):
                 Action("update", self.update, summary="Rewrite the unit and restart the "
                                                       "service where it runs",
                        response_schema=REF),
-                Action("lease", self.lease, permission=AUTHENTICATED,
+                Action("lease", self.lease,
                        summary="Take or renew the monopoly lease for a node (the node's "
                                "agent, or an admin)",
                        request_schema=LEASE_BODY, response_schema=LEASE_REPLY),
@@ -281,7 +275,7 @@ class Services(Resource):
             raise BadRequest("body must be a JSON object")
         _LEASE_BODY.check(body)
         node = body["node"].lower()
-        own = agent_node(call.store, call.principal)
+        own = agent_node(call.principal)
         if own is None and not is_platform(call.principal):
             raise Forbidden("only the agent of a node the service targets, or an admin, "
                             "may take its lease")
