@@ -10,18 +10,22 @@ Runs on a node from the agent: stdlib and this package only.
 """
 
 import os
+import shutil
 import tempfile
 import time
 
 from .lease import Leases
 
 UNIT_DIR = "/etc/systemd/system"
+FENCE = "appliance-fence.conf"
 PROPS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID")
 
 
 class Driver:
     def __init__(self, host, clock=time.monotonic):
         self.host = host
+        # the agent's own unit: a monopoly unit is bound to it (see fence_text)
+        self.agent_unit = getattr(host, "agent_unit", None) or own_unit()
         self.leases = Leases(host.api, host.node, clock=clock, log=host.log)
         # item uuid -> what this driver last reported, and the invocation of a oneshot
         # it started and waits for
@@ -91,6 +95,8 @@ class Driver:
             if before.get("unit") not in (None, unit):
                 self.drop_unit(before["unit"])
             written = self.write_unit(unit, value["text"])
+            if value["monopoly"] and self.agent_unit:
+                written = self.write_unit(f"{unit}.d/{FENCE}", self.fence_text()) or written
             if written:
                 self.systemctl("daemon-reload")
             self.systemctl("enable" if value["boot"] else "disable", unit)
@@ -143,6 +149,13 @@ class Driver:
         else:
             self.apply_run(item, before, written, False)
 
+    def fence_text(self):
+        """A monopoly unit runs only while this agent runs (BindsTo= with After=): an
+        agent that is killed cannot renew the lease, and another node takes over when it
+        expires, so its unit must not run on. A restarted agent starts it again if the
+        lease is still its own."""
+        return (f"[Unit]\nBindsTo={self.agent_unit}\nAfter={self.agent_unit}\n")
+
     def remove(self, applied):
         value = applied["value"]
         self.leases.drop(value.get("service"))
@@ -157,6 +170,7 @@ class Driver:
             self.host.systemctl("stop", unit)
             self.host.systemctl("disable", unit)
             os.unlink(path)
+            shutil.rmtree(path + ".d", ignore_errors=True)
             self.systemctl("daemon-reload")
 
     def tick(self, applied_items):
@@ -245,6 +259,21 @@ class Driver:
             reason = f"{state} ({props.get('SubState')})"
         return {"status": status, "reason": reason,
                 "value": {"active_state": state, "exit_code": exit_code, "holder": holder}}
+
+
+def own_unit():
+    """The systemd unit this process runs in (`appliance-agent.service` in the image),
+    from its cgroup; None outside a service unit (a test, a shell)."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            text = f.read()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        last = line.rsplit("/", 1)[-1]
+        if last.endswith(".service") and "/system.slice/" in line:
+            return last
+    return None
 
 
 class UnitFailure(Exception):

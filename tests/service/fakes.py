@@ -20,7 +20,9 @@ class FakeSystemd:
     - a simple unit is active once started; a oneshot started with --no-block is
       `activating` for one `show` (a queued job), and the `show` after that runs its ExecStart through /bin/sh and
       records the exit code (ExecMainStatus, Result) and a new InvocationID;
-    - `fail(unit)` makes a running unit fail, as a crash would."""
+    - `fail(unit)` makes a running unit fail, as a crash would;
+    - `unit_died(unit)` stops the units bound to `unit` by a drop-in's BindsTo=, as
+      systemd does when a unit they are bound to leaves the active state."""
 
     def __init__(self, root):
         self.unit_dir = os.path.join(root, "etc/systemd/system")
@@ -43,6 +45,11 @@ class FakeSystemd:
                     if name.endswith(".service"):
                         with open(os.path.join(self.unit_dir, name)) as f:
                             self.loaded[name] = f.read()
+                        dropins = os.path.join(self.unit_dir, name + ".d")
+                        for conf in sorted(os.listdir(dropins)) if os.path.isdir(
+                                dropins) else ():
+                            with open(os.path.join(dropins, conf)) as f:
+                                self.loaded[name] += "\n" + f.read()
             return 0, ""
         if verb == "show":
             props = rest[1].split(",")
@@ -96,6 +103,11 @@ class FakeSystemd:
     def fail(self, unit):
         self.state(unit).update(ActiveState="failed", SubState="failed", Result="signal")
 
+    def unit_died(self, dead):
+        for unit, text in self.loaded.items():
+            if re.search(rf"^BindsTo={re.escape(dead)}$", text, re.M):
+                self.state(unit).update(ActiveState="inactive", SubState="dead")
+
     def running(self, unit):
         return self.units.get(unit, {}).get("ActiveState") == "active"
 
@@ -121,7 +133,8 @@ class ApiClient:
 class FakeHost:
     """The agent's Host as parts.md describes it, with FakeSystemd as `systemctl`."""
 
-    def __init__(self, root, node, api=None):
+    def __init__(self, root, node, api=None, agent_unit=None):
+        self.agent_unit = agent_unit
         self.root = str(root)
         self.node = node
         self.agent = node
