@@ -235,8 +235,8 @@ class Services(Resource):
         for other in self.collection().records():
             for field in ("before", "after"):
                 if any(e.get("service") == record["uuid"] for e in other.get(field) or ()):
-                    raise Conflict(f"service {other['uuid']} orders itself {field} this "
-                                   "one: change its " + field + " first")
+                    raise Conflict(f"service {other['uuid']} names this one in its "
+                                   f"{field}: change that first")
 
     def after_delete(self, call, record):
         call.store.collection(LEASES).delete_where(lambda r: r["uuid"] == record["uuid"])
