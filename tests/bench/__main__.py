@@ -8,7 +8,8 @@ import time
 from . import note
 
 BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
-           "backup", "image", "boot", "network", "compute", "compute_tcg"]
+           "backup", "image", "boot", "network", "compute", "compute_tcg",
+           "services"]
 
 
 def main(argv):
