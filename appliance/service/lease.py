@@ -18,6 +18,7 @@ class Lease:
         self.until = None           # local clock: the lease is ours before this
         self.seconds = None
         self.next_ask = 0.0
+        self.holder = None          # the holder the API named last (None: no answer)
 
     def holding(self, now):
         return self.until is not None and now < self.fence_at()
@@ -55,6 +56,7 @@ class Leases:
         if status == 200 and isinstance(body, dict):
             seconds = float(body.get("seconds") or 10.0)
             lease.seconds = seconds
+            lease.holder = body.get("holder")
             if body.get("granted"):
                 lease.until = sent + seconds
                 lease.next_ask = sent + seconds / 3
@@ -63,7 +65,7 @@ class Leases:
                 lease.next_ask = sent + min(1.0, seconds / 3)
         elif status is not None and 400 <= status < 500:
             # the API refuses (the service is gone, or no longer targets this node)
-            lease.until = None
+            lease.until = lease.holder = None
             lease.next_ask = sent + 1.0
         else:
             # no answer: keep what we hold until it must be given up, and try again soon

@@ -104,10 +104,10 @@ class Driver:
                 self.apply_monopoly(item, before, written)
             else:
                 self.apply_run(item, before, written, value["run"])
+            return self.remember(item, self.observe([item])[item["uuid"]])
         except UnitFailure as e:
             return self.remember(item, {"status": "ERROR", "reason": str(e), "value": {
                 "active_state": None, "exit_code": None, "holder": False}})
-        return self.remember(item, self.observe([item])[item["uuid"]])
 
     def apply_run(self, item, before, written, run):
         """Start, stop or restart the unit as the item asks, given what was applied
@@ -239,8 +239,11 @@ class Driver:
         if not runs:
             if state in ("inactive", "failed", "unknown"):
                 status = "ACTIVE"
-                reason = None if not value["monopoly"] or not value["run"] else \
-                    "standby: another node holds the lease"
+                if value["monopoly"] and value["run"]:
+                    other = self.leases.get(value["service"]).holder
+                    reason = f"standby: node {other} holds the lease" if other not in (
+                        None, self.host.node) else "standby: the lease could not be " \
+                        "taken or renewed (no answer from the API)"
             else:
                 reason = f"stopping ({state})"
         elif value["oneshot"]:
