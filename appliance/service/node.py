@@ -288,3 +288,66 @@ def _int(text):
         return int(text)
     except (TypeError, ValueError):
         return None
+
+
+# ---- by hand on a node: `python3 -m appliance.service.node apply ITEM.json` ---------------
+
+class LocalHost:
+    """What the driver needs of the agent's Host, for a run by hand (or a test in a guest)
+    without the agent: `root`, `systemctl` through a command, an optional API client."""
+
+    def __init__(self, root="/", systemctl="systemctl", node=None, api=None):
+        import logging
+        import subprocess
+        self.root, self.node, self.agent, self.api = root, node, node, api
+        self.log = logging.getLogger("appliance.service")
+        self.agent_unit = None
+        self._systemctl, self._run = systemctl.split(), subprocess.run
+
+    def path(self, p):
+        if ".." in p.split("/"):
+            raise ValueError(f"{p}: .. is refused")
+        return os.path.join(self.root, p.lstrip("/"))
+
+    def systemctl(self, *args):
+        done = self._run(self._systemctl + list(args), capture_output=True, text=True,
+                         timeout=60)
+        return done.returncode, done.stdout + done.stderr
+
+
+def main(argv=None):
+    import argparse
+    import json
+    parser = argparse.ArgumentParser(
+        prog="python3 -m appliance.service.node",
+        description="Apply, observe or remove one service item (as the agent's payload "
+                    "carries it) with this node's systemd; prints the actual state as JSON.")
+    parser.add_argument("verb", choices=["apply", "show", "remove"])
+    parser.add_argument("item", help="the item as JSON, in a file ('-': stdin)")
+    parser.add_argument("--applied", help="the item applied before, in a file")
+    parser.add_argument("--root", default="/")
+    parser.add_argument("--systemctl", default="systemctl",
+                        help="the systemctl command (default: systemctl)")
+    args = parser.parse_args(argv)
+
+    def read(name):
+        import sys
+        if name == "-":
+            return json.load(sys.stdin)
+        with open(name) as f:
+            return json.load(f)
+    item = read(args.item)
+    driver = Driver(LocalHost(args.root, args.systemctl))
+    if args.verb == "apply":
+        out = driver.apply(item, read(args.applied) if args.applied else None)
+    elif args.verb == "show":
+        out = driver.observe([item])[item["uuid"]]
+    else:
+        driver.remove(item)
+        out = {"removed": item["uuid"]}
+    print(json.dumps(out, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
