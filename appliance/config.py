@@ -12,7 +12,8 @@ DEFAULTS = {
     "state_dir": "./var",
     "api_host": "127.0.0.1",
     "api_port": 11010,
-    "api_threads": 8,
+    # long polls of node agents hold threads (agent_poll_share of them at most; docs/agent.md)
+    "api_threads": 32,
     # connections held open at once, idle ones included; past it new ones wait in the
     # listen backlog (docs/server.md: why 1000, and the descriptor limit)
     "api_connection_limit": 1000,
@@ -52,6 +53,22 @@ DEFAULTS = {
     "project_networks": "10.32.0.0/12",
     "project_network_prefix": 24,
     "network_routing": "nat",           # nat | isolated (tests use isolated)
+    # ---- node agents (docs/agent.md); the agent part of issue 14 ----
+    # API side: the share of api_threads that payload long polls may hold at once (a poll
+    # over it is answered at once with Retry-After), and an enrollment token's lifetime
+    "agent_poll_share": 0.75,
+    "agent_enroll_ttl": 3600,
+    # the API's URL as a VM node sees it, written into its seed (None: the node's network
+    # gateway on api_port, docs/agent.md)
+    "agent_endpoint": None,
+    # node side (daemons/agent.py): the credential file, the prefix of every path the
+    # drivers write (a test's HW "node"), the absolute paths inside it they may touch
+    # (comma-separated), the agent's own state, and a poll's wait in seconds
+    "agent_credential_file": "/etc/appliance/agent.json",
+    "agent_root": "/",
+    "agent_allowed_roots": "/etc,/opt,/srv,/var/lib,/home,/root,/usr/local",
+    "agent_state_dir": "/var/lib/appliance/agent",
+    "agent_poll_wait": 25.0,
     # services (the service part of issue 14, docs/services.md): how long a monopoly
     # service's lease lasts; its agent renews it every third of that
     "service_lease_seconds": 10.0,

@@ -1,20 +1,87 @@
-"""Agent daemon: will render configs onto this node's data plane.
+"""The node agent: `python -m daemons.agent` (docs/agent.md). Runs on every node (a VM, a
+HW machine, the appliance itself) as root; it needs no state directory of the platform,
+only its credential file and its own state directory.
 
-So far it only follows changes to configs; rendering comes in a later issue.
+Settings (APPLIANCE_AGENT_*): agent_credential_file (written by enrollment, the VM seed or
+first boot), agent_root, agent_allowed_roots, agent_state_dir, agent_poll_wait. The
+credential file {"endpoint", "agent", "node", "secret"} may also carry "root" and
+"state_dir" (`appliance agent enroll --root/--state-dir`), which then win.
 """
 
+import json
+import logging
+import signal
 import sys
+import time
 
-from daemons.base import Daemon, run
+from appliance import config, logs
 
 
-class Agent(Daemon):
-    name = "agent"
-    kinds = ("config_configs",)
+class CredentialError(Exception):
+    pass
+
+
+def read_credential(path):
+    try:
+        with open(path) as f:
+            cred = json.load(f)
+    except OSError as e:
+        raise CredentialError(f"cannot read the credential file {path}: {e.strerror}") \
+            from None
+    except ValueError:
+        raise CredentialError(f"the credential file {path} is not JSON") from None
+    missing = [k for k in ("endpoint", "agent", "node", "secret")
+               if not isinstance(cred.get(k), str) or not cred[k]] \
+        if isinstance(cred, dict) else ["all"]
+    if missing:
+        raise CredentialError(f"the credential file {path} lacks {', '.join(missing)}")
+    return cred
+
+
+def layout(settings, cred):
+    """(root, state dir, allowed roots) of this agent."""
+    roots = [r.strip() for r in str(settings["agent_allowed_roots"]).split(",") if r.strip()]
+    return (cred.get("root") or settings["agent_root"],
+            cred.get("state_dir") or settings["agent_state_dir"], roots)
+
+
+def build(settings):
+    """The runner of this node, from the settings and the credential file."""
+    from appliance.agent.client import AgentClient
+    from appliance.agent.host import Host
+    from appliance.agent.runner import Runner
+    cred = read_credential(settings["agent_credential_file"])
+    root, state_dir, roots = layout(settings, cred)
+    client = AgentClient(cred["endpoint"], cred["agent"], cred["secret"], ca=cred.get("ca"))
+    host = Host(root=root, allowed_roots=roots, state_dir=state_dir, api=client,
+                node=cred["node"], agent=cred["agent"],
+                log=logging.getLogger("appliance.agent.driver"))
+    return Runner(host, client, wait=settings["agent_poll_wait"],
+                  log=logging.getLogger("appliance.agent"))
 
 
 def main():
-    return run(Agent)
+    try:
+        settings = config.load()
+    except config.ConfigError as e:
+        print(f"agent: {e}", file=sys.stderr)
+        return 2
+    log = logs.setup("agent", str(settings["log_level"]).upper())
+    try:
+        runner = build(settings)
+    except (CredentialError, ValueError) as e:
+        log.error("%s", e)
+        return 2
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    runner.start()
+    log.info("agent %s of node %s, API %s", runner.host.agent, runner.host.node,
+             runner.client.endpoint)
+    while not stopping:
+        time.sleep(0.2)
+    runner.stop()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,17 +1,27 @@
 """Delivery daemon: keeps the data plane (`<state-dir>/data-plane/`) in step with the
-secret kinds. The logic is appliance.secret.delivery; this is its process shell."""
+secret kinds (appliance.secret.delivery), and writes the status of the resources that node
+agents apply (appliance.agent.status). This is their process shell."""
 
 import sys
 
+from appliance.agent import capabilities, status
 from appliance.dataplane import DataPlane
 from appliance.secret.delivery import SecretDelivery
 from daemons.base import Daemon, run
 
+# not a store kind: the name under which every change that can move an agent-applied
+# resource's status is coalesced into one aggregation of all master kinds
+AGENT_STATUS = "agent status"
+
 
 class Delivery(Daemon):
     name = "delivery"
-    kinds = SecretDelivery.kinds
     tick_seconds = 30.0
+
+    @property
+    def kinds(self):
+        # at start, not at import: a capability registered late (a test's) is watched too
+        return tuple(dict.fromkeys(SecretDelivery.kinds + status.watched_kinds()))
 
     def start(self):
         self.secrets = SecretDelivery(self.store, DataPlane(self.settings["state_dir"]),
@@ -19,9 +29,16 @@ class Delivery(Daemon):
         return super().start()
 
     def reconcile(self, kind):
-        retry_in = self.secrets.reconcile(kind)
-        if retry_in is not None:
-            self.request_in(kind, retry_in)
+        if kind == AGENT_STATUS:
+            for master_kind in capabilities.MASTERS.values():
+                status.aggregate(self.store, master_kind)
+            return
+        if kind in SecretDelivery.kinds:
+            retry_in = self.secrets.reconcile(kind)
+            if retry_in is not None:
+                self.request_in(kind, retry_in)
+        if kind in status.watched_kinds():
+            self.request(AGENT_STATUS)
 
 
 def main():

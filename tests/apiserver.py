@@ -102,7 +102,7 @@ class ApiServer:
         self.extra = extra
         self.settings = config.load(environ={}, overrides={
             "state_dir": state_dir, "admin_password": admin_password,
-            "api_port": free_port(), **overrides})
+            "api_port": free_port(), "api_threads": 4, **overrides})
         self.host = "127.0.0.1"
 
     def start(self):
@@ -111,7 +111,7 @@ class ApiServer:
         if self.extra is not None:
             self.extra(self.api)
         # the production server's body limit and error bodies (appliance/server.py)
-        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4,
+        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=self.settings["api_threads"],
                                    max_request_body_size=body_limit(self.settings))
         json_errors(self.loop.server)
         self.loop.start()
@@ -119,6 +119,7 @@ class ApiServer:
         return self
 
     def stop(self):
+        self.api.close()        # first: it ends long polls that would hold the threads
         self.loop.stop()
         self.api.store.close()
 

@@ -4,3 +4,8 @@ Platform side: what each node should have (`targets.py`, from every capability's
 producer), the `/v1/ua/` API, credentials and the status step. Node side: the runner that
 pulls the payload and hands each item to its capability's driver (`<capability>/node.py`).
 """
+
+
+def register(api):
+    from .resources import register as register_routes
+    register_routes(api)

@@ -82,3 +82,16 @@ class View:
         if value is None:
             raise Unavailable(f"{kind}/{uuid}", "value")
         return value
+
+
+def items_for(view, node, producers=None):
+    """Every target item of `node`, each with its "hash", in a stable order; the payload's
+    hash. A producer that fails raises: a partial payload would make the agent remove
+    what the missing producer would have given."""
+    from . import capabilities, protocol
+    items = []
+    for kind, produce in sorted((producers or capabilities.producers()).items()):
+        for item in produce(view, node):
+            items.append({**item, "hash": protocol.item_hash(item)})
+    items.sort(key=lambda i: i["uuid"])
+    return items, protocol.payload_hash(items)

@@ -145,6 +145,11 @@ class Api:
         self.routes = []
         self.resources = {}         # collection path -> Resource, for in-process use
         self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
+        self.closers = []           # called by close(): threads a capability started
+
+    def close(self):
+        for closer in self.closers:
+            closer()
 
     # ---- registration ------------------------------------------------------------
 
@@ -198,8 +203,9 @@ class Api:
             if self.authenticate is None:
                 raise Unauthorized("no authentication is configured")
             call.principal = self.authenticate(call.request)
-            if route.permission != AUTHENTICATED and not any(
-                    call.principal.allows(p) for p in route.permissions):
+            if not any(call.principal.allows(p) for p in route.permissions):
+                if route.permission == AUTHENTICATED:
+                    raise Forbidden("this route is for users only")
                 raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
         if route.method in _BODY_METHODS:
             self._read_body(route, call)

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import backup, compute, em, groups, output, repo, services
+from appliance.cli import agent, backup, compute, em, groups, output, repo, services
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -235,6 +235,7 @@ def build_parser(env: Environment) -> ArgumentParser:
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
     repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
     backup.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
+    agent.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
 
     up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
                              description="Start the appliance; arguments go to the supervisor. "

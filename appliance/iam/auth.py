@@ -89,6 +89,11 @@ class Authenticator:
         self._cache = {}
         self._cache_key = None
         self._lock = threading.Lock()
+        # other capabilities' additions (the node agents, appliance/agent/enroll.py):
+        # grant_type -> function(body) -> Reply, and claim -> function(claims) -> principal
+        # for the tokens that carry that claim
+        self.grants = {}
+        self.principals = {}
 
     def coll(self, kind):
         return self.store.collection(kind)
@@ -138,6 +143,9 @@ class Authenticator:
             claims = self.signer.verify(token.strip(), "access")
         except InvalidToken as e:
             raise Unauthorized(str(e)) from None
+        for claim, principal in self.principals.items():
+            if claim in claims:
+                return principal(claims)
         if self.coll("iam_revoked_sessions").by("sid", claims["sid"]):
             raise Unauthorized("token revoked")
         user = self.coll("iam_users").get(claims["sub"])
@@ -170,6 +178,9 @@ class Authenticator:
         client = self.client(call.params["client"])
         if client is None:
             raise OAuthError("invalid_client", "unknown client", 401)
+        if body.get("grant_type") in self.grants:
+            # such a grant authenticates its own client_id (an agent), not the path's
+            return self.grants[body["grant_type"]](body)
         if client.get("secret_hash") and not passwords.verify(
                 str(body.get("client_secret", "")), client["secret_hash"]):
             raise OAuthError("invalid_client", "client authentication failed", 401)
@@ -293,9 +304,13 @@ def register(api):
     base = "/v1/iam/clients/<client>/actions"
     api.route("POST", f"{base}/get_token/invoke", auth.get_token, permission=PUBLIC,
               accepts=(JSON, FORM), tag="iam", summary="Get a token (OAuth 2.0 grants "
-              "password, login+password and refresh_token); errors as RFC 6749 section 5.2",
+              "password, login+password, refresh_token and client_credentials); errors as "
+              "RFC 6749 section 5.2",
               request_schema={"type": "object", "properties": {
-                  "grant_type": {"enum": [*PASSWORD_GRANTS, "refresh_token"]},
+                  "grant_type": {"enum": [*PASSWORD_GRANTS, "refresh_token",
+                                          "client_credentials"]},
+                  "client_id": {"type": "string", "description": "grant client_credentials: "
+                                                                 "a node agent's uuid"},
                   "username": {"type": "string"}, "password": {"type": "string"},
                   "login": {"type": "string", "description": "grant login+password: "
                                                              "the username"},

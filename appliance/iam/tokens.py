@@ -38,13 +38,14 @@ class TokenSigner:
         self._verified = {}
         self._lock = threading.Lock()
 
-    def issue(self, user_uuid, project_id, session, kind, ttl, now=None, password_version=0):
+    def issue(self, user_uuid, project_id, session, kind, ttl, now=None, password_version=0,
+              extra=None):
         now = now or datetime.datetime.now(datetime.timezone.utc)
         expires = now + datetime.timedelta(seconds=ttl)
         claims = {"sub": user_uuid, "jti": str(uuidlib.uuid4()), "sid": session,
                   "iat": int(now.timestamp()), "exp": int(expires.timestamp()),
                   "iss": ISSUER, "aud": AUDIENCE, "project_id": project_id, "typ": kind,
-                  "pwv": password_version}
+                  "pwv": password_version, **(extra or {})}
         return jwt.encode(claims, self.key, algorithm=ALGORITHM), format_time(expires)
 
     def verify(self, token, kind):

@@ -71,8 +71,11 @@ def test_wrong_password_and_unknown_user_look_the_same(server):
 
 def test_token_endpoint_errors(server):
     client = server.client()
-    oauth_error(client.post(TOKEN_PATH, {"grant_type": "client_credentials"}), 400,
+    oauth_error(client.post(TOKEN_PATH, {"grant_type": "authorization_code"}), 400,
                 "unsupported_grant_type")
+    # client_credentials is the node agents' grant (tests/agent/test_credentials.py)
+    oauth_error(client.post(TOKEN_PATH, {"grant_type": "client_credentials"}), 400,
+                "invalid_request")
     oauth_error(client.post(TOKEN_PATH, {"username": "admin"}), 400, "invalid_request")
     oauth_error(client.post(TOKEN_PATH, {"grant_type": "password"}), 400, "invalid_request")
     oauth_error(client.post(TOKEN_PATH, {"grant_type": "refresh_token",

@@ -1,0 +1,97 @@
+"""The payload long poll: an agent's request waits in the API until a store change makes
+its payload differ from the hash it has (docs/agent.md, "Long poll").
+
+One change watch per API process (state.ChangeWatch: inotify on the kinds' lock files, so
+a write by any process wakes the waiters within milliseconds) bumps a generation counter;
+each waiter recomputes its own payload when the generation moves. A waiting poll holds a
+Waitress thread, so at most `limit` polls wait at once: a poll over the limit is answered
+at once with `Retry-After`, and the agent polls again a moment later. The rest of the
+API always keeps `api_threads - limit` threads.
+"""
+
+import threading
+import time
+
+from state import ChangeWatch
+
+# kinds whose writes never change a payload, some of them often (the agents' own reports,
+# the monopoly leases renewed every few seconds): a wake-up for each would make every
+# waiter recompute its payload for nothing. A new agent polls afresh anyway.
+NOT_WATCHED = {"ua_resources", "ua_enrollments", "ua_agents", "ua_target_resources",
+               "em_service_leases", "iam_revoked_sessions"}
+
+
+def poll_limit(settings):
+    """How many long polls may wait at once: the share of the API's threads they may
+    hold, always leaving one for everything else."""
+    threads = settings["api_threads"]
+    return max(0, min(threads - 1, int(threads * settings["agent_poll_share"])))
+
+
+class PayloadHub:
+    def __init__(self, store, kinds, limit, rescan_seconds=5.0):
+        self.store = store
+        self._kinds = kinds                 # () -> the kinds to watch (asked at first use)
+        self.limit = limit
+        self.rescan_seconds = rescan_seconds
+        self.generation = 0
+        self.waiting = 0
+        self._cond = threading.Condition()
+        self._watch = None
+        self._start_lock = threading.Lock()
+
+    def _changed(self, kind):
+        with self._cond:
+            self.generation += 1
+            self._cond.notify_all()
+
+    def _started(self):
+        # started on the first poll that waits, not with the API: a process that never
+        # serves an agent (tests, the CLI's in-process uses) runs no watch threads
+        with self._start_lock:
+            if self._watch is None:
+                watch = ChangeWatch(self.store, self.rescan_seconds)
+                for kind in sorted(set(self._kinds()) - NOT_WATCHED):
+                    watch.subscribe(kind, self._changed)
+                self._watch = watch.start()
+
+    def stop(self):
+        with self._start_lock:
+            if self._watch is not None:
+                self._watch.stop()
+                self._watch = None
+        with self._cond:
+            self._cond.notify_all()
+
+    def wait_for(self, compute, known_hash, seconds):
+        """compute() -> (hash, body). Returns (body, waited): at once when the hash differs
+        from known_hash, else when a change makes it differ or `seconds` run out.
+        waited is False when the poll could not wait (over the limit)."""
+        if seconds > 0:
+            self._started()
+        generation = self.generation
+        current, body = compute()
+        if current != known_hash or seconds <= 0:
+            return body, True
+        with self._cond:
+            if self.waiting >= self.limit:
+                return body, False
+            self.waiting += 1
+        try:
+            deadline = time.monotonic() + seconds
+            while True:
+                with self._cond:
+                    while self.generation == generation and self._watch is not None:
+                        left = deadline - time.monotonic()
+                        if left <= 0:
+                            return body, True
+                        self._cond.wait(left)
+                    if self._watch is None:         # stopped: answer what we have
+                        return body, True
+                    generation = self.generation
+                current, body = compute()
+                if current != known_hash:
+                    return body, True
+        finally:
+            with self._cond:
+                self.waiting -= 1
