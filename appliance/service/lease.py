@@ -51,8 +51,10 @@ class Leases:
         try:
             status, body = self.api.post(f"/v1/em/services/{service}/actions/lease/invoke",
                                          {"node": self.node})
-        except OSError as e:
-            status, body = None, str(e)
+        except Exception as e:      # noqa: BLE001 - any failure is "no answer"
+            # the agent's client raises its own errors (Unreachable, Refused on a token
+            # that cannot be had); whatever it is, the lease was not renewed
+            status, body = None, f"{type(e).__name__}: {e}"
         if status == 200 and isinstance(body, dict):
             seconds = float(body.get("seconds") or 10.0)
             lease.seconds = seconds
