@@ -221,13 +221,8 @@ class Services(Resource):
         if "service_type" in changes:
             changes["service_type"] = self.normalized_type(changes["service_type"])
         for field in ("before", "after"):
-            if changes.get(field) is not None:
+            if field in changes:
                 self.check_order(call, merged, field, changes[field])
-            elif field in changes:
-                changes[field] = []
-        for field in ("user", "target_status"):
-            if field in changes and changes[field] is None:
-                raise BadRequest(f"{field}: must not be null")
         changes.update(status="NEW", status_reason=None)
         return changes
 
