@@ -11,8 +11,8 @@ from appliance.api.wsgi import Middleware
 
 def capabilities():
     """Every capability package that registers routes, in registration order."""
-    from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, vs
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs]
+    from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
+    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service]
 
 
 def build_api(settings, store=None):

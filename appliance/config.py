@@ -69,6 +69,9 @@ DEFAULTS = {
     "agent_allowed_roots": "/etc,/opt,/srv,/var/lib,/home,/root,/usr/local",
     "agent_state_dir": "/var/lib/appliance/agent",
     "agent_poll_wait": 25.0,
+    # services (the service part of issue 14, docs/services.md): how long a monopoly
+    # service's lease lasts; its agent renews it every third of that
+    "service_lease_seconds": 10.0,
 }
 
 

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import agent, backup, compute, configs, em, groups, output, repo
+from appliance.cli import agent, backup, compute, configs, em, groups, output, repo, services
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -230,6 +230,8 @@ def build_parser(env: Environment) -> ArgumentParser:
 
     em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
     compute.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
+    services.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
     repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
     configs.add_group(commands, common, functools.partial(ArgumentParser, env=env), {

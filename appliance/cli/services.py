@@ -1,0 +1,169 @@
+"""`appliance services ...`: the Element Manager's services (`/v1/em/services/`).
+
+The generic verbs with the collection filled in, options for a service's shape (the
+command, where it runs, its kind and ordering), the actions start, stop and restart, and
+`--wait` until the node agents run it as asked (docs/services.md).
+"""
+
+import argparse
+
+from . import UsageError
+from .common import add_list_arguments, build_body, emit, session_client
+from .groups import resolve, wait_active
+
+COLLECTION = "/v1/em/services/"
+WAIT_TIMEOUT = 300.0
+WAITS_FOR = "the node agents to run it"
+KINDS = ("simple", "oneshot", "monopoly", "monopoly_oneshot")
+TARGET_STATUSES = ("enabled", "disabled", "started", "stopped")
+
+
+def add_group(commands, common, make_parser, handlers):
+    group = commands.add_parser(
+        "services", help="commands run as systemd units on nodes",
+        description="services: /v1/em/services/", parents=[common],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  appliance services add -n web --command 'exec python3 -m "
+               "http.server' --node web-0\n  appliance services restart web")
+    verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                 parser_class=make_parser)
+
+    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
+        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
+                               parents=[common],
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=f"example:\n  {epilog}" if epilog else None)
+        if item:
+            sub.add_argument("ref", metavar="NAME-OR-UUID", help="the service's UUID or name")
+        sub.set_defaults(handler=handler, collection_path=COLLECTION)
+        return sub
+
+    def waiting(sub):
+        sub.add_argument("--wait", action="store_true",
+                         help="wait until ACTIVE on every node, printing each status "
+                              "change; exit 1 on ERROR or after --wait-timeout")
+        sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
+                         metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+        return sub
+
+    add_list_arguments(verb("list", "list services", _generic(handlers["list"]), item=False))
+    waiting(verb("show", "show a service (node_status: how each node runs it)",
+                 _show(handlers["show"])))
+    add = waiting(verb("add", "add a service", _write("POST"), item=False,
+                       aliases=("create",),
+                       epilog="appliance services add -n backup --command '/usr/local/bin/"
+                              "backup' --type oneshot --node-set db"))
+    update = waiting(verb("update", "change fields of a service (its status goes back to "
+                                    "NEW)", _write("PUT")))
+    for sub in (add, update):
+        _shape_options(sub, create=sub is add)
+    verb("delete", "delete a service (its units are removed from the nodes)",
+         _generic(handlers["delete"]))
+    for action, summary in (("start", "run the service (its boot setting stays)"),
+                            ("stop", "stop the service (its boot setting stays)"),
+                            ("restart", "restart the service on its nodes")):
+        waiting(verb(action, summary, _action(action)))
+
+
+def _shape_options(sub, create):
+    opt = sub.add_argument
+    opt("-n", "--name")
+    opt("-D", "--description")
+    if create:
+        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+    opt("--command", help="the command (field path), run through /bin/sh -c")
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument("--node", action="append", metavar="NODE",
+                       help="a node (name or UUID) to run on; repeat for several")
+    where.add_argument("--node-set", metavar="SET", help="a node set: every member runs it")
+    opt("--type", choices=KINDS, help="service_type kind (default simple)" if create
+        else "service_type kind")
+    opt("--user")
+    opt("--group")
+    opt("--target-status", choices=TARGET_STATUSES)
+    for field in ("before", "after"):
+        when = "before" if field == "before" else "after"
+        opt(f"--{field}-shell", action="append", metavar="COMMAND",
+            help=f"a command run {when} the service's own (repeatable)")
+        opt(f"--{field}-service", action="append", metavar="SERVICE",
+            help=f"a service (name or UUID) that runs {when} this one where both run "
+                 "(repeatable)")
+    opt("fields", metavar="FIELD", nargs="*",
+        help="more fields: key=value (string) or key:=json (typed); they override the "
+             "options")
+    opt("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+
+
+def _body(args, client, create):
+    body = {field: getattr(args, opt) for opt, field in (
+        ("name", "name"), ("description", "description"), ("project", "project_id"),
+        ("command", "path"), ("user", "user"), ("group", "group"),
+        ("target_status", "target_status")) if getattr(args, opt, None) is not None}
+    if args.node:
+        nodes = [resolve(client, "/v1/compute/nodes/", n).rsplit("/", 1)[1] for n in args.node]
+        body["target"] = {"kind": "node", "node": nodes[0]} if len(nodes) == 1 else \
+            {"kind": "nodes", "nodes": nodes}
+    elif args.node_set:
+        body["target"] = {"kind": "node_set", "node_set": resolve(
+            client, "/v1/compute/sets/", args.node_set).rsplit("/", 1)[1]}
+    if args.type is not None or create:
+        body["service_type"] = {"kind": args.type or "simple"}
+    for field in ("before", "after"):
+        shells = getattr(args, f"{field}_shell") or []
+        services = getattr(args, f"{field}_service") or []
+        if shells or services:
+            body[field] = [{"kind": "shell", "command": c} for c in shells] + [
+                {"kind": "service", "service": resolve(client, COLLECTION, s).rsplit(
+                    "/", 1)[1]} for s in services]
+    return body
+
+
+def _write(method):
+    def handler(args, env):
+        client = session_client(args, env)
+        body = _body(args, client, create=method == "POST")
+        given = build_body(args, env)
+        if given is not None:
+            if not isinstance(given, dict):
+                raise UsageError("the body must be a JSON object")
+            body.update(given)
+        if method == "PUT" and not body:
+            raise UsageError("nothing to update: give options, key=value fields or --data")
+        target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
+        sent = client.request(method, target, body=body).payload()
+        return _finish(args, env, client, COLLECTION + sent["uuid"], sent)
+    return handler
+
+
+def _finish(args, env, client, item, obj):
+    if getattr(args, "wait", False):
+        obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
+    emit(args, env, obj, item)
+    return 0
+
+
+def _generic(generic):
+    def handler(args, env):
+        args.path = resolve(session_client(args, env), COLLECTION, args.ref) \
+            if getattr(args, "ref", None) is not None else COLLECTION
+        return generic(args, env)
+    return handler
+
+
+def _show(generic):
+    def handler(args, env):
+        client = session_client(args, env)
+        args.path = resolve(client, COLLECTION, args.ref)
+        if not args.wait:
+            return generic(args, env)
+        return _finish(args, env, client, args.path, None)
+    return handler
+
+
+def _action(name):
+    def handler(args, env):
+        client = session_client(args, env)
+        item = resolve(client, COLLECTION, args.ref)
+        obj = client.request("POST", f"{item}/actions/{name}/invoke", body={}).payload()
+        return _finish(args, env, client, item, obj)
+    return handler
