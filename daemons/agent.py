@@ -60,6 +60,10 @@ def build(settings):
                   log=logging.getLogger("appliance.agent"))
 
 
+# how often a node not enrolled yet looks for its credential file again
+CREDENTIAL_WAIT_SECONDS = 5.0
+
+
 def main():
     try:
         settings = config.load()
@@ -67,21 +71,39 @@ def main():
         print(f"agent: {e}", file=sys.stderr)
         return 2
     log = logs.setup("agent", str(settings["log_level"]).upper())
-    try:
-        runner = build(settings)
-    except (CredentialError, ValueError) as e:
-        log.error("%s", e)
-        return 2
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))
+    path = settings["agent_credential_file"]
+    runner, said = None, None
+    # a node not enrolled yet (no file: `appliance up` on a workstation, a VM before
+    # cloud-init wrote it) waits for its credential instead of failing and being
+    # restarted in a loop; a file that is there but wrong is said once
+    while runner is None and not stopping:
+        try:
+            runner = build(settings)
+        except (CredentialError, ValueError) as e:
+            if said is None:
+                log.info("started; watching for the credential file %s", path)
+            if str(e) != said:
+                log.warning("%s; waiting for it", e)
+                said = str(e)
+            stop_wait(stopping, CREDENTIAL_WAIT_SECONDS)
+    if runner is None:
+        return 0
     runner.start()
-    log.info("agent %s of node %s, API %s", runner.host.agent, runner.host.node,
-             runner.client.endpoint)
+    log.info("started; watching the payload of agent %s of node %s at %s",
+             runner.host.agent, runner.host.node, runner.client.endpoint)
     while not stopping:
         time.sleep(0.2)
     runner.stop()
     return 0
+
+
+def stop_wait(stopping, seconds):
+    deadline = time.monotonic() + seconds
+    while not stopping and time.monotonic() < deadline:
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":

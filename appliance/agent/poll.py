@@ -12,8 +12,6 @@ API always keeps `api_threads - limit` threads.
 import threading
 import time
 
-from state import ChangeWatch
-
 # kinds whose writes never change a payload, some of them often (the agents' own reports,
 # the monopoly leases renewed every few seconds): a wake-up for each would make every
 # waiter recompute its payload for nothing. A new agent polls afresh anyway.
@@ -50,6 +48,8 @@ class PayloadHub:
         # serves an agent (tests, the CLI's in-process uses) runs no watch threads
         with self._start_lock:
             if self._watch is None:
+                # imported here: an API that serves no agent never loads watchdog (memory)
+                from state.watch import ChangeWatch  # noqa: PLC0415
                 watch = ChangeWatch(self.store, self.rescan_seconds)
                 for kind in sorted(set(self._kinds()) - NOT_WATCHED):
                     watch.subscribe(kind, self._changed)

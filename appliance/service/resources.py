@@ -15,17 +15,13 @@ from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.validation import Validator
 from state import DuplicateKey, RevisionConflict, format_time
 
+from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES
 from .unit import COMMAND_PATTERN
 
 PATH = "/v1/em/services"
-KIND = "em_services"
 LEASES = "em_service_leases"
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 SERVICE_KINDS = ("simple", "oneshot", "monopoly", "monopoly_oneshot")
-MONOPOLY_KINDS = ("monopoly", "monopoly_oneshot")
-# two independent axes, as systemd has them: enabled at boot, and running now
-TARGET_STATUSES = {"enabled": (True, True), "disabled": (False, False),
-                   "started": (False, True), "stopped": (True, False)}
 NAME = r"^[A-Za-z0-9_-]{0,100}$"
 # a name systemd takes in User=/Group= (a user name or a number), never a quote or a space
 ACCOUNT = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,254}$"

@@ -8,8 +8,9 @@ an entry naming a service that also runs on this node becomes After=/Before= its
 
 from appliance.agent.protocol import target_uuid
 
-from . import unit
-from .resources import KIND, MONOPOLY_KINDS, TARGET_STATUSES
+# not from resources.py: the delivery daemon's status step runs this producer, and it has
+# no use for the API framework
+from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES, unit
 
 
 def for_node(view, node):

@@ -179,3 +179,25 @@ def test_enroll_and_status_commands(api, tmp_path):
         agent.stop()
     missing = cli("agent", "status", "--credential-file", str(tmp_path / "none.json"))
     assert missing.code == 1 and "cannot read the credential file" in missing.stderr
+
+
+def test_an_agent_started_before_its_credential_waits_for_it(api, tmp_path):
+    admin = api.client(api.login("admin", ADMIN_PASSWORD))
+    node = hw_node(admin)
+    cred = enroll(api, admin, node["uuid"])
+    agent = AgentProcess(tmp_path / "n", cred, f"http://127.0.0.1:{api.port}")
+    written = open(agent.credential_file).read()
+    os.unlink(agent.credential_file)            # as on a VM before cloud-init wrote it
+    agent.start()
+    try:
+        eventually(lambda: "watching for the credential file" in agent.logs(), seconds=30,
+                   what="the agent waits")
+        assert agent.proc.poll() is None
+        add_file(api.store, {"kind": "node", "node": node["uuid"]}, "/etc/late", "ok")
+        with open(agent.credential_file, "w") as f:
+            f.write(written)
+        # it looks again every 5 s
+        eventually(lambda: agent.file("/etc/late") == "ok", seconds=5 + PROMPT,
+                   what="delivery once the credential is there")
+    finally:
+        agent.stop()

@@ -47,8 +47,8 @@ NEVER = {
     "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE | HTTP_CLIENT | OPENSSL,
     "mirror": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE,
     "compute": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
-    "agent": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT
-                | OPENSSL,
+    # the node agent is an HTTP client of the API (docs/agent.md), nothing more
+    "agent": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | OPENSSL,
     "backup": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
 }
 
