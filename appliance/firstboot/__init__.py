@@ -14,7 +14,7 @@ import socket
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
 
-from . import banner, nginx, register, sources, ssh, tls
+from . import backup_timer, banner, nginx, register, sources, ssh, tls
 from .paths import Paths
 
 log = logging.getLogger("appliance.firstboot")
@@ -71,9 +71,10 @@ def service_user():
     return entry.pw_uid, entry.pw_gid
 
 
-def run(settings, paths=None, owner=None):
+def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     """Do the whole first boot. `owner` = (uid, gid) of the state directory's owner
-    (default: the appliance user when it exists). Returns the banner's text."""
+    (default: the appliance user when it exists); `systemctl(*args)` reloads and starts
+    units (a fake in tests). Returns the banner's text."""
     paths = paths or Paths()
     state_dir = settings["state_dir"]
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -101,6 +102,7 @@ def run(settings, paths=None, owner=None):
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)
+    backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     text = banner.text(address, tls.fingerprint(cert), password_line,
                        banner.version(paths.build_info))
     banner.show(paths, text)

@@ -43,6 +43,10 @@ class Paths:
         return self.at("etc/issue.d")
 
     @property
+    def systemd_runtime(self):
+        return self.at("run/systemd/system")
+
+    @property
     def libvirt_socket(self):
         return self.at("run/libvirt/libvirt-sock")
 
