@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 from appliance import config
-from appliance.backup import timer_unit
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -21,7 +20,11 @@ TIMER = "appliance-backup.timer"
 def write(directory, schedule):
     """Make `directory`/TIMER match `schedule` (None: no file). True when it changed."""
     path = os.path.join(directory, TIMER)
-    text = None if schedule is None else timer_unit(schedule)
+    text = None
+    if schedule is not None:
+        # only then: appliance.backup loads the archive code (tarfile...), a boot's time
+        from appliance.backup import timer_unit  # noqa: PLC0415
+        text = timer_unit(schedule)
     try:
         with open(path) as f:
             old = f.read()
