@@ -102,6 +102,9 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)
+    os.makedirs(os.path.dirname(paths.done_mark), mode=0o755, exist_ok=True)
+    with open(paths.done_mark, "w"):
+        pass
     backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     text = banner.text(address, tls.fingerprint(cert), password_line,
                        banner.version(paths.build_info))
