@@ -63,6 +63,16 @@ def hand_over(state_dir, uid, gid):
     os.chmod(state_dir, 0o700)
 
 
+def mark_done(path):
+    """The mark the API's process waits for (as the appliance user): its folder and the
+    file readable by all, whatever the unit's UMask (0077)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.chmod(os.path.dirname(path), 0o755)
+    with open(path, "w"):
+        pass
+    os.chmod(path, 0o644)
+
+
 def service_user():
     try:
         entry = pwd.getpwnam(SERVICE_USER)
@@ -102,9 +112,7 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)
-    os.makedirs(os.path.dirname(paths.done_mark), mode=0o755, exist_ok=True)
-    with open(paths.done_mark, "w"):
-        pass
+    mark_done(paths.done_mark)
     backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     text = banner.text(address, tls.fingerprint(cert), password_line,
                        banner.version(paths.build_info))

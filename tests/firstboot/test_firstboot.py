@@ -226,7 +226,13 @@ def test_the_mark_the_api_waits_for_comes_after_the_state_is_ready(tmp_path):
     paths = make_paths(tmp_path)
     mark = tmp_path / "root/run/appliance/firstboot-done"
     assert paths.done_mark == str(mark) and not mark.exists()
-    boot(tmp_path, paths, owner=(65534, 65534))
+    umask = os.umask(0o077)                 # the unit's UMask: the mark must still be seen
+    try:
+        boot(tmp_path, paths, owner=(65534, 65534))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(mark.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(mark.stat().st_mode) == 0o644
     # made after the hand-over: the API (api_wait_for) finds the state its user's
     assert mark.exists() and os.lstat(tmp_path / "state").st_uid == 65534
     assert os.lstat(tmp_path / "state" / "admin-password").st_mtime_ns <= \
