@@ -69,10 +69,20 @@ def wait_for(path, log, interval=0.1):
     timeout bounds it, and a first boot that failed leaves the API failed, not serving
     an unprepared state."""
     preload()
-    if not os.path.exists(path):
+    if not _exists(path):
         log.info("code loaded; waiting for %s", path)
-        while not os.path.exists(path):
+        while not _exists(path):
             time.sleep(interval)
+
+
+def _exists(path):
+    """os.path.exists, but a mark the API may not see (permissions) fails loudly instead
+    of being waited for in silence."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def serve(settings):
