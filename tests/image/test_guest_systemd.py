@@ -12,9 +12,14 @@ UNIT = "harness-probe"
 
 
 def test_the_guests_systemd_orders_the_appliance_units(box):
-    api = box.show("appliance-api.service", "After", "Requires")
-    assert "appliance-firstboot.service" in api["After"].split()
+    # a daemon starts after first boot and the API; the API needs first boot but starts
+    # beside it, waiting in-process for its mark (docs/appliance-image.md, "Second pass")
+    dns = box.show("appliance-dns.service", "After")
+    assert {"appliance-firstboot.service", "appliance-api.service"} <= set(dns["After"].split())
+    api = box.show("appliance-api.service", "After", "Requires", "Environment")
     assert "appliance-firstboot.service" in api["Requires"].split()
+    assert "appliance-firstboot.service" not in api["After"].split()
+    assert "APPLIANCE_API_WAIT_FOR=/run/appliance/firstboot-done" in api["Environment"].split()
     # the agent's unit is the node image's; the appliance's drop-in adds its ordering
     agent = box.show("appliance-agent.service", "After", "PartOf", "User", "DropInPaths",
                      "ConditionResult")
