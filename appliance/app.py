@@ -1,6 +1,8 @@
 """The composition root: the WSGI application assembled from the REST framework
 (`appliance/api/`) and every capability's routes."""
 
+import importlib
+
 from state import Store
 
 from appliance.api import system
@@ -13,6 +15,13 @@ def capabilities():
     """Every capability package that registers routes, in registration order."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
     return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service]
+
+
+def preload():
+    """Import what build_api imports (every capability's resources), touching no state: the
+    image's API does it while first boot still prepares the state (api_wait_for)."""
+    for capability in capabilities():
+        importlib.import_module(capability.__name__ + ".resources")
 
 
 def build_api(settings, store=None):

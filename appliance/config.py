@@ -43,6 +43,10 @@ DEFAULTS = {
     # image's API unit sets it, first boot having bootstrapped at this very boot
     # (docs/appliance-image.md, "Boot time")
     "api_bootstrap": True,
+    # image part (issue 12, boot time): a file the API waits for before it opens the state,
+    # loading its code meanwhile; the image's unit names first boot's mark of this boot,
+    # so that the API's Python start runs beside first boot instead of after it
+    "api_wait_for": None,
     # scheduled backups (docs/backup.md): off while backup_schedule is unset
     "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
     "backup_dir": None,                 # where they go (required with a schedule)

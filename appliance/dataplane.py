@@ -5,7 +5,6 @@ fsync, rename, fsync of the directory), so a reader sees the old value or the ne
 """
 
 import os
-import secrets
 
 ROOT = "data-plane"
 
@@ -45,7 +44,7 @@ class DataPlane:
         target = self.path(*parts)
         directory = os.path.dirname(target)
         self._make_dirs(directory)
-        tmp = os.path.join(directory, f".{os.path.basename(target)}.{secrets.token_hex(4)}.tmp")
+        tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.urandom(4).hex()}.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, text.encode())

@@ -1,14 +1,16 @@
 """The API process: `python -m appliance.server` (settings from APPLIANCE_* variables)."""
 
 import logging
+import os
 import resource
 import signal
 import sys
+import time
 
 import waitress
 
 from appliance import config, logs
-from appliance.app import create_app
+from appliance.app import create_app, preload
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap, require_bootstrapped
 from appliance.migrations import MigrationError
@@ -60,9 +62,34 @@ def waitress_settings(settings, descriptors=None):
     }
 
 
+def wait_for(path, log, interval=0.1):
+    """Load the application's code, then wait until `path` exists (api_wait_for): in the
+    image, first boot's mark that it prepared the state at this boot. Until then the
+    state directory may not even be the API's user's. No timeout here: the unit's start
+    timeout bounds it, and a first boot that failed leaves the API failed, not serving
+    an unprepared state."""
+    preload()
+    if not _exists(path):
+        log.info("code loaded; waiting for %s", path)
+        while not _exists(path):
+            time.sleep(interval)
+
+
+def _exists(path):
+    """os.path.exists, but a mark the API may not see (permissions) fails loudly instead
+    of being waited for in silence."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def serve(settings):
     # queued: request threads only enqueue their access lines (appliance/logs.py)
     log = logs.setup("api", settings["log_level"], queued=True)
+    if settings["api_wait_for"]:
+        wait_for(settings["api_wait_for"], log)
     # idempotent: the supervisor ran it already, but a unit may start the API alone; the
     # image's unit skips it (api_bootstrap: first boot ran it just before)
     try:

@@ -15,7 +15,7 @@ from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
 
-from . import banner, nginx, register, sources, ssh, tls
+from . import backup_timer, banner, nginx, register, sources, ssh, tls
 from .paths import Paths
 
 log = logging.getLogger("appliance.firstboot")
@@ -66,6 +66,16 @@ def hand_over(state_dir, uid, gid):
     os.chmod(state_dir, 0o700)
 
 
+def mark_done(path):
+    """The mark the API's process waits for (as the appliance user): its folder and the
+    file readable by all, whatever the unit's UMask (0077)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.chmod(os.path.dirname(path), 0o755)
+    with open(path, "w"):
+        pass
+    os.chmod(path, 0o644)
+
+
 def service_user():
     try:
         entry = pwd.getpwnam(SERVICE_USER)
@@ -74,9 +84,10 @@ def service_user():
     return entry.pw_uid, entry.pw_gid
 
 
-def run(settings, paths=None, owner=None):
+def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     """Do the whole first boot. `owner` = (uid, gid) of the state directory's owner
-    (default: the appliance user when it exists). Returns the banner's text."""
+    (default: the appliance user when it exists); `systemctl(*args)` reloads and starts
+    units (a fake in tests). Returns the banner's text."""
     paths = paths or Paths()
     state_dir = settings["state_dir"]
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -107,6 +118,8 @@ def run(settings, paths=None, owner=None):
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)
+    mark_done(paths.done_mark)
+    backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     text = banner.text(address, tls.fingerprint(cert), password_line,
                        banner.version(paths.build_info))
     banner.show(paths, text)

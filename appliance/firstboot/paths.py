@@ -48,6 +48,16 @@ class Paths:
         return self.at("etc/issue.d")
 
     @property
+    def done_mark(self):
+        """Made once the state is prepared and handed over at this boot (/run is a tmpfs):
+        the API's unit waits for it (api_wait_for) instead of starting after first boot."""
+        return self.at("run/appliance/firstboot-done")
+
+    @property
+    def systemd_runtime(self):
+        return self.at("run/systemd/system")
+
+    @property
     def libvirt_socket(self):
         return self.at("run/libvirt/libvirt-sock")
 

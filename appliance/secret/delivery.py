@@ -17,7 +17,7 @@ triggers the next pass. Values are never logged.
 import time
 
 from .crypto import DecryptionError, SecretBox
-from .resources import KINDS, effective_value
+from .kinds import KINDS, effective_value
 
 FIRST_RETRY, MAX_RETRY = 0.5, 60.0
 
@@ -34,10 +34,10 @@ class SecretDelivery:
         self._retry = {}        # (kind, uuid) -> (monotonic time of next try, delay)
 
     def folder(self, kind):
-        return ("secret", KINDS[kind].path.rsplit("/", 1)[1])
+        return ("secret", KINDS[kind][0])
 
     def _desired(self, kind, record):
-        return effective_value(kind, self.box.open_fields(kind, record, KINDS[kind].sealed))
+        return effective_value(kind, self.box.open_fields(kind, record, KINDS[kind][1]))
 
     def reconcile(self, kind):
         """One pass over `kind`. Returns seconds until a retry is due, or None."""

@@ -16,6 +16,7 @@ from appliance.agent.targets import TARGET_SCHEMA
 
 from . import generate
 from .crypto import SecretBox
+from .kinds import effective_value  # noqa: F401 (part of this module's interface)
 
 VALUE_LIMIT = 10240
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
@@ -283,16 +284,6 @@ class RsaKeys(SecretMaterial):
 
 def all_resources():
     return [Secrets(), Passwords(), SshKeys(), RsaKeys()]
-
-
-# what each kind delivers to the data plane, from an opened record
-def effective_value(kind, record):
-    if kind == "secret_secrets":
-        return record.get("value") if record.get("value") is not None else record.get(
-            "default_value")
-    if kind == "secret_passwords":
-        return record.get("value")
-    return record.get("private_key")
 
 
 KINDS = {r.kind: r for r in all_resources()}

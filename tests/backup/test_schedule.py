@@ -3,18 +3,20 @@ pruning that touches only scheduled backups, and the backup daemon writing and p
 
 import datetime
 import os
+import subprocess
+import sys
 import time
 
 import pytest
 import schedule
 
 from appliance import config
-from appliance.backup import parse_schedule
+from appliance.backup import ScheduleError, parse_schedule, timer_unit
 from daemons import DAEMONS
 from daemons.backup import Backup
 from state import Store
 from state import backup as archive
-from tests.backup.conftest import ROOT
+from tests.backup.conftest import ROOT, clean_environ
 
 
 @pytest.mark.parametrize("text, unit, interval, at", [
@@ -130,9 +132,65 @@ def test_without_a_schedule_the_daemon_schedules_nothing(tmp_path):
         daemon.store.close()
 
 
-def test_the_daemon_is_started_by_up_and_has_a_unit():
+def test_the_daemon_is_started_by_up_and_the_image_runs_it_from_a_timer():
+    """`appliance up` runs the daemon; the image runs a oneshot of it from the timer that
+    first boot writes (tests/firstboot/test_backup_timer.py), never an idle process."""
     assert "backup" in DAEMONS
     with open(os.path.join(ROOT, "systemd", "appliance-backup.service")) as f:
-        assert "-m daemons.backup\n" in f.read()
+        unit = f.read()
+    assert "-m daemons.backup --once\n" in unit and "Type=oneshot\n" in unit
+    assert "[Install]" not in unit
     with open(os.path.join(ROOT, "systemd", "appliance.target")) as f:
-        assert "appliance-backup.service" in f.read()
+        assert "appliance-backup.service" not in f.read()
+
+
+@pytest.mark.parametrize("text, trigger", [
+    ("daily at 03:00", "OnCalendar=*-*-* 03:00:00\n"),
+    ("Daily  at 23:59", "OnCalendar=*-*-* 23:59:00\n"),
+    ("every 1 minute", "OnActiveSec=1min\nOnUnitActiveSec=1min\n"),
+    ("every 6 hours", "OnActiveSec=6h\nOnUnitActiveSec=6h\n"),
+])
+def test_the_timer_runs_at_the_times_of_the_schedule(text, trigger):
+    unit = timer_unit(text)
+    assert f"[Timer]\n{trigger}AccuracySec=1s\nUnit=appliance-backup.service\n" in unit
+
+
+def test_a_bad_schedule_makes_no_timer():
+    with pytest.raises(ScheduleError):
+        timer_unit("weekly")
+
+
+def run_once(tmp_path, **settings):
+    """`python -m daemons.backup --once` as the timer's unit runs it."""
+    env = clean_environ(APPLIANCE_STATE_DIR=str(tmp_path / "state"),
+                        APPLIANCE_BACKUP_DIR=str(tmp_path / "backups"),
+                        **{f"APPLIANCE_{k.upper()}": v for k, v in settings.items()})
+    return subprocess.run([sys.executable, "-P", "-m", "daemons.backup", "--once"], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_once_takes_one_backup_and_prunes(tmp_path):
+    store = Store(str(tmp_path / "state"))
+    store.collection("things").insert_many([{"n": i} for i in range(3)])
+    store.close()
+    for _ in range(3):
+        done = run_once(tmp_path, backup_schedule="every 1 hour", backup_keep="2")
+        assert done.returncode == 0, done.stderr
+    names = sorted(os.listdir(tmp_path / "backups"))
+    assert len(names) == 2 and all(archive.SCHEDULED.match(n) for n in names)
+    assert archive.read(str(tmp_path / "backups" / names[-1]), 1).manifest["kinds"] == {
+        "things": 3}
+
+
+def test_once_fails_visibly_and_does_nothing_without_a_schedule(tmp_path):
+    Store(str(tmp_path / "state")).close()
+    (tmp_path / "backups").write_text("a file where the folder should be")
+    failed = run_once(tmp_path, backup_schedule="daily at 03:00")
+    assert failed.returncode == 1 and "scheduled backup failed" in failed.stderr
+    (tmp_path / "backups").unlink()
+    idle = run_once(tmp_path)
+    assert idle.returncode == 0 and "no backup_schedule" in idle.stderr
+    assert not (tmp_path / "backups").exists()
+    bad = subprocess.run([sys.executable, "-P", "-m", "daemons.backup", "--twice"], cwd=ROOT,
+                         env=clean_environ(), capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "usage" in bad.stderr

@@ -222,6 +222,23 @@ def test_the_state_is_handed_to_the_service_user_but_keys_stay_roots(tmp_path):
     assert os.lstat(state / "admin-password").st_uid == nobody[0]
 
 
+def test_the_mark_the_api_waits_for_comes_after_the_state_is_ready(tmp_path):
+    paths = make_paths(tmp_path)
+    mark = tmp_path / "root/run/appliance/firstboot-done"
+    assert paths.done_mark == str(mark) and not mark.exists()
+    umask = os.umask(0o077)                 # the unit's UMask: the mark must still be seen
+    try:
+        boot(tmp_path, paths, owner=(65534, 65534))
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(mark.parent.stat().st_mode) == 0o755
+    assert stat.S_IMODE(mark.stat().st_mode) == 0o644
+    # made after the hand-over: the API (api_wait_for) finds the state its user's
+    assert mark.exists() and os.lstat(tmp_path / "state").st_uid == 65534
+    assert os.lstat(tmp_path / "state" / "admin-password").st_mtime_ns <= \
+        os.lstat(mark).st_mtime_ns
+
+
 # ---- certificate -----------------------------------------------------------------------
 
 def test_certificate_fingerprint_and_reuse(tmp_path):

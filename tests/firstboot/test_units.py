@@ -7,11 +7,16 @@ import os
 
 import pytest
 
+from appliance.firstboot import Paths
 from daemons import DAEMONS, module_of
 
 SYSTEMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "systemd")
 PROCESSES = [("api", "appliance.server")] + [(name, module_of(name)) for name in DAEMONS]
+# the node agent runs as root, on every node (its own test below); the backup is a
+# oneshot run by a timer, not a process that idles
+APPLIANCE_USER = [(n, m) for n, m in PROCESSES if n != "agent"]
+LONG_RUNNING = [(n, m) for n, m in PROCESSES if n != "backup"]
 
 
 def unit(name):
@@ -26,13 +31,18 @@ def words(parser, section, key):
     return " ".join(parser[section].get(key, "").split()).split()
 
 
-@pytest.mark.parametrize("name,module", PROCESSES)
+@pytest.mark.parametrize("name,module", APPLIANCE_USER)
 def test_every_process_unit_is_hardened_and_ordered(name, module):
     u = unit(f"appliance-{name}.service")
     service = u["Service"]
-    assert service["ExecStart"] == f"/opt/appliance/venv/bin/python -P -m {module}"
+    once = " --once" if name == "backup" else ""
+    assert service["ExecStart"] == f"/opt/appliance/venv/bin/python -P -m {module}{once}"
     assert service["User"] == service["Group"] == "appliance"
-    assert service["Restart"] == "on-failure"
+    if name == "backup":
+        assert service["Type"] == "oneshot" and "Install" not in u
+    else:
+        assert service["Restart"] == "on-failure"
+        assert u["Install"]["WantedBy"] == "appliance.target"
     assert service["ProtectSystem"] == "strict"
     # the state, and for the backup daemon its optional folder (`-`: may be missing)
     extra = ["-/var/backups/appliance"] if name == "backup" else []
@@ -41,8 +51,14 @@ def test_every_process_unit_is_hardened_and_ordered(name, module):
         assert service[key] == "yes", key
     assert u["Unit"]["RequiresMountsFor"] == "/var/lib/appliance"
     assert "appliance-firstboot.service" in words(u, "Unit", "Requires")
-    assert "appliance-firstboot.service" in words(u, "Unit", "After")
-    assert u["Install"]["WantedBy"] == "appliance.target"
+    if name == "api":
+        # beside first boot, waiting in-process for its mark (docs/appliance-image.md)
+        assert "appliance-firstboot.service" not in words(u, "Unit", "After")
+        assert "APPLIANCE_API_WAIT_FOR=/run/appliance/firstboot-done" in \
+            service["Environment"].split()
+        assert Paths().done_mark == "/run/appliance/firstboot-done"
+    else:
+        assert "appliance-firstboot.service" in words(u, "Unit", "After")
     caps = "CAP_NET_BIND_SERVICE" if name == "dns" else ""
     assert service["CapabilityBoundingSet"] == caps
     assert service.get("AmbientCapabilities", "") == caps
@@ -51,7 +67,33 @@ def test_every_process_unit_is_hardened_and_ordered(name, module):
 def test_the_target_wants_first_boot_nginx_and_every_process():
     wanted = set(words(unit("appliance.target"), "Unit", "Wants"))
     assert wanted == ({"appliance-firstboot.service", "nginx.service"}
-                      | {f"appliance-{name}.service" for name, _ in PROCESSES})
+                      | {f"appliance-{name}.service" for name, _ in LONG_RUNNING})
+
+
+def test_the_agent_runs_as_root_on_enrolled_nodes_only():
+    """issue 14: the one unit serves the node image (enabled, wanted by multi-user) and
+    the appliance (wanted by its target; ordered after first boot and the API by the
+    image's drop-in), so it names no unit a node lacks."""
+    u = unit("appliance-agent.service")
+    service = u["Service"]
+    assert service["ExecStart"] == "/opt/appliance/venv/bin/python -P -m daemons.agent"
+    assert service["User"] == "root" and "Group" not in service
+    assert u["Unit"]["ConditionPathExists"] == "/etc/appliance/agent.json"
+    assert service["Environment"] == "APPLIANCE_AGENT_CREDENTIAL=/etc/appliance/agent.json"
+    assert service["StateDirectory"] == "appliance-agent"
+    assert service["StateDirectoryMode"] == "0700"
+    assert service["Restart"] == "on-failure"
+    for key in ("ProtectSystem", "ProtectHome", "NoNewPrivileges", "CapabilityBoundingSet"):
+        assert key not in service, key
+    assert "Requires" not in u["Unit"] and "RequiresMountsFor" not in u["Unit"]
+    assert u["Install"]["WantedBy"] == "multi-user.target"
+    drop_in = configparser.ConfigParser(strict=False, interpolation=None)
+    drop_in.optionxform = str
+    drop_in.read(os.path.join(os.path.dirname(SYSTEMD), "image-build", "files", "appliance",
+                              "etc/systemd/system/appliance-agent.service.d/appliance.conf"))
+    assert set(words(drop_in, "Unit", "After")) == {"appliance-firstboot.service",
+                                                    "appliance-api.service"}
+    assert drop_in["Unit"]["PartOf"] == "appliance.target"
 
 
 def test_first_boot_runs_before_what_reads_its_files():

@@ -22,7 +22,14 @@ import subprocess
 import sys
 import time
 
+from daemons import DAEMONS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the units of the appliance's long-running processes: the API and every daemon but the
+# backup, which the image runs as a timer's oneshot (docs/backup.md); the agent's runs
+# only on an enrolled node (ConditionPathExists)
+APPLIANCE_UNITS = ["appliance-api"] + [f"appliance-{name}" for name in
+                                       DAEMONS if name != "backup"]
 BUILD = os.path.join(ROOT, "image-build", "build.py")
 IMAGES = os.path.join(ROOT, "build", "images")
 

@@ -6,34 +6,30 @@ and root's SSH key in fw_cfg, and ports 443, 53 (UDP and TCP) and 22 forwarded o
 every UDP datagram the guest sends except DHCP and TFTP (udp_input: `if
 (slirp->restricted) goto bad;`), forwarded replies included; the guest is seen to answer
 (its UDP counters move) but the reply never leaves QEMU. So DNS is asked from the host
-over TCP, and over UDP from inside the guest at its eth0 address. Most checks share that boot (each boot costs 20-60 s under TCG); then it is
-rebooted in place, and finally a newer build boots with the same state disk (the upgrade).
-The tests run in file order and build on each other's records (`made`).
+over TCP, and over UDP from inside the guest at its eth0 address. Most checks share that boot (tests/image/conftest.py's `box`, one per session, which
+other image tests share too; each boot costs minutes under TCG); then it is rebooted in
+place, and finally a newer build boots with the same state disk (the upgrade): those two
+are marked `ends_the_boot` and run after every other test. The tests run in file order
+and build on each other's records (`made`).
 
 Figures (boot to a healthy API, idle memory, restart after SIGKILL) are printed with
 `-s`; docs/appliance-image.md quotes them. Bounds asserted are the issue's "within
 seconds" for a restart (generous: 60 s on a busy machine under TCG; 4-15 s measured) and the timeouts.
 """
 
-import hashlib
 import json
 import os
 import re
-import ssl
-import subprocess
 import time
 import uuid
 
-import dns.exception
-import dns.message
-import dns.query
 import dns.rcode
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
-from daemons import DAEMONS
-from tests.apiserver import TOKEN_PATH, Client
-from tests.image.qemu import VM, blank_disk, build_image, require_root, unit_memory
+from tests.apiserver import TOKEN_PATH
+from tests.image.guest import FW_PASSWORD, PASSWORD, Box, listening_tcp, wait_status
+from tests.image.qemu import APPLIANCE_UNITS, VM, build_image, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
 # test's set-up): the bound here covers build, boots and upgrade
@@ -42,186 +38,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEST_MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
 MARKER_VERSION = 9000           # tests/image/migrations/9000_upgrade_test_marker.py
-PASSWORD = "boot-test-" + uuid.uuid4().hex[:12]
-FW_PASSWORD = "opt/appliance/admin-password"
-FW_SSH_KEY = "opt/appliance/ssh-key"
-DAEMON_UNITS = ["appliance-api"] + [f"appliance-{name}" for name in DAEMONS]
+# every process the appliance runs as the appliance user (the agent runs as root: its own
+# check below); backups are a timer's oneshot, not a process
+DAEMON_UNITS = [u for u in APPLIANCE_UNITS if u != "appliance-agent"]
 UNITS = ["appliance-firstboot", *DAEMON_UNITS, "nginx", "ssh"]
-FINGERPRINT = re.compile(r"TLS certificate SHA-256:\s+((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
-BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
-HEALTHY_SECONDS = 300
 RESTART_BOUND_SECONDS = 60      # "back within seconds": RestartSec=1 + a Python start on TCG, on a busy host
 API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL test)
 LIBVIRT_FIRST_SECONDS = 900     # libvirtd's first start probes QEMU (see the libvirt test)
-
-
-# ---- helpers ------------------------------------------------------------------------------
-
-def served_fingerprint(port):
-    pem = ssl.get_server_certificate(("127.0.0.1", port), timeout=30)
-    return hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest(), pem
-
-
-def pinned_client(vm, workdir, expected_fingerprint):
-    """An HTTPS client that trusts exactly the certificate whose fingerprint the console
-    showed (hostname checks off: the certificate names the guest, not 127.0.0.1:<port>)."""
-    digest, pem = served_fingerprint(vm.port(443))
-    assert digest.upper() == expected_fingerprint.replace(":", "")
-    cafile = os.path.join(workdir, f"{vm.name}-cert.pem")
-    with open(cafile, "w") as f:
-        f.write(pem)
-    ctx = ssl.create_default_context(cafile=cafile)
-    ctx.check_hostname = False
-    return Client("127.0.0.1", vm.port(443), ssl_context=ctx)
-
-
-class Box:
-    """A booted appliance: its VM, the fingerprint from its console, a pinned client."""
-
-    def __init__(self, vm, workdir, ssh_key, known_hosts, since=0):
-        self.vm, self.workdir, self.ssh_key, self.known_hosts = vm, workdir, ssh_key, known_hosts
-        self.banner_seconds = vm.wait_for("TLS certificate SHA-256:", BANNER_SECONDS,
-                                          since=since)
-        time.sleep(1)       # the banner's line may still be on its way to the log
-        self.fingerprint = FINGERPRINT.search(vm.serial(since)).group(1)
-        self.healthy_seconds = self.wait_healthy()
-        self.client = pinned_client(vm, workdir, self.fingerprint)
-
-    def wait_healthy(self):
-        """Seconds from QEMU's start to the first 200 of /v1/health over HTTPS."""
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        probe = Client("127.0.0.1", self.vm.port(443), ssl_context=ctx)
-        deadline = time.monotonic() + HEALTHY_SECONDS
-        while True:
-            try:
-                if probe.get("/v1/health").status == 200:
-                    return time.monotonic() - self.vm.started_at
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no healthy API in {HEALTHY_SECONDS} s; console:\n"
-                                     f"{self.vm.tail()}")
-            time.sleep(1)
-
-    def ssh(self, command, check=True, timeout=120):
-        """Run `command` as root on the guest. The host key is pinned under one alias in a
-        known_hosts of this test: a box that changed its key (new root, new port) fails."""
-        res = subprocess.run(
-            ["ssh", "-i", self.ssh_key, "-p", str(self.vm.port(22)),
-             "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
-             "-o", "HostKeyAlias=appliance-under-test",
-             "-o", f"UserKnownHostsFile={self.known_hosts}",
-             "-o", "StrictHostKeyChecking=accept-new",
-             "root@127.0.0.1", command],
-            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        if check:
-            assert res.returncode == 0, f"{command!r}: {res.returncode}\n{res.stderr}"
-        return res
-
-    def admin(self, password=PASSWORD):
-        resp = self.client.post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
-                                             "password": password, "scope": ""})
-        assert resp.status == 200, resp
-        return self.client.with_token(resp.json["access_token"])
-
-    def dns(self, name, rtype="A"):
-        """Ask the guest's port 53 over TCP from the host (see the docstring for UDP)."""
-        query = dns.message.make_query(name, rtype)
-        return dns.query.tcp(query, "127.0.0.1", port=self.vm.port(53, "tcp"), timeout=5)
-
-    def wait_answer(self, name, address, timeout=120):
-        deadline = time.monotonic() + timeout
-        last = None
-        while time.monotonic() < deadline:
-            try:
-                last = self.dns(name)
-                if any(address in str(rr) for rr in last.answer):
-                    return last
-            # EOF: QEMU accepts on the host side and closes while nothing listens yet
-            except (dns.exception.DNSException, OSError, EOFError) as e:
-                last = e
-            time.sleep(0.5)
-        raise AssertionError(f"{name} not answered with {address} in {timeout} s: {last}")
-
-    def guest_udp_answer(self, name):
-        """The A records the DNS server gives over UDP at the guest's eth0 address, asked
-        inside the guest with the venv's dnslib."""
-        probe = ("import socket, fcntl, struct; from dnslib import DNSRecord; "
-                 "s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(5); "
-                 "a = socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, "
-                 "struct.pack('256s', b'eth0'))[20:24]); "
-                 f"s.sendto(DNSRecord.question('{name}', 'A').pack(), (a, 53)); "
-                 "print(' '.join(str(r.rdata) for r in DNSRecord.parse(s.recv(4096)).rr))")
-        return self.ssh(f'/opt/appliance/venv/bin/python -P -c "{probe}"').stdout.split()
-
-    def main_pid(self, unit):
-        return int(self.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip())
-
-
-def listening_tcp(box):
-    """{(address, port)} of the guest's listening TCP sockets, from /proc/net/tcp (the
-    image need not have ss or netstat). IPv6 addresses are kept as their hex."""
-    found = set()
-    for line in box.ssh("cat /proc/net/tcp /proc/net/tcp6").stdout.splitlines():
-        fields = line.split()
-        if len(fields) < 4 or fields[3] != "0A":          # 0A: LISTEN
-            continue
-        address, port = fields[1].split(":")
-        if len(address) == 8:
-            address = ".".join(str(int(address[i:i + 2], 16)) for i in (6, 4, 2, 0))
-        found.add((address, int(port, 16)))
-    return found
-
-
-def wait_status(admin, path, wanted, timeout=120):
-    deadline = time.monotonic() + timeout
-    while True:
-        record = admin.get(path).json
-        if record["status"] == wanted:
-            return record
-        assert time.monotonic() < deadline, f"{path} is {record['status']}, not {wanted}"
-        time.sleep(0.5)
-
-
-# ---- fixtures -----------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("appliance-boot"))
-
-
-@pytest.fixture(scope="module")
-def image():
-    require_root()
-    return build_image("appliance")
-
-
-@pytest.fixture(scope="module")
-def ssh_key(workdir):
-    path = os.path.join(workdir, "id_ed25519")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "boot-test",
-                    "-f", path], check=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def state_disk(workdir):
-    """The state on a second disk: it outlives the root disk, as an upgrade needs."""
-    return blank_disk(os.path.join(workdir, "state.qcow2"), "2G")
-
-
-@pytest.fixture(scope="module")
-def box(image, workdir, ssh_key, state_disk):
-    with open(ssh_key + ".pub") as f:
-        public = f.read().strip()
-    vm = VM(image.raw, workdir, tcp=[443, 53, 22], udp=[53], extra_disks=[state_disk],
-            fw_cfg={FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="old")
-    with vm:
-        b = Box(vm, workdir, ssh_key, os.path.join(workdir, "known_hosts"))
-        print(f"\nfirst boot: banner {b.banner_seconds:.1f} s, healthy HTTPS API "
-              f"{b.healthy_seconds:.1f} s after QEMU started ({image})")
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -295,6 +118,17 @@ def test_every_unit_is_active_and_hardened(box):
         user = box.ssh(f"stat -c %U /proc/{box.main_pid(unit)}").stdout.strip()
         assert user == "appliance", unit
         assert box.ssh(f"systemctl show -p NRestarts --value {unit}").stdout.strip() == "0"
+    # the node agent: root, and only on an enrolled node (its credential from first boot)
+    enrolled = box.ssh("test -e /etc/appliance/agent.json", check=False).returncode == 0
+    agent = box.ssh("systemctl is-active appliance-agent", check=False).stdout.strip()
+    assert agent == ("active" if enrolled else "inactive"), (enrolled, agent)
+    if enrolled:
+        assert box.ssh(f"stat -c %U /proc/{box.main_pid('appliance-agent')}").stdout.strip() \
+            == "root"
+    # backups: no schedule in the image's config, so no timer and no process
+    for unit in ("appliance-backup.timer", "appliance-backup.service"):
+        state = box.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
+        assert state == "inactive", (unit, state)
     # DNS on port 53 as the appliance user: its one capability is CAP_NET_BIND_SERVICE
     caps = box.ssh(f"grep CapEff /proc/{box.main_pid('appliance-dns')}/status").stdout
     assert int(caps.split()[1], 16) == 1 << 10, caps
@@ -382,16 +216,20 @@ def test_a_daemon_killed_with_sigkill_is_back_within_seconds(box, made):
 def test_idle_memory_of_the_appliance_processes(box):
     """Printed, not asserted (the issue's goal is a benchmark: < 150 MB RSS in total)."""
     time.sleep(10)                      # let the restarts above settle
-    memory = unit_memory(lambda command: box.ssh(command).stdout, DAEMON_UNITS)
+    running = [u for u in APPLIANCE_UNITS if box.ssh(f"systemctl is-active {u}",
+                                                     check=False).stdout.strip() == "active"]
+    memory = unit_memory(lambda command: box.ssh(command).stdout, running)
     total_rss = sum(rss for rss, _ in memory.values())
     total_pss = sum(pss for _, pss in memory.values())
     assert total_rss > 0 and 0 < total_pss <= total_rss
     print("\nidle memory of the appliance's processes:\n" + "\n".join(
         f"  {unit}: RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB"
         for unit, (rss, pss) in memory.items())
-        + f"\n  total: RSS {total_rss / 1024:.1f} MB, PSS {total_pss / 1024:.1f} MB")
+        + f"\n  total: RSS {total_rss / 1024:.1f} MB, PSS {total_pss / 1024:.1f} MB"
+        + f"\n  not running: {', '.join(sorted(set(APPLIANCE_UNITS) - set(running))) or '-'}")
 
 
+@pytest.mark.ends_the_boot
 def test_a_reboot_keeps_the_state(box, made):
     host_key = box.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout
     registered = compute_records(box)
@@ -410,6 +248,7 @@ def test_a_reboot_keeps_the_state(box, made):
 
 # ---- the upgrade: a newer build with the old state disk ------------------------------------
 
+@pytest.mark.ends_the_boot
 def test_an_upgrade_keeps_the_state_and_migrates_it(box, made, workdir, state_disk):
     # the schema half needs the backup part's appliance/migrations (schema version,
     # migrate(store) run by bootstrap); everything else is checked without it

@@ -129,6 +129,7 @@ NODE_USER_DATA = {
         "permissions": "0755",
         "content": "#!/bin/sh\n"
                    f"echo \"{MARKER} host=$(hostname) agent=$(systemctl is-enabled appliance-agent.service)"
+                   " agent_ran=$(systemctl show -p ConditionResult --value appliance-agent)"
                    " venv=$(/opt/appliance/venv/bin/python -c 'import appliance; print(\"ok\")')"
                    " root=$(findmnt -no SOURCE /)\" > /dev/ttyS0\n",
     }],
@@ -144,10 +145,11 @@ def test_node_image_boots_with_a_cloud_init_seed(node_image, tmp_path):
     with qemu.VM(node_image.raw, tmp_path, tcp=[22], seed=seed) as vm:
         vm.wait_for(MARKER, timeout=1200)
         line = next(ln for ln in vm.serial().splitlines() if ln.startswith(MARKER))
-        # the seed's hostname; the agent's unit installed but not enabled; the appliance
-        # package importable from the venv; the root found by its label
+        # the seed's hostname; the agent's unit enabled, and skipped by its condition (this
+        # seed gives no agent credential); the appliance package importable from the
+        # venv; the root found by its label
         assert "host=node-under-test" in line
-        assert "agent=disabled" in line
+        assert "agent=enabled" in line and "agent_ran=no" in line
         assert "venv=ok" in line
         assert "root=/dev/vda1" in line
         # the forwarded port on loopback reaches the guest's sshd
