@@ -16,7 +16,6 @@ The API runs in its own process (the production server, with the test capability
 api_threads large enough for every agent's poll to wait (docs/agent.md, "Long poll").
 """
 
-import json
 import os
 import subprocess
 import sys
