@@ -71,6 +71,22 @@ def positive_float(text: str) -> float:
 positive_int.__name__ = "positive integer"  # argparse names the type in its error message
 
 
+def verb_adder(verbs, common, noun, **defaults):
+    """A function that adds one verb of a resource group to `verbs`: its summary is both
+    help and description, `epilog` an example; an item verb takes NAME-OR-UUID; `defaults`
+    go to every verb's parsed arguments (the handler's collection, say)."""
+    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
+        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
+                               parents=[common],
+                               formatter_class=argparse.RawDescriptionHelpFormatter,
+                               epilog=f"example:\n  {epilog}" if epilog else None)
+        if item:
+            sub.add_argument("ref", metavar="NAME-OR-UUID", help=f"the {noun}'s UUID or name")
+        sub.set_defaults(handler=handler, **defaults)
+        return sub
+    return verb
+
+
 def add_list_arguments(parser):
     """The options of every list command: filters, sorting and paging."""
     parser.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],

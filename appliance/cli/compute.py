@@ -10,7 +10,7 @@ progress, and the serial console.
 import argparse
 
 from . import CliError, UsageError
-from .common import add_list_arguments, build_body, emit, session_client
+from .common import add_list_arguments, build_body, emit, session_client, verb_adder
 from .groups import resolve, wait_active
 
 WAIT_TIMEOUT = 900.0       # a VM under TCG downloads its image and boots in minutes
@@ -50,16 +50,8 @@ def add_group(commands, common, make_parser, handlers):
 
 
 def _add_verbs(verbs, common, name, api, example, handlers):
-    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
-        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
-                               parents=[common],
-                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=f"example:\n  {epilog}" if epilog else None)
-        if item:
-            sub.add_argument("ref", metavar="NAME-OR-UUID", help="the item's UUID or name")
-        sub.set_defaults(handler=handler, collection_path=f"/v1/compute/{api}/",
-                         compute_collection=name)
-        return sub
+    verb = verb_adder(verbs, common, "item", collection_path=f"/v1/compute/{api}/",
+                      compute_collection=name)
 
     def waiting(sub):
         if name in WAITABLE:

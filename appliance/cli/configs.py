@@ -15,7 +15,8 @@ import uuid as uuidlib
 from pathlib import Path
 
 from . import CliError, UsageError
-from .common import add_list_arguments, build_body, emit, session_client, split_field
+from .common import (add_list_arguments, build_body, emit, session_client, split_field,
+                     verb_adder)
 from .groups import resolve
 
 CONFIGS = "/v1/config/configs/"
@@ -35,15 +36,7 @@ def add_group(commands, common, make_parser, handlers):
     verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True,
                                  parser_class=make_parser)
 
-    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
-        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
-                               parents=[common],
-                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=f"example:\n  {epilog}" if epilog else None)
-        if item:
-            sub.add_argument("ref", metavar="NAME-OR-UUID", help="the config's UUID or name")
-        sub.set_defaults(handler=handler)
-        return sub
+    verb = verb_adder(verbs, common, "config")
 
     add_list_arguments(verb("list", "list configs", _generic(handlers["list"]), item=False))
     verb("show", "show a config (with its status on each node)", _generic(handlers["show"]))

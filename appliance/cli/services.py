@@ -8,7 +8,7 @@ command, where it runs, its kind and ordering), the actions start, stop and rest
 import argparse
 
 from . import UsageError
-from .common import add_list_arguments, build_body, emit, session_client
+from .common import add_list_arguments, build_body, emit, session_client, verb_adder
 from .groups import resolve, wait_active
 
 COLLECTION = "/v1/em/services/"
@@ -28,15 +28,7 @@ def add_group(commands, common, make_parser, handlers):
     verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True,
                                  parser_class=make_parser)
 
-    def verb(word, summary, handler, item=True, aliases=(), epilog=None):
-        sub = verbs.add_parser(word, help=summary, description=summary, aliases=list(aliases),
-                               parents=[common],
-                               formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=f"example:\n  {epilog}" if epilog else None)
-        if item:
-            sub.add_argument("ref", metavar="NAME-OR-UUID", help="the service's UUID or name")
-        sub.set_defaults(handler=handler, collection_path=COLLECTION)
-        return sub
+    verb = verb_adder(verbs, common, "service", collection_path=COLLECTION)
 
     def waiting(sub):
         sub.add_argument("--wait", action="store_true",
