@@ -10,6 +10,7 @@ import pytest
 
 from appliance.cli.client import UrllibTransport
 from state import Store
+from tests import waiting
 from tests.agent import testcap
 from tests.agent.agents import AgentProcess
 from tests.agent.conftest import add_file, enroll, hw_node
@@ -23,14 +24,7 @@ PROMPT = 5.0
 
 
 def eventually(check, seconds=PROMPT, what=""):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.02)
+    return waiting.eventually(check, seconds, what)
 
 
 @pytest.fixture

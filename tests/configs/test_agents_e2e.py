@@ -11,6 +11,7 @@ import pytest
 
 from appliance.agent.protocol import target_uuid
 from state import Store
+from tests import waiting
 from tests.agent.agents import AgentProcess
 from tests.agent.conftest import enroll
 from tests.apiserver import ApiServer
@@ -29,14 +30,7 @@ MARKS = "APPLIANCE_TEST_MARKS"
 
 
 def eventually(check, seconds=PATIENCE, what=""):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.01)
+    return waiting.eventually(check, seconds, what, interval=0.01)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ from appliance.agent.client import AgentClient
 from appliance.agent.host import Host
 from appliance.agent.runner import Runner
 from appliance.agent.status import aggregate
+from tests import waiting
 from tests.agent.conftest import agent_token, enroll
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD
@@ -26,14 +27,7 @@ AGENT_UNIT = "appliance-agent.service"
 
 
 def eventually(check, seconds=PROMPT, what=""):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        time.sleep(0.02)
+    return waiting.eventually(check, seconds, what)
 
 
 @pytest.fixture
