@@ -172,6 +172,9 @@ class Driver:
             os.unlink(path)
             shutil.rmtree(path + ".d", ignore_errors=True)
             self.systemctl("daemon-reload")
+            # a failed unit (a oneshot that exited non-zero) would stay listed, "not-found
+            # failed", after its file is gone
+            self.host.systemctl("reset-failed", unit)
 
     def tick(self, applied_items):
         items = [i for i in applied_items if i.get("kind") == "service" and i.get("value")]

@@ -25,11 +25,14 @@ class UnitError(ValueError):
     pass
 
 
-def unit_name(service):
-    """`appliance-srv-<name>-<uuid>.service` (the whole uuid: two services of one name
-    never share a unit), `appliance-srv-<uuid>.service` for a service with no name."""
+def unit_name(service, item_uuid):
+    """`appliance-srv-<name>-<item uuid>.service`, `appliance-srv-<item uuid>.service` for
+    a service with no name. The target item's uuid (per node and service), not the
+    service's: two agents on one systemd (the appliance's own and a second node's) each
+    get their own unit of a service that targets both. The whole uuid: two services of
+    one name never share a unit."""
     name = service.get("name") or ""
-    return f"{PREFIX}{name + '-' if name else ''}{service['uuid']}.service"
+    return f"{PREFIX}{name + '-' if name else ''}{item_uuid}.service"
 
 
 def quote(command):

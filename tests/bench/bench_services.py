@@ -44,7 +44,7 @@ def record(i, node, others=()):
 
 def bench_render():
     records = [record(i, str(uuid.uuid4())) for i in range(SERVICES)]
-    units = {r["uuid"]: unit.unit_name(r) for r in records}
+    units = {r["uuid"]: unit.unit_name(r, str(uuid.uuid4())) for r in records}
     for i, r in enumerate(records):
         r["before"] += [{"kind": "service", "service": records[i - 1]["uuid"]},
                         {"kind": "service", "service": records[i - 2]["uuid"]}]

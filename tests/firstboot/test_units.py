@@ -80,13 +80,12 @@ def test_the_agent_runs_as_root_on_enrolled_nodes_only():
     assert service["ExecStart"] == "/opt/appliance/venv/bin/python -P -m daemons.agent"
     assert service["User"] == "root" and "Group" not in service
     assert u["Unit"]["ConditionPathExists"] == "/etc/appliance/agent.json"
-    # every variable the unit sets is a setting the agent reads (config.load's names)
-    with open(os.path.join(SYSTEMD, "appliance-agent.service")) as f:
-        env = dict(line.split("=", 2)[1:] for line in f.read().splitlines()
-                   if line.startswith("Environment="))
-    assert env == {"APPLIANCE_AGENT_CREDENTIAL_FILE": "/etc/appliance/agent.json",
-                   "APPLIANCE_AGENT_STATE_DIR": "/var/lib/appliance-agent"}
-    assert {k[len("APPLIANCE_"):].lower() for k in env} <= set(config.DEFAULTS)
+    # settings' own variables (appliance/config.py): the credential, and the state in the
+    # directory StateDirectory= makes
+    assert service["Environment"].split() == [
+        "APPLIANCE_AGENT_CREDENTIAL_FILE=/etc/appliance/agent.json",
+        "APPLIANCE_AGENT_STATE_DIR=/var/lib/appliance-agent"]
+    assert {"agent_credential_file", "agent_state_dir"} <= set(config.DEFAULTS)
     assert service["StateDirectory"] == "appliance-agent"
     assert service["StateDirectoryMode"] == "0700"
     assert service["Restart"] == "on-failure"

@@ -60,13 +60,19 @@ class FakeSystemd:
                 blocks.append("\n".join(f"{p}={st.get(p, '')}" for p in props))
             return 0, "\n\n".join(blocks) + "\n"
         unit = rest[0]
+        if verb == "reset-failed":
+            # systemd forgets a failed unit, loaded or not (its file may be gone)
+            if self.units.get(unit, {}).get("ActiveState") == "failed":
+                del self.units[unit]
+            return 0, ""
         if unit not in self.loaded:
             return 5, f"Failed to {verb} {unit}: Unit {unit} not found."
         st = self.state(unit)
         if verb in ("enable", "disable"):
             st["enabled"] = verb == "enable"
         elif verb == "stop":
-            st.update(ActiveState="inactive", SubState="dead")
+            if st["ActiveState"] != "failed":       # stop leaves a failed unit failed
+                st.update(ActiveState="inactive", SubState="dead")
         elif verb in ("start", "restart") or verb == "try-restart" and \
                 st["ActiveState"] == "active":
             if verb == "start" and st["ActiveState"] in ("active", "activating"):

@@ -84,17 +84,21 @@ def status(api, svc):
     return api.store.collection("em_services").get(svc)
 
 
-def unit_of(api, svc):
+def unit_of(api, svc, node):
+    """The unit of service `svc` on `node` (named by the node's target item)."""
+    from appliance.agent.protocol import target_uuid
     from appliance.service.unit import unit_name
-    return unit_name(api.store.collection("em_services").get(svc))
+    return unit_name(api.store.collection("em_services").get(svc),
+                     target_uuid(node, "service", svc))
 
 
 def test_a_service_runs_on_every_target_and_follows_the_actions(api, nodes):
     admin, (a, b) = nodes
     svc = created(admin.post(SVC, service_body(a.uuid, target={
         "kind": "nodes", "nodes": [a.uuid, b.uuid]})))["uuid"]
-    unit = unit_of(api, svc)
-    eventually(lambda: a.running(unit) and b.running(unit), what="started on both")
+    unit, unit_b = unit_of(api, svc, a.uuid), unit_of(api, svc, b.uuid)
+    assert unit != unit_b           # two agents on one systemd would not collide
+    eventually(lambda: a.running(unit) and b.running(unit_b), what="started on both")
     done = eventually(lambda: (s := status(api, svc))["status"] == "ACTIVE" and s,
                       what="ACTIVE")
     assert set(done["node_status"]) == {a.uuid, b.uuid}
@@ -105,10 +109,10 @@ def test_a_service_runs_on_every_target_and_follows_the_actions(api, nodes):
     assert admin.post(f"{SVC}/{svc}/actions/restart/invoke").status == 200
     eventually(lambda: a.systemd.units[unit]["InvocationID"] != first, what="restarted")
     assert admin.post(f"{SVC}/{svc}/actions/stop/invoke").status == 200
-    eventually(lambda: not a.running(unit) and not b.running(unit), what="stopped")
+    eventually(lambda: not a.running(unit) and not b.running(unit_b), what="stopped")
     assert a.systemd.units[unit]["enabled"]          # "stopped" keeps the boot setting
     assert admin.delete(f"{SVC}/{svc}").status == 204
-    eventually(lambda: unit not in a.systemd.loaded and unit not in b.systemd.loaded,
+    eventually(lambda: unit not in a.systemd.loaded and unit_b not in b.systemd.loaded,
                what="units removed")
 
 
@@ -131,8 +135,9 @@ def test_ordering_between_services_on_the_node(api, nodes):
     db = created(admin.post(SVC, service_body(a.uuid, name="db")))["uuid"]
     web = created(admin.post(SVC, service_body(a.uuid, name="web", before=[
         {"kind": "service", "service": db}])))["uuid"]
-    text = eventually(lambda: a.systemd.loaded.get(unit_of(api, web)), what="web's unit")
-    assert f"After=network.target {unit_of(api, db)}" in text
+    text = eventually(lambda: a.systemd.loaded.get(unit_of(api, web, a.uuid)),
+                      what="web's unit")
+    assert f"After=network.target {unit_of(api, db, a.uuid)}" in text
 
 
 def test_a_monopoly_moves_when_its_agent_is_killed(api, nodes):
@@ -140,16 +145,18 @@ def test_a_monopoly_moves_when_its_agent_is_killed(api, nodes):
     svc = created(admin.post(SVC, service_body(a.uuid, target={
         "kind": "nodes", "nodes": [a.uuid, b.uuid]}, service_type={
         "kind": "monopoly"})))["uuid"]
-    unit = unit_of(api, svc)
-    eventually(lambda: a.running(unit) != b.running(unit), what="one holder")
-    holder, other = (a, b) if a.running(unit) else (b, a)
+
+    def runs(node):
+        return node.running(unit_of(api, svc, node.uuid))
+    eventually(lambda: runs(a) != runs(b), what="one holder")
+    holder, other = (a, b) if runs(a) else (b, a)
     for _ in range(int(LEASE * 2 / 0.1)):          # renewals keep it where it is
-        assert holder.running(unit) and not other.running(unit)
+        assert runs(holder) and not runs(other)
         time.sleep(0.1)
     killed = time.monotonic()
     holder.kill()
-    assert not holder.running(unit)
-    eventually(lambda: other.running(unit), seconds=LEASE + PROMPT, what="taken over")
+    assert not runs(holder)
+    eventually(lambda: runs(other), seconds=LEASE + PROMPT, what="taken over")
     assert time.monotonic() - killed >= LEASE / 3
     done = eventually(lambda: (s := status(api, svc))["node_status"].get(other.uuid, {}).get(
         "holder") and s, what="the new holder reported")
@@ -157,7 +164,7 @@ def test_a_monopoly_moves_when_its_agent_is_killed(api, nodes):
     # the killed agent comes back: the lease is the other's, its unit stays down
     holder.start()
     time.sleep(LEASE)
-    assert other.running(unit) and not holder.running(unit)
+    assert runs(other) and not runs(holder)
 
 
 def test_an_agent_token_leases_only_for_its_own_targeted_node(api, nodes):

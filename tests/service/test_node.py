@@ -152,9 +152,23 @@ def test_a_renamed_service_replaces_its_unit_and_remove_cleans_up(store, host):
     host.systemd.calls.clear()
     driver.remove(new)
     assert not os.path.exists(host.path(f"/etc/systemd/system/{new['value']['unit']}"))
-    assert host.systemd.verbs() == ["stop", "disable", "daemon-reload"]
+    assert host.systemd.verbs() == ["stop", "disable", "daemon-reload", "reset-failed"]
     driver.remove(new)                          # again: nothing left to do
-    assert host.systemd.verbs() == ["stop", "disable", "daemon-reload"]
+    assert host.systemd.verbs() == ["stop", "disable", "daemon-reload", "reset-failed"]
+
+
+def test_a_removed_failed_unit_is_forgotten(store, host):
+    """systemd keeps a failed unit listed ("not-found failed") after its file is gone,
+    until reset-failed: seen in the guest (tests/image/test_guest_agent.py)."""
+    svc = add(store, path="exit 3", service_type={"kind": "oneshot"})
+    item = item_of(store, svc["uuid"])
+    driver = Driver(host)
+    driver.apply(item, None)
+    (done,) = driver.tick([item])
+    assert done["value"]["exit_code"] == 3
+    assert host.systemd.units[item["value"]["unit"]]["ActiveState"] == "failed"
+    driver.remove(item)
+    assert item["value"]["unit"] not in host.systemd.units
 
 
 def test_a_systemctl_failure_is_an_error_result(store, host):

@@ -44,4 +44,5 @@ def test_apply_and_remove_by_hand(tmp_path):
     assert not unit.exists()
     calls = log.read_text().splitlines()
     assert calls[:3] == ["daemon-reload", f"enable {unit.name}", f"restart {unit.name}"]
-    assert calls[-3:] == [f"stop {unit.name}", f"disable {unit.name}", "daemon-reload"]
+    assert calls[-4:] == [f"stop {unit.name}", f"disable {unit.name}", "daemon-reload",
+                          f"reset-failed {unit.name}"]

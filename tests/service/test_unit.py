@@ -58,9 +58,9 @@ def systemd_argv(value):
 
 
 def test_unit_names():
-    svc = service()
-    assert unit.unit_name(svc) == f"appliance-srv-web-{svc['uuid']}.service"
-    assert unit.unit_name({**svc, "name": ""}) == f"appliance-srv-{svc['uuid']}.service"
+    svc, item = service(), str(uuid.uuid4())
+    assert unit.unit_name(svc, item) == f"appliance-srv-web-{item}.service"
+    assert unit.unit_name({**svc, "name": ""}, item) == f"appliance-srv-{item}.service"
 
 
 def test_simple_and_oneshot_units():
@@ -99,7 +99,7 @@ def test_hostile_commands_reach_the_shell_unchanged(command, tmp_path):
         assert systemd_argv(value) == ["/bin/sh", "-c", command]
     if shutil.which("systemd-analyze"):
         # systemd's own parser: it refuses a unit whose quoting does not balance
-        path = tmp_path / unit.unit_name(svc)
+        path = tmp_path / unit.unit_name(svc, str(uuid.uuid4()))
         path.write_text(text)
         done = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)],
                               capture_output=True, text=True)
@@ -121,7 +121,7 @@ def test_an_account_that_is_not_a_name_is_refused():
 
 def test_service_ordering_names_the_other_units_on_the_node():
     first, second, elsewhere = service(), service(), service()
-    units = {s["uuid"]: unit.unit_name(s) for s in (first, second)}
+    units = {s["uuid"]: unit.unit_name(s, str(uuid.uuid4())) for s in (first, second)}
     svc = service(before=[{"kind": "service", "service": first["uuid"]},
                           {"kind": "service", "service": elsewhere["uuid"]},
                           {"kind": "shell", "command": "echo pre"}],
@@ -169,8 +169,12 @@ def test_producer_items_per_node(store):
     assert both_a["uuid"] == target_uuid(A, "service", on_both["uuid"])
     assert both_a["kind"] == "service" and both_a["master_kind"] == "em_services"
     # on a, the other service runs too: the unit is ordered after it; on b it is not there
-    assert unit.unit_name(on_a) in directives(both_a["value"]["text"], "After")[0]
-    assert unit.unit_name(on_a) not in items_b[on_both["uuid"]]["value"]["text"]
+    on_a_unit = unit.unit_name(on_a, target_uuid(A, "service", on_a["uuid"]))
+    assert on_a_unit in directives(both_a["value"]["text"], "After")[0]
+    assert on_a["uuid"] not in items_b[on_both["uuid"]]["value"]["text"]
+    # per node: one service's units on a and b differ (two agents on one systemd)
+    assert both_a["value"]["unit"] == unit.unit_name(on_both, both_a["uuid"])
+    assert both_a["value"]["unit"] != items_b[on_both["uuid"]]["value"]["unit"]
     mono = items_b[on_set["uuid"]]["value"]
     assert mono["monopoly"] and not mono["oneshot"]
     assert mono["boot"] is False and mono["run"] is False
