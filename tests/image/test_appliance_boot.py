@@ -47,9 +47,12 @@ API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL tes
 LIBVIRT_FIRST_SECONDS = 900     # libvirtd's first start probes QEMU (see the libvirt test)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def made(box):
-    """What later boots must still show: a secret (its value) and a DNS record."""
+    """What later boots must still show: a secret (its value) and a DNS record. Made once
+    per session, like the boot: the reboot and upgrade tests run after the other modules'
+    tests on the shared boot (conftest.py), and a module-scoped fixture would be made
+    again on the way back to this module (a second secret and domain of the same names)."""
     admin = box.admin()
     value = "boot-test-value-" + uuid.uuid4().hex
     secret = admin.post("/v1/secret/secrets", {
