@@ -87,6 +87,19 @@ def verb_adder(verbs, common, noun, **defaults):
     return verb
 
 
+def with_given_fields(body, args, env, method):
+    """`body` (built from a command's options) with the key=value fields or --data given
+    on the command line laid over it; a PUT that would change nothing is refused."""
+    given = build_body(args, env)
+    if given is not None:
+        if not isinstance(given, dict):
+            raise UsageError("the body must be a JSON object")
+        body.update(given)
+    if method == "PUT" and not body:
+        raise UsageError("nothing to update: give options, key=value fields or --data")
+    return body
+
+
 def add_list_arguments(parser):
     """The options of every list command: filters, sorting and paging."""
     parser.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],

@@ -9,8 +9,8 @@ progress, and the serial console.
 
 import argparse
 
-from . import CliError, UsageError
-from .common import add_list_arguments, build_body, emit, session_client, verb_adder
+from . import CliError
+from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
 from .groups import resolve, wait_active
 
 WAIT_TIMEOUT = 900.0       # a VM under TCG downloads its image and boots in minutes
@@ -144,13 +144,7 @@ def _write(method):
             body["disk_spec"] = _root_disk(current, args.image, args.disk_size)
         if getattr(args, "uri", None) is not None:
             body["driver_spec"] = {"kind": "libvirt", "connection_uri": args.uri}
-        given = build_body(args, env)
-        if given is not None:
-            if not isinstance(given, dict):
-                raise UsageError("the body must be a JSON object")
-            body.update(given)
-        if method == "PUT" and not body:
-            raise UsageError("nothing to update: give options, key=value fields or --data")
+        with_given_fields(body, args, env, method)
         if method == "POST" and args.compute_collection in MACHINES:
             # the reference CLI's defaults; the API asks for both
             body = {"cores": 1, "ram": 1024, **body}

@@ -15,8 +15,8 @@ import uuid as uuidlib
 from pathlib import Path
 
 from . import CliError, UsageError
-from .common import (add_list_arguments, build_body, emit, session_client, split_field,
-                     verb_adder)
+from .common import (add_list_arguments, emit, session_client, split_field, verb_adder,
+                     with_given_fields)
 from .groups import resolve
 
 CONFIGS = "/v1/config/configs/"
@@ -160,13 +160,7 @@ def _write(method):
             else:
                 template = _text(args.template)
             body["body"] = {"kind": "template", "template": template, "variables": variables}
-        given = build_body(args, env)
-        if given is not None:
-            if not isinstance(given, dict):
-                raise UsageError("the body must be a JSON object")
-            body.update(given)
-        if method == "PUT" and not body:
-            raise UsageError("nothing to update: give options, key=value fields or --data")
+        with_given_fields(body, args, env, method)
         sent = client.request(method, item or CONFIGS, body=body).payload()
         emit(args, env, sent, CONFIGS + sent["uuid"])
         return 0

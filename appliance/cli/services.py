@@ -7,8 +7,7 @@ command, where it runs, its kind and ordering), the actions start, stop and rest
 
 import argparse
 
-from . import UsageError
-from .common import add_list_arguments, build_body, emit, session_client, verb_adder
+from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
 from .groups import resolve, wait_active
 
 COLLECTION = "/v1/em/services/"
@@ -114,13 +113,7 @@ def _write(method):
     def handler(args, env):
         client = session_client(args, env)
         body = _body(args, client, create=method == "POST")
-        given = build_body(args, env)
-        if given is not None:
-            if not isinstance(given, dict):
-                raise UsageError("the body must be a JSON object")
-            body.update(given)
-        if method == "PUT" and not body:
-            raise UsageError("nothing to update: give options, key=value fields or --data")
+        with_given_fields(body, args, env, method)
         target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
         sent = client.request(method, target, body=body).payload()
         return _finish(args, env, client, COLLECTION + sent["uuid"], sent)
