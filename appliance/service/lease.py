@@ -79,3 +79,9 @@ class Leases:
 
     def holding(self, service):
         return self.get(service).holding(self.clock())
+
+    def remaining(self, service):
+        """Seconds left before this node must have given the lease up (0 or less: it
+        does not hold it)."""
+        lease = self.get(service)
+        return lease.fence_at() - self.clock() if lease.until is not None else 0.0

@@ -18,6 +18,11 @@ from .lease import Leases
 
 UNIT_DIR = "/etc/systemd/system"
 FENCE = "appliance-fence.conf"
+# a monopoly unit's start deadline (wall-clock seconds) is kept in <agent state>/leases/<unit>
+# while this node holds the lease: the unit's ExecStartPre refuses a start that systemd
+# runs after it (a start queued behind a slow daemon-reload must not run once another
+# node may hold the lease)
+DEADLINE_DIR = "leases"
 PROPS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID")
 
 
@@ -95,8 +100,9 @@ class Driver:
             if before.get("unit") not in (None, unit):
                 self.drop_unit(before["unit"])
             written = self.write_unit(unit, value["text"])
-            if value["monopoly"] and self.agent_unit:
-                written = self.write_unit(f"{unit}.d/{FENCE}", self.fence_text()) or written
+            if value["monopoly"]:
+                written = self.write_unit(f"{unit}.d/{FENCE}", self.fence_text(unit)) \
+                    or written
             if written:
                 self.systemctl("daemon-reload")
             self.systemctl("enable" if value["boot"] else "disable", unit)
@@ -144,17 +150,40 @@ class Driver:
         if not item["value"]["run"]:
             self.leases.drop(service)
         self.held[item["uuid"]] = holding
+        self.write_deadline(item["value"]["unit"], service)
         if holding:
             self.apply_run(item, before if was else {}, written, True)
         else:
             self.apply_run(item, before, written, False)
 
-    def fence_text(self):
+    def fence_text(self, unit):
         """A monopoly unit runs only while this agent runs (BindsTo= with After=): an
         agent that is killed cannot renew the lease, and another node takes over when it
         expires, so its unit must not run on. A restarted agent starts it again if the
-        lease is still its own."""
-        return (f"[Unit]\nBindsTo={self.agent_unit}\nAfter={self.agent_unit}\n")
+        lease is still its own. And it starts only before the deadline of this node's
+        lease (write_deadline): systemd may run a start job long after it was queued.
+        `$$` and `%%` are systemd's escapes of `$` and `%`."""
+        text = "[Unit]\n"
+        if self.agent_unit:
+            text += f"BindsTo={self.agent_unit}\nAfter={self.agent_unit}\n"
+        # `+`: as root, whatever User= says (the agent's state directory is root's only)
+        return text + ("[Service]\nExecStartPre=+/bin/sh -c 'test \"$$(date +%%s)\" -lt "
+                       f"\"$$(cat {self.deadline_path(unit)} 2>/dev/null || echo 0)\"'\n")
+
+    def deadline_path(self, unit):
+        return os.path.join(self.host.state_dir, DEADLINE_DIR, unit)
+
+    def write_deadline(self, unit, service):
+        """The wall-clock second before which this node may start `unit`: the lease's
+        fencing point while it holds the lease, 0 when it does not."""
+        remaining = self.leases.remaining(service)
+        deadline = int(time.time() + remaining) if remaining > 0 else 0
+        path = self.deadline_path(unit)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".deadline-", dir=os.path.dirname(path))
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{deadline}\n")
+        os.replace(tmp, path)
 
     def remove(self, applied):
         value = applied["value"]
@@ -171,6 +200,10 @@ class Driver:
             self.host.systemctl("disable", unit)
             os.unlink(path)
             shutil.rmtree(path + ".d", ignore_errors=True)
+            try:
+                os.unlink(self.deadline_path(unit))
+            except FileNotFoundError:
+                pass
             self.systemctl("daemon-reload")
             # a failed unit (a oneshot that exited non-zero) would stay listed, "not-found
             # failed", after its file is gone
@@ -202,6 +235,7 @@ class Driver:
         was = self.held.get(item["uuid"])
         if self.leases.due(value["service"]):
             self.leases.ask(value["service"])
+            self.write_deadline(value["unit"], value["service"])
         now = self.leases.holding(value["service"])
         try:
             if now and was is False or now and was is None and not value["oneshot"]:
@@ -303,6 +337,8 @@ class LocalHost:
         import logging
         import subprocess
         self.root, self.node, self.agent, self.api = root, node, node, api
+        # where a monopoly's start deadline is kept (no agent: its own directory)
+        self.state_dir = os.path.join(root, "var/lib/appliance-service")
         self.log = logging.getLogger("appliance.service")
         self.agent_unit = None
         self._systemctl, self._run = systemctl.split(), subprocess.run
