@@ -14,14 +14,16 @@ from appliance.api.wsgi import Middleware
 def capabilities():
     """Every capability package that registers routes, in registration order."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service]
+    from appliance.lb import resources as lb
+    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb]
 
 
 def preload():
     """Import what build_api imports (every capability's resources), touching no state: the
     image's API does it while first boot still prepares the state (api_wait_for)."""
     for capability in capabilities():
-        importlib.import_module(capability.__name__ + ".resources")
+        name = capability.__name__
+        importlib.import_module(name if name.endswith(".resources") else name + ".resources")
 
 
 def build_api(settings, store=None):
