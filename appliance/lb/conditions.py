@@ -23,6 +23,9 @@ UUID = {"type": "string",
 # the reference's ^/(.*)$, less what would break out of an nginx location line
 PATH = r'^/[^\s"\'{};\\]*$'
 SAFE = r'^[^\x00-\x1f\x7f"{};\\]*$'
+# a regular expression goes into nginx in double quotes: backslashes and braces are its
+# own, a quote or a final lone backslash would end the string early
+REGEX = r'^[^\x00-\x1f\x7f"]*(?<!\\)$'
 URL = r'^https?://[^\s"\'{};\\]+$'
 HEADER_NAME = r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,128}$"
 
@@ -61,7 +64,7 @@ MODIFIERS = {
     "set_resp_header": _obj("set_resp_header", ["name", "value"], **_HEADER),
     "rewrite_url": _obj("rewrite_url", ["regex", "replacement"],
                         regex={"type": "string", "minLength": 1, "maxLength": 1024,
-                               "pattern": SAFE},
+                               "pattern": REGEX},
                         replacement={"type": "string", "maxLength": 1024,
                                      "pattern": r'^[^\s"\'{};\\]*$'}),
     "auth_request": _obj("auth_request", ["pool", "path"], pool=UUID,
@@ -81,7 +84,7 @@ SCHEMAS = {
                                                "pattern": PATH}, **_L7),
     "regex": _obj("regex", ["value", "actions"],
                   value={"type": "string", "minLength": 1, "maxLength": 1024,
-                         "pattern": SAFE}, **_L7),
+                         "pattern": REGEX}, **_L7),
     "raw": _obj("raw", ["actions"], allowed_ips=ALLOWED_IPS, actions={
         "type": "array", "minItems": 1, "maxItems": 1,
         "items": _obj("backend", ["pool"], pool=UUID)}),

@@ -19,7 +19,8 @@ def appliance_node(store):
     for agent in sorted(store.collection(AGENTS).records(), key=lambda a: a["uuid"]):
         if agent.get("name") == APPLIANCE_AGENT:
             node = nodes.get(agent.get("node") or "")
-            if node is not None and node.get("project_id") == ADMIN_PROJECT:
+            if node is not None and node.get("project_id") == ADMIN_PROJECT and \
+                    node.get("node_type") == "HW":
                 return node
     return None
 

@@ -12,7 +12,7 @@ IN_PROGRESS: the data plane is rendered again and the status step judges it anew
 import ipaddress
 import re
 
-from appliance.api.errors import BadRequest, Conflict
+from appliance.api.errors import BadRequest, Conflict, NotFound
 from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Object,
                                   Reference, String, Tags, UUID_RE)
 from appliance.api.resource import Resource
@@ -512,6 +512,12 @@ class Routes(LbChild):
 
     def item_path(self, record):
         return super().item_path(record).replace("<lb>", record["lb"])
+
+    def load_visible(self, call, uuid):
+        record = super().load_visible(call, uuid)
+        if call.params.get("lb") not in (None, record["lb"]):
+            raise NotFound(f"{self.name} {uuid} not found")
+        return record
 
     def render(self, record, only=None):
         out = super().render(record, only)
