@@ -461,9 +461,6 @@ class Vhosts(LbChild):
         return {k: v for k, v in checked.items() if k in changes or k in (
             "domains", "cert", "proxy_protocol_from")}
 
-    def check_delete(self, call, record):
-        pass
-
     def after_delete(self, call, record):
         call.store.collection(ROUTES).delete_where(lambda r: r.get("vhost") == record["uuid"])
         super().after_delete(call, record)
