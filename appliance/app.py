@@ -14,7 +14,7 @@ from appliance.api.wsgi import Middleware
 def capabilities():
     """Every capability package that registers routes, in registration order."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    from appliance.lb import resources as lb
+    from appliance import lb
     return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb]
 
 
@@ -22,8 +22,7 @@ def preload():
     """Import what build_api imports (every capability's resources), touching no state: the
     image's API does it while first boot still prepares the state (api_wait_for)."""
     for capability in capabilities():
-        name = capability.__name__
-        importlib.import_module(name if name.endswith(".resources") else name + ".resources")
+        importlib.import_module(capability.__name__ + ".resources")
 
 
 def build_api(settings, store=None):
@@ -33,7 +32,11 @@ def build_api(settings, store=None):
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
     for capability in capabilities():
-        capability.register(api)
+        # a package whose __init__ is only its docstring (appliance/lb, shared by two
+        # branches) registers from its resources module
+        register = getattr(capability, "register", None) or importlib.import_module(
+            capability.__name__ + ".resources").register
+        register(api)
     api.compile_routes()
     return api
 
