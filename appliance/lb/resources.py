@@ -282,6 +282,35 @@ def listens(vhost):
     return out
 
 
+def clash(vhost, other):
+    """Why `vhost` cannot listen beside `other` in one nginx, or None: the reference's
+    protocol conflicts, and ours: vhosts that share a port by name (http+http,
+    https+https) share no domain, and either all take the PROXY protocol there or none
+    does (nginx sets it per address and port, not per server)."""
+    domains = set(vhost.get("domains") or ())
+    for port, protocol in listens(vhost):
+        for other_port, other_protocol in listens(other):
+            if port != other_port:
+                continue
+            if other_protocol in CLASHES[protocol]:
+                return f"port {port}: a {protocol} vhost cannot share it with a " \
+                       f"{other_protocol} vhost"
+            if protocol != other_protocol:
+                continue
+            shared = domains & set(other.get("domains") or ())
+            if shared:
+                return f"port {port}: domain {sorted(shared)[0]} is already served there"
+            if _proxied(vhost, port) != _proxied(other, port):
+                return f"port {port}: the vhosts that share it all take the PROXY " \
+                       "protocol (proxy_protocol_from) or none does"
+    return None
+
+
+def _proxied(vhost, port):
+    # the redirect listener of an https vhost takes plain HTTP
+    return port == vhost["port"] and vhost.get("proxy_protocol_from") is not None
+
+
 def reserved_ports(settings):
     """{(port, transport): who uses it} on the appliance's own node (core_agent)."""
     out = {(443, "tcp"): "the appliance's HTTPS API (nginx)", (22, "tcp"): "SSH",
@@ -395,28 +424,15 @@ class Vhosts(LbChild):
                 "key": self.box.seal(self.kind, vhost["uuid"], "cert.key", cert["key"])}
 
     def check_lb_ports(self, lb, vhost):
-        """The reference's port conflicts within one LB, and ours: two vhosts that share
-        a port by name (http+http, https+https) share no domain."""
-        domains = set(vhost.get("domains") or ())
+        """The reference's port conflicts within one LB, and ours (`clash`)."""
         for other in self.collection().by("lb", lb["uuid"]):
-            if other["uuid"] == vhost["uuid"]:
-                continue
-            for port, protocol in listens(vhost):
-                for other_port, other_protocol in listens(other):
-                    if port != other_port:
-                        continue
-                    if other_protocol in CLASHES[protocol]:
-                        raise Conflict(f"port {port}: a {protocol} vhost cannot share it "
-                                       f"with {other_protocol} vhost {other['uuid']} of this "
-                                       "LB")
-                    shared = domains & set(other.get("domains") or ())
-                    if protocol == other_protocol and shared:
-                        raise Conflict(f"port {port}: domain {sorted(shared)[0]} is already "
-                                       f"served by vhost {other['uuid']} of this LB")
+            why = clash(vhost, other) if other["uuid"] != vhost["uuid"] else None
+            if why:
+                raise Conflict(f"{why} (vhost {other['uuid']} of this LB)")
 
     def check_node_ports(self, call, lb, vhost):
-        """Ours: on the appliance itself its own ports are taken, and on any node two LBs
-        do not share a port (each LB's nginx binds its ports)."""
+        """Ours: on the appliance itself its own ports are taken, and LBs that share a
+        node (one nginx serves them all there) follow the same port rules as one LB."""
         if lb["type"]["kind"] == "core":
             return      # a set of its own: nothing else runs there
         reserved = reserved_ports(self.api.settings) if lb["type"]["kind"] == "core_agent" \
@@ -429,21 +445,18 @@ class Vhosts(LbChild):
         mine = {n["uuid"] for n in placement.placed(call.store, lb)[0]}
         if not mine:
             return
-        taken = {(p, TRANSPORT[proto]) for p, proto in listens(vhost)}
         for other in call.store.collection(LBS).records():
             if other["uuid"] == lb["uuid"] or other["type"]["kind"] == "core":
                 continue
-            theirs = placement.placed(call.store, other)[0]
-            shared = [n for n in theirs if n["uuid"] in mine]
+            shared = [n for n in placement.placed(call.store, other)[0] if n["uuid"] in mine]
             if not shared:
                 continue
             for used in self.collection().by("lb", other["uuid"]):
-                clash = taken & {(p, TRANSPORT[proto]) for p, proto in listens(used)}
-                if clash:
-                    port, transport = sorted(clash)[0]
-                    raise Conflict(f"port {port}/{transport} is already used on node "
-                                   f"{shared[0].get('name') or shared[0]['uuid']} by another "
-                                   "load balancer")
+                why = clash(vhost, used)
+                if why:
+                    # another project's LB may share the node: it is not named
+                    raise Conflict(f"{why} (another load balancer on node "
+                                   f"{shared[0].get('name') or shared[0]['uuid']})")
 
     def prepare_create(self, call, record):
         lb = self.lb_of(record)

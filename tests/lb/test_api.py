@@ -299,6 +299,14 @@ def test_a_domain_is_served_once_per_port(admin, lb):
         "port": 8080, "domains": ["A.example.test", "b.example.test"]}), 409)
 
 
+def test_a_shared_port_takes_the_proxy_protocol_everywhere_or_nowhere(admin, lb):
+    make_vhost(admin, lb, "http", port=8082, proxy_protocol_from="10.0.0.0/8")
+    assert "PROXY" in refused(admin.post(vhosts(lb), {"port": 8082,
+                                                      "domains": ["b.example.test"]}), 409)
+    created(admin.post(vhosts(lb), {"port": 8082, "domains": ["b.example.test"],
+                                    "proxy_protocol_from": "192.0.2.0/24"}))
+
+
 def test_redirect_http_takes_port_80(admin, lb):
     make_vhost(admin, lb, "tcp", port=80)
     assert "port 80" in refused(admin.post(vhosts(lb), {
@@ -334,13 +342,21 @@ def test_core_agent_udp_on_443_is_free(admin):
     created(admin.post(vhosts(make_lb(admin)), {"protocol": "udp", "port": 443}))
 
 
-def test_two_lbs_on_one_node_do_not_share_a_port(server, admin):
+def test_lbs_on_one_node_follow_the_port_rules_of_one(server, admin):
     node = hw_node(admin)
     one, two = make_lb(admin, type=external(node)), make_lb(admin, type=external(node))
     make_vhost(admin, one, "tcp", port=7000)
+    make_vhost(admin, one, "http", port=7001, domains=["one.example.test"])
     assert "another load balancer" in refused(admin.post(vhosts(two), {
         "protocol": "tcp", "port": 7000}), 409)
     created(admin.post(vhosts(two), {"protocol": "udp", "port": 7000}))
+    # name-based: another LB's http vhost on the same port, with other domains
+    created(admin.post(vhosts(two), {"port": 7001, "domains": ["two.example.test"]}))
+    assert "domain one.example.test" in refused(admin.post(vhosts(two), {
+        "port": 7001, "domains": ["one.example.test"]}), 409)
+    assert "PROXY" in refused(admin.post(vhosts(two), {
+        "port": 7001, "domains": ["three.example.test"],
+        "proxy_protocol_from": "10.0.0.0/8"}), 409)
     # moving an LB onto a node where its ports are taken is refused too
     three = make_lb(admin, type=external(hw_node(admin)))
     make_vhost(admin, three, "tcp", port=7000)
