@@ -124,7 +124,7 @@ FIXTURES = {
                     "modifiers": [{"kind": "auto_header", "headers": AUTO_HEADERS}]}},
             ]}],
         "pools": {_uuid("4c", 1): {"balance": "roundrobin", "endpoints": [
-            {"host": "backend.example.test", "port": 443, "weight": 1}]}}}),
+            {"host": "localhost", "port": 443, "weight": 1}]}}}),
     # L4: a tcp vhost (PROXY protocol accepted from a network) and a udp vhost, raw routes
     # to a pool that names a node (resolved to its address)
     "raw": _item("raw", {
@@ -205,7 +205,7 @@ def built(server, admin):
     # regex
     lb = LBS["regex"]
     _post(admin, f"{LB}/{lb}/backend_pools", {"uuid": _uuid("4c", 1), "endpoints": [
-        {"kind": "host", "host": "backend.example.test", "port": 443}]})
+        {"kind": "host", "host": "localhost", "port": 443}]})
     _post(admin, f"{LB}/{lb}/vhosts", {"uuid": _uuid("2c", 1), "port": 8081,
                                        "domains": ["*.apps.example.test"]})
     for route in FIXTURES["regex"]["value"]["vhosts"][0]["routes"]:
