@@ -14,7 +14,8 @@ from appliance.api.wsgi import Middleware
 def capabilities():
     """Every capability package that registers routes, in registration order."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service]
+    from appliance import lb
+    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb]
 
 
 def preload():
@@ -31,7 +32,11 @@ def build_api(settings, store=None):
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
     for capability in capabilities():
-        capability.register(api)
+        # a package whose __init__ is only its docstring (appliance/lb, shared by two
+        # branches) registers from its resources module
+        register = getattr(capability, "register", None) or importlib.import_module(
+            capability.__name__ + ".resources").register
+        register(api)
     api.compile_routes()
     return api
 

@@ -76,6 +76,9 @@ DEFAULTS = {
     # services (the service part of issue 14, docs/services.md): how long a monopoly
     # service's lease lasts; its agent renews it every third of that
     "service_lease_seconds": 10.0,
+    # load balancers (docs/lb.md): the image an LB of type core boots its nodes from (the
+    # node image's URL, or file:// on the appliance); unset: type core is refused
+    "lb_image": None,
 }
 
 

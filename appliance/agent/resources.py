@@ -15,6 +15,7 @@ from . import capabilities, protocol
 from .enroll import (AGENT_CLAIM, AGENTS, NODES, RESOURCES, AgentTokens, mint_enrollment,
                      redeem, require_own)
 from .poll import PayloadHub, poll_limit
+from .status import WATCHED
 from .targets import View, items_for
 
 log = logging.getLogger("appliance.agent")
@@ -192,8 +193,11 @@ def _wait_seconds(text):
 
 
 def watched_kinds(api):
-    """What a payload may read: every kind the API serves and every master kind."""
-    return {r.kind for r in api.resources.values()} | set(capabilities.MASTERS.values())
+    """What a payload may read: every kind the API serves, every master kind, and what
+    the status step watches (a kind a producer reads that this API may not serve, such as
+    secret_certificates for LB vhosts)."""
+    return {r.kind for r in api.resources.values()} | set(capabilities.MASTERS.values()) \
+        | set(WATCHED)
 
 
 class ActualResources(Resource):

@@ -16,7 +16,13 @@ SETS = "compute_sets"
 # kinds whose writes can move a master's status (besides the master kinds): the reports,
 # the agents and nodes, and what producers render links from
 WATCHED = (RESOURCES, AGENTS, NODES, SETS, "secret_secrets", "secret_passwords",
-           "secret_ssh_keys", "secret_rsa_keys", "vs_values", "vs_variables", "vs_profiles")
+           "secret_ssh_keys", "secret_rsa_keys", "vs_values", "vs_variables", "vs_profiles",
+           "secret_certificates", "network_lb_vhosts", "network_lb_routes",
+           "network_lb_backend_pools")
+# master kinds placed by their capability rather than by a `target` field:
+# "module:function" called as function(store, record) -> (status, reason) while the record
+# is on no node (a judgement of no items would say ACTIVE), else None
+PLACEMENT = {"network_lb": "appliance.lb.placement:unplaced"}
 
 
 def watched_kinds():
@@ -41,10 +47,15 @@ def aggregate(store, master_kind, view=None):
     actual = store.collection(RESOURCES)
     masters = store.collection(master_kind)
     updates = {}
+    unplaced = capabilities.load(PLACEMENT[master_kind]) if master_kind in PLACEMENT \
+        else None
     for record in masters.records():
         missing = missing_target(store, record.get("target"))
+        waiting = unplaced(store, record) if unplaced else None
         if missing:
             judged = ("ERROR", f"target {missing} not found", {})
+        elif waiting:
+            judged = (*waiting, {})
         else:
             judged = judge(targets.get(record["uuid"], ()), agents, actual)
         if judged != (record.get("status"), record.get("status_reason"),

@@ -19,7 +19,7 @@ from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import agent, backup, compute, configs, em, groups, output, repo, services
+from appliance.cli import agent, backup, compute, configs, em, groups, lb, output, repo, services
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -236,6 +236,8 @@ def build_parser(env: Environment) -> ArgumentParser:
     repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
     configs.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show})
+    lb.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
     backup.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
     agent.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
 

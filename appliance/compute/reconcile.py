@@ -36,7 +36,7 @@ log = logging.getLogger("appliance.compute")
 NODES, HYPERVISORS = "compute_nodes", "compute_hypervisors"
 VOLUMES, POLICIES = "compute_volumes", "compute_placement_policies"
 KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, "network_networks",
-         "network_ports", "secret_ssh_keys")
+         "network_ports", "secret_ssh_keys", "network_lb")
 NODE_REF = "/v1/compute/nodes/"
 VOLUME_PREFIX = "appliance-vol-"
 IMAGE_PREFIX = "appliance-image-"
@@ -68,6 +68,15 @@ def _reconcile_sets():
     return reconcile_sets
 
 
+def _reconcile_lb_sets():
+    # the node sets of LBs of type core (appliance/lb/reconcile.py)
+    try:
+        from appliance.lb.reconcile import reconcile_lb_sets  # noqa: PLC0415
+    except ImportError:
+        return None
+    return reconcile_lb_sets
+
+
 def _network_errors():
     try:
         from appliance.network.networks import NetworkError  # noqa: PLC0415
@@ -92,6 +101,7 @@ class Reconciler:
         self.console_dir = os.path.join(base, "console")
         self.ports, self.reconcile_networks = _network_api()
         self.reconcile_sets = _reconcile_sets()
+        self.reconcile_lb_sets = _reconcile_lb_sets()
         self.conns = {}         # hypervisor uuid -> (uri, connection)
         self.accel = {}         # connection uri -> "kvm" | "tcg" | None, detected once
         self.marks = {}         # (hypervisor uuid, domain UUID) -> mark or None (foreign)
@@ -113,6 +123,8 @@ class Reconciler:
 
     def pass_once(self):
         with self._lock:
+            if self.reconcile_lb_sets is not None:
+                self.reconcile_lb_sets(self.store, self.settings)
             if self.reconcile_sets is not None:
                 self.reconcile_sets(self.store, self.settings)
             active = self._hypervisors()
