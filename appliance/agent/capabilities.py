@@ -11,6 +11,7 @@ PRODUCERS = {
     "config": "appliance.configs.targets:for_node",
     "service": "appliance.service.targets:for_node",
     "ssh_key": "appliance.secret.ssh_targets:for_node",
+    "lb": "appliance.lb.targets:for_node",
 }
 
 # kind of target resource -> "module:Class" built as Class(host) on the node
@@ -18,6 +19,7 @@ DRIVERS = {
     "config": "appliance.configs.node:Driver",
     "service": "appliance.service.node:Driver",
     "ssh_key": "appliance.secret.node:Driver",
+    "lb": "appliance.lb.node:Driver",
 }
 
 # kind of target resource -> the store kind of the record it comes from (its "master"),
@@ -26,6 +28,7 @@ MASTERS = {
     "config": "config_configs",
     "service": "em_services",
     "ssh_key": "secret_ssh_keys",
+    "lb": "network_lb",
 }
 
 
