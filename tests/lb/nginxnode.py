@@ -67,7 +67,7 @@ def node(tmp_path):
     require_nginx("http_auth_request_module", "http_dav_module", "stream")
     n = Node(tmp_path / "node")
     yield n
-    n.driver.stop_instance()
+    n.driver.stop_instance(grace=1)
 
 
 def item(value):
