@@ -284,7 +284,18 @@ def _backend(action, pools):
     return lines
 
 
-def _action(action, condition, pools):
+def local_dirs(value):
+    """[(path, dav methods)] of every local_dir action of an LB value."""
+    out = []
+    for v in (value or {}).get("vhosts") or []:
+        for r in v.get("routes") or []:
+            for a in (r.get("condition") or {}).get("actions") or []:
+                if a.get("kind") == "local_dir":
+                    out.append((a.get("path"), a.get("dav_methods") or []))
+    return out
+
+
+def _action(action, condition, pools, local_root="/"):
     kind = action.get("kind")
     if kind == "backend":
         return _backend(action, pools), True
@@ -297,8 +308,9 @@ def _action(action, condition, pools):
             return [f"return {code} {target};"], False
         return [f"add_header Location {target} always;", f"return {code};"], False
     if kind == "local_dir":
-        path = action.get("path")
-        plain_path(path, "local_dir path")
+        plain_path(action.get("path"), "local_dir path")
+        # a host test's node is a directory: its files are under that root
+        path = local_root.rstrip("/") + action["path"]
         methods = action.get("dav_methods") or []
         unknown = [m for m in methods if m not in DAV_METHODS]
         if unknown:
@@ -327,7 +339,7 @@ def _action(action, condition, pools):
 LOCATION_MATCH = {"prefix": "", "exact": "= ", "regex": "~ "}
 
 
-def _location(vhost, route, pools):
+def _location(vhost, route, pools, local_root="/"):
     """(the route's location lines, its auth location lines or None)."""
     route_uuid = _uuid(route.get("uuid"), "route uuid")
     c = route.get("condition") or {}
@@ -342,7 +354,7 @@ def _location(vhost, route, pools):
     if not actions:
         raise RenderError(f"route {route_uuid}: no action")
     # the first action serves the route, as in the reference
-    action_lines, proxied = _action(actions[0], c, pools)
+    action_lines, proxied = _action(actions[0], c, pools, local_root)
     modifier_lines, auth = _modifiers(vhost, route_uuid, c)
     if not proxied:
         # header modifiers only mean something to a proxied request
@@ -352,7 +364,8 @@ def _location(vhost, route, pools):
     return [head, *_lines(body).splitlines(), "}"], auth
 
 
-def render_http_vhost(vhost, pools, listen, redirect_port=80, cert_dir="certs"):
+def render_http_vhost(vhost, pools, listen, redirect_port=80, cert_dir="certs",
+                      local_root="/"):
     vh = _uuid(vhost.get("uuid"), "vhost uuid")
     protocol = vhost.get("protocol")
     https = protocol == "https"
@@ -382,7 +395,7 @@ def render_http_vhost(vhost, pools, listen, redirect_port=80, cert_dir="certs"):
                  "ssl_prefer_server_ciphers off;"]
     locations, has_root = [], False
     for route in vhost.get("routes") or []:
-        loc, auth = _location(vhost, route, pools)
+        loc, auth = _location(vhost, route, pools, local_root)
         c = route["condition"]
         has_root = has_root or (c["kind"] == "prefix" and c["value"] == "/")
         locations += loc + (auth or [])
@@ -452,7 +465,7 @@ def _pools_named(vhosts, l4):
     return named
 
 
-def render_lb(value, listen=None, redirect_port=80):
+def render_lb(value, listen=None, redirect_port=80, local_root="/"):
     """One LB item's value (docs/lb-dataplane.md) -> Rendered; RenderError names what
     cannot be rendered (nothing of the LB is then shipped)."""
     if not isinstance(value, dict):
@@ -465,7 +478,8 @@ def render_lb(value, listen=None, redirect_port=80):
         protocol = v.get("protocol")
         if protocol in ("http", "https"):
             text, vhost_files = render_http_vhost(v, pools, listen, redirect_port,
-                                                  cert_dir=f"certs/{lb}")
+                                                  cert_dir=f"certs/{lb}",
+                                                  local_root=local_root)
             http.append(text)
             files.update(vhost_files)
         elif protocol in ("tcp", "udp"):

@@ -125,17 +125,36 @@ class Driver:
     def apply(self, item, applied):
         lb = item["master"]
         try:
-            rendered = nginx.render_lb(item.get("value"), listen=self.listen)
+            rendered = nginx.render_lb(item.get("value"), listen=self.listen,
+                                       local_root=self.host.root)
         except nginx.RenderError as e:
             return {"status": "ERROR", "reason": f"not rendered: {e}",
                     "value": {"nginx_check": None, "applied_at": None}}
         try:
+            self.prepare_local_dirs(item["value"])
             check = self.ship(lb, rendered)
         except Failed as e:
             return {"status": "ERROR", "reason": str(e),
                     "value": {"nginx_check": tail(e.output) or None, "applied_at": None}}
         return {"status": "ACTIVE", "reason": None,
                 "value": {"nginx_check": tail(check) or None, "applied_at": _now_iso()}}
+
+    def prepare_local_dirs(self, value):
+        """A writable local_dir (dav_methods) exists and belongs to the workers' user,
+        who write into it; a read-only one is only served."""
+        for path, dav in nginx.local_dirs(value):
+            if not dav:
+                continue
+            real = self.host.root.rstrip("/") + path
+            try:
+                os.makedirs(real, mode=0o755, exist_ok=True)
+                user = self.worker_user()
+                if user and os.geteuid() == 0:
+                    import pwd
+                    entry = pwd.getpwnam(user)
+                    os.chown(real, entry.pw_uid, entry.pw_gid)
+            except OSError as e:
+                raise Failed(f"local_dir {path}: {e.strerror or e}") from None
 
     def remove(self, applied):
         lb = applied["master"]
