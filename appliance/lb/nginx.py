@@ -101,6 +101,10 @@ def _uuid(value, what):
         raise RenderError(f"{what} {value!r} is not a uuid") from None
 
 
+def lb_uuid(value):
+    return _uuid(value, "lb uuid")
+
+
 def upstream_name(pool):
     return "pool_" + _uuid(pool, "pool").replace("-", "_")
 

@@ -25,6 +25,7 @@ Runs on a node from the agent: stdlib and this package only.
 import datetime
 import errno
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -123,8 +124,9 @@ class Driver:
     # ---- the driver contract -------------------------------------------------------------
 
     def apply(self, item, applied):
-        lb = item["master"]
         try:
+            # the LB's uuid names its files: nothing else may
+            lb = nginx.lb_uuid(item.get("master"))
             rendered = nginx.render_lb(item.get("value"), listen=self.listen,
                                        local_root=self.host.root)
         except nginx.RenderError as e:
@@ -150,14 +152,16 @@ class Driver:
                 os.makedirs(real, mode=0o755, exist_ok=True)
                 user = self.worker_user()
                 if user and os.geteuid() == 0:
-                    import pwd
                     entry = pwd.getpwnam(user)
                     os.chown(real, entry.pw_uid, entry.pw_gid)
             except OSError as e:
                 raise Failed(f"local_dir {path}: {e.strerror or e}") from None
 
     def remove(self, applied):
-        lb = applied["master"]
+        try:
+            lb = nginx.lb_uuid(applied.get("master"))
+        except nginx.RenderError:
+            return                      # never shipped under that name
         live = self.live_generation()
         others = [f for f in self._lb_files(live) if LB_FILE.match(f).group(1) != lb] \
             if live else []
@@ -278,9 +282,7 @@ class Driver:
         (a root prefix in a private temporary directory) the agent's own user, since
         another could not read the test's files."""
         if self.host.root != "/":
-            import pwd
             return pwd.getpwuid(os.geteuid()).pw_name if os.geteuid() == 0 else None
-        import pwd
         for name in ("www-data", "nobody"):
             try:
                 pwd.getpwnam(name)

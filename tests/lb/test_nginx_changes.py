@@ -86,6 +86,16 @@ def test_a_route_that_cannot_be_rendered_is_never_shipped(node, backends):
     assert node.driver.live_generation() == live
     assert get(node.address, port)[0] == 200
 
+    # the master names the LB's files: it must be a uuid
+    from tests.lb.nginxnode import item
+    bad = item(value)
+    bad["master"] = "../../escape"
+    result = node.driver.apply(bad, None)
+    assert result["status"] == "ERROR" and "lb uuid" in result["reason"]
+    node.driver.remove(bad)
+    assert sorted(os.listdir(os.path.dirname(live))) == ["current", os.path.basename(live)]
+    assert get(node.address, port)[0] == 200
+
 
 def wrk(url, seconds, connections=16, headers=()):
     extra = [a for h in headers for a in ("-H", h)]

@@ -150,3 +150,23 @@ def test_https_with_sni_per_vhost_and_redirect(node, backends):
     assert stat.S_IMODE(os.stat(key.replace(".key", ".crt")).st_mode) == 0o600
     conf = open(os.path.join(live, f"lb-{value['lb']}.http.conf")).read()
     assert "PRIVATE KEY" not in conf and "BEGIN CERTIFICATE" not in conf
+
+
+def test_proxy_protocol_from_gives_the_real_client_address(node, backends):
+    a = backends("a")
+    p = new_uuid()
+    port = node.port()
+    value = lb_value([vhost("http", port, [route("prefix", "/", p,
+                                                 allowed_ips=["203.0.113.0/24"])],
+                            proxy_protocol_from="127.0.0.0/8")], {p: pool(a.port)})
+    assert node.apply(value)["status"] == "ACTIVE"
+
+    def send(client_ip):
+        with socket.create_connection((node.address, port), timeout=5) as s:
+            s.sendall(f"PROXY TCP4 {client_ip} 10.0.0.1 5555 {port}\r\n".encode()
+                      + b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            return b"".join(iter(lambda: s.recv(4096), b""))
+    assert send("203.0.113.7").startswith(b"HTTP/1.1 200")
+    assert a.requests[-1]["HTTP_X_FORWARDED_FOR"] == "203.0.113.7"
+    # allowed_ips sees the client the proxy speaks for, not the proxy
+    assert send("198.51.100.1").startswith(b"HTTP/1.1 403")
