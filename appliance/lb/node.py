@@ -90,8 +90,14 @@ class Driver:
         self.host = host
         settings = getattr(host, "settings", None) or {}
         self.listen = (settings.get(SETTING_LISTEN) or "").strip() or None
-        self.conf_dir = host.path(CONF_DIR)
-        self.run_dir = host.path(RUN_DIR)
+        # a node whose allowed roots leave these out gets its LBs in ERROR, while the
+        # agent's other capabilities go on
+        try:
+            self.conf_dir, self.run_dir = host.path(CONF_DIR), host.path(RUN_DIR)
+            self.refused = None
+        except ValueError as e:
+            self.conf_dir = self.run_dir = os.devnull
+            self.refused = str(e)
         self.binary = next((b for b in NGINX_BINARIES if os.path.exists(b)), None) \
             or shutil.which("nginx")
         # a node booted with systemd gets a unit; a host test (a root prefix, no systemd)
@@ -124,6 +130,9 @@ class Driver:
     # ---- the driver contract -------------------------------------------------------------
 
     def apply(self, item, applied):
+        if self.refused:
+            return {"status": "ERROR", "reason": self.refused,
+                    "value": {"nginx_check": None, "applied_at": None}}
         try:
             # the LB's uuid names its files: nothing else may
             lb = nginx.lb_uuid(item.get("master"))
@@ -158,6 +167,8 @@ class Driver:
                 raise Failed(f"local_dir {path}: {e.strerror or e}") from None
 
     def remove(self, applied):
+        if self.refused:
+            return
         try:
             lb = nginx.lb_uuid(applied.get("master"))
         except nginx.RenderError:
@@ -174,7 +185,7 @@ class Driver:
     def tick(self, items):
         """An instance that died while LBs are applied (a node rebooted without systemd, a
         kill) is started again from the live generation."""
-        if not items or self.systemd or self.running() or self.live_generation() is None:
+        if not items or self.refused or self.systemd or self.running() or self.live_generation() is None:
             return []
         self.host.log.warning("the LB nginx is not running; starting it again")
         try:

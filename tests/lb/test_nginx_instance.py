@@ -106,3 +106,15 @@ def test_on_a_systemd_node_the_unit_runs_nginx(node, backends):
     node.driver.remove(item(value))
     assert runner.calls[-1] == ("disable", "--now", UNIT)
     eventually(lambda: node.driver.pid() is None, 10, "nginx stopped by the unit")
+
+
+def test_a_node_that_refuses_the_paths_reports_error(tmp_path):
+    from appliance.agent.host import Host
+    from appliance.lb.node import Driver
+    host = Host(root=str(tmp_path), allowed_roots=["/srv"], state_dir=str(tmp_path / "s"))
+    driver = Driver(host)             # constructing it must not fail the agent
+    value = lb_value([vhost("http", 8080, [])], {})
+    result = driver.apply(item(value), None)
+    assert result["status"] == "ERROR" and "outside the allowed roots" in result["reason"]
+    assert driver.tick([item(value)]) == []
+    assert os.listdir(tmp_path) == []            # nothing written
