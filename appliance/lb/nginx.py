@@ -290,16 +290,27 @@ def _backend(action, pools):
 
 def local_dirs(value):
     """[(path, dav methods)] of every local_dir action of an LB value."""
-    out = []
+    return [(a.get("path"), a.get("dav_methods") or [])
+            for _, a in _first_actions(value) if a.get("kind") == "local_dir"]
+
+
+def downloads(value):
+    """{route uuid: url} of every local_dir_download action of an LB value."""
+    return {_uuid(r.get("uuid"), "route uuid"): a.get("url")
+            for r, a in _first_actions(value)
+            if a.get("kind") == "local_dir_download"}
+
+
+def _first_actions(value):
+    """(route, the action that serves it) of an LB value's http routes."""
     for v in (value or {}).get("vhosts") or []:
         for r in v.get("routes") or []:
-            for a in (r.get("condition") or {}).get("actions") or []:
-                if a.get("kind") == "local_dir":
-                    out.append((a.get("path"), a.get("dav_methods") or []))
-    return out
+            actions = (r.get("condition") or {}).get("actions") or []
+            if actions and isinstance(actions[0], dict):
+                yield r, actions[0]
 
 
-def _action(action, condition, pools, local_root="/"):
+def _action(action, condition, pools, local_root="/", download_dir=None):
     kind = action.get("kind")
     if kind == "backend":
         return _backend(action, pools), True
@@ -311,6 +322,12 @@ def _action(action, condition, pools, local_root="/"):
         if code in REDIRECT_WITH_LOCATION:
             return [f"return {code} {target};"], False
         return [f"add_header Location {target} always;", f"return {code};"], False
+    if kind == "local_dir_download":
+        # served as a read-only local_dir: the directory the driver unpacked it into
+        if download_dir is None:
+            raise RenderError(f"{action.get('url')!r} has not been downloaded")
+        return _action({"kind": "local_dir", "path": download_dir,
+                        "is_spa": action.get("is_spa", True)}, condition, pools)
     if kind == "local_dir":
         plain_path(action.get("path"), "local_dir path")
         # a host test's node is a directory: its files are under that root
@@ -335,15 +352,13 @@ def _action(action, condition, pools, local_root="/"):
             index = value.rstrip("/") + "/index.html"
             lines.append(f"try_files $uri $uri/ {literal(index, 'route value')};")
         return lines, False
-    if kind == "local_dir_download":
-        raise RenderError("local_dir_download is not supported by this data plane yet")
     raise RenderError(f"action kind {kind!r} is not known")
 
 
 LOCATION_MATCH = {"prefix": "", "exact": "= ", "regex": "~ "}
 
 
-def _location(vhost, route, pools, local_root="/"):
+def _location(vhost, route, pools, local_root="/", download_dirs=None):
     """(the route's location lines, its auth location lines or None)."""
     route_uuid = _uuid(route.get("uuid"), "route uuid")
     c = route.get("condition") or {}
@@ -358,7 +373,8 @@ def _location(vhost, route, pools, local_root="/"):
     if not actions:
         raise RenderError(f"route {route_uuid}: no action")
     # the first action serves the route, as in the reference
-    action_lines, proxied = _action(actions[0], c, pools, local_root)
+    action_lines, proxied = _action(actions[0], c, pools, local_root,
+                                    (download_dirs or {}).get(route_uuid))
     modifier_lines, auth = _modifiers(vhost, route_uuid, c)
     if not proxied:
         # header modifiers only mean something to a proxied request
@@ -369,7 +385,7 @@ def _location(vhost, route, pools, local_root="/"):
 
 
 def render_http_vhost(vhost, pools, listen, redirect_port=80, cert_dir="certs",
-                      local_root="/"):
+                      local_root="/", download_dirs=None):
     vh = _uuid(vhost.get("uuid"), "vhost uuid")
     protocol = vhost.get("protocol")
     https = protocol == "https"
@@ -399,7 +415,7 @@ def render_http_vhost(vhost, pools, listen, redirect_port=80, cert_dir="certs",
                  "ssl_prefer_server_ciphers off;"]
     locations, has_root = [], False
     for route in vhost.get("routes") or []:
-        loc, auth = _location(vhost, route, pools, local_root)
+        loc, auth = _location(vhost, route, pools, local_root, download_dirs)
         c = route["condition"]
         has_root = has_root or (c["kind"] == "prefix" and c["value"] == "/")
         locations += loc + (auth or [])
@@ -469,9 +485,11 @@ def _pools_named(vhosts, l4):
     return named
 
 
-def render_lb(value, listen=None, redirect_port=80, local_root="/"):
+def render_lb(value, listen=None, redirect_port=80, local_root="/", download_dirs=None):
     """One LB item's value (docs/lb-dataplane.md) -> Rendered; RenderError names what
-    cannot be rendered (nothing of the LB is then shipped)."""
+    cannot be rendered (nothing of the LB is then shipped). `local_root` prefixes
+    local_dir paths (a test node's root); `download_dirs` {route uuid: absolute real
+    directory} is where each local_dir_download route's archive was unpacked."""
     if not isinstance(value, dict):
         raise RenderError("the item has no value")
     lb = _uuid(value.get("lb"), "lb uuid")
@@ -483,7 +501,8 @@ def render_lb(value, listen=None, redirect_port=80, local_root="/"):
         if protocol in ("http", "https"):
             text, vhost_files = render_http_vhost(v, pools, listen, redirect_port,
                                                   cert_dir=f"certs/{lb}",
-                                                  local_root=local_root)
+                                                  local_root=local_root,
+                                                  download_dirs=download_dirs)
             http.append(text)
             files.update(vhost_files)
         elif protocol in ("tcp", "udp"):

@@ -24,11 +24,14 @@ Runs on a node from the agent: stdlib and this package only.
 
 import datetime
 import errno
+import hashlib
 import os
 import pwd
 import re
 import shutil
 import signal
+import subprocess
+import tarfile
 import time
 
 from . import nginx
@@ -44,6 +47,8 @@ RELOAD_SECONDS = 15.0
 GEN = re.compile(r"^gen-(\d+)$")
 LB_FILE = re.compile(r"^lb-([0-9a-f-]{36})\.(http|stream)\.conf$")
 SETTING_LISTEN = "agent_lb_listen"
+DOWNLOAD_TIMEOUT = 60
+DOWNLOAD_LIMIT = 2 * 1024 ** 3          # bytes of an archive, and of what it unpacks to
 
 
 class Failed(Exception):
@@ -136,14 +141,24 @@ class Driver:
         try:
             # the LB's uuid names its files: nothing else may
             lb = nginx.lb_uuid(item.get("master"))
-            rendered = nginx.render_lb(item.get("value"), listen=self.listen,
-                                       local_root=self.host.root)
+            wanted = nginx.downloads(item.get("value"))
         except nginx.RenderError as e:
             return {"status": "ERROR", "reason": f"not rendered: {e}",
                     "value": {"nginx_check": None, "applied_at": None}}
         try:
+            dirs = self.fetch_downloads(lb, wanted)
+            rendered = nginx.render_lb(item.get("value"), listen=self.listen,
+                                       local_root=self.host.root, download_dirs=dirs)
+        except nginx.RenderError as e:
+            return {"status": "ERROR", "reason": f"not rendered: {e}",
+                    "value": {"nginx_check": None, "applied_at": None}}
+        except Failed as e:
+            return {"status": "ERROR", "reason": str(e),
+                    "value": {"nginx_check": None, "applied_at": None}}
+        try:
             self.prepare_local_dirs(item["value"])
             check = self.ship(lb, rendered)
+            self.prune_downloads(lb, dirs)
         except Failed as e:
             return {"status": "ERROR", "reason": str(e),
                     "value": {"nginx_check": tail(e.output) or None, "applied_at": None}}
@@ -166,6 +181,38 @@ class Driver:
             except OSError as e:
                 raise Failed(f"local_dir {path}: {e.strerror or e}") from None
 
+    # ---- local_dir_download: archives unpacked on the node --------------------------------
+
+    def download_root(self, lb):
+        return os.path.join(self.run_dir, "downloads", lb)
+
+    def fetch_downloads(self, lb, wanted):
+        """{route: directory} holding each wanted archive unpacked. A directory is named
+        by its route and URL and appears whole (renamed into place when complete), so an
+        unchanged URL is not fetched again and the live config keeps its own until the
+        new one is shipped."""
+        dirs = {}
+        for route, url in sorted(wanted.items()):
+            if not isinstance(url, str) or not url.startswith(("http://", "https://")) \
+                    or not url.endswith((".tar.gz", ".tar.zst")):
+                raise Failed(f"local_dir_download {url!r}: an http(s) URL of a .tar.gz or "
+                             ".tar.zst is needed")
+            tag = hashlib.sha256(url.encode()).hexdigest()[:16]
+            final = os.path.join(self.download_root(lb), f"{route}-{tag}")
+            if not os.path.isdir(final):
+                unpack_url(url, final)
+            dirs[route] = final
+        return dirs
+
+    def prune_downloads(self, lb, dirs):
+        root = self.download_root(lb)
+        keep = {os.path.basename(d) for d in dirs.values()}
+        for name in (os.listdir(root) if os.path.isdir(root) else []):
+            if name not in keep:
+                path = os.path.join(root, name)
+                shutil.rmtree(path, ignore_errors=True) if os.path.isdir(path) \
+                    else os.unlink(path)
+
     def remove(self, applied):
         if self.refused:
             return
@@ -179,8 +226,9 @@ class Driver:
         if not others:
             self.stop_instance()
             shutil.rmtree(self.conf_dir, ignore_errors=True)
-            return
-        self.ship(lb, None)
+        else:
+            self.ship(lb, None)
+        shutil.rmtree(self.download_root(lb), ignore_errors=True)
 
     def tick(self, items):
         """An instance that died while LBs are applied (a node rebooted without systemd, a
@@ -414,6 +462,103 @@ class Driver:
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self.pid() == pid:
                 time.sleep(0.05)
+
+
+# ---- archives -----------------------------------------------------------------------------
+
+def unpack_url(url, final):
+    """Fetch a .tar.gz/.tar.zst and unpack it into `final` (made whole or not at all).
+    Only directories and regular files are taken, each inside `final`: an archive with
+    an absolute name, `..`, a link or a device is refused as a whole."""
+    import urllib.request
+    parent = os.path.dirname(final)
+    os.makedirs(parent, mode=0o755, exist_ok=True)
+    tmp = f"{final}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.mkdir(tmp, 0o755)
+    try:
+        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as resp:
+            if url.endswith(".tar.zst"):
+                zstd = shutil.which("zstd")
+                if zstd is None:
+                    raise Failed(f"local_dir_download {url}: zstd is not installed")
+                proc = subprocess.Popen([zstd, "-dc"], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                import threading
+                feed = threading.Thread(target=_feed, args=(resp, proc.stdin), daemon=True)
+                feed.start()
+                try:
+                    _untar(tarfile.open(fileobj=proc.stdout, mode="r|"), tmp, url)
+                finally:
+                    proc.kill()
+                    proc.wait()
+            else:
+                _untar(tarfile.open(fileobj=_Limited(resp), mode="r|gz"), tmp, url)
+        os.rename(tmp, final)
+    except Failed:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    except (OSError, tarfile.TarError, EOFError) as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise Failed(f"local_dir_download {url}: {e}") from None
+
+
+class _Limited:
+    """A response read up to DOWNLOAD_LIMIT bytes."""
+
+    def __init__(self, resp):
+        self.resp, self.read_bytes = resp, 0
+
+    def read(self, n=-1):
+        data = self.resp.read(n if n and n > 0 else 1 << 20)
+        self.read_bytes += len(data)
+        if self.read_bytes > DOWNLOAD_LIMIT:
+            raise Failed(f"the archive is larger than {DOWNLOAD_LIMIT} bytes")
+        return data
+
+
+def _feed(resp, pipe):
+    try:
+        source = _Limited(resp)
+        while chunk := source.read(1 << 20):
+            pipe.write(chunk)
+    except (OSError, Failed):
+        pass
+    finally:
+        try:
+            pipe.close()
+        except OSError:
+            pass
+
+
+def _untar(tar, dest, url):
+    total = 0
+    with tar:
+        for member in tar:
+            name = member.name
+            parts = [p for p in name.split("/") if p not in ("", ".")]
+            if name.startswith("/") or ".." in parts or "\0" in name:
+                raise Failed(f"local_dir_download {url}: {member.name!r} leaves the "
+                             "directory")
+            if not parts:
+                continue
+            path = os.path.join(dest, *parts)
+            if member.isdir():
+                os.makedirs(path, mode=0o755, exist_ok=True)
+            elif member.isfile():
+                total += member.size
+                if total > DOWNLOAD_LIMIT:
+                    raise Failed(f"local_dir_download {url}: unpacks to more than "
+                                 f"{DOWNLOAD_LIMIT} bytes")
+                os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+                source = tar.extractfile(member)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o644)
+                with os.fdopen(fd, "wb") as out:
+                    shutil.copyfileobj(source, out)
+            else:
+                raise Failed(f"local_dir_download {url}: {member.name!r} is not a file "
+                             "or directory (links are refused)")
 
 
 # ---- files --------------------------------------------------------------------------------

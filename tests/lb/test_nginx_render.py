@@ -58,7 +58,7 @@ def test_passive_health_checks_and_an_empty_pool():
     ({"actions": [{"kind": "local_dir", "path": "/var/www/a", "dav_methods": ["MOVE"]}]},
      "dav_methods"),
     ({"actions": [{"kind": "local_dir_download", "url": "https://x/a.tar.gz"}]},
-     "not supported"),
+     "has not been downloaded"),
     ({"actions": [{"kind": "redirect", "url": "https://x", "code": 200}]}, "redirect code"),
     ({"actions": [{"kind": "backend", "pool": new_uuid()}]}, "not given"),
     ({"allowed_ips": ["10.0.0.0/8; allow all"]}, "allowed_ips"),
@@ -193,3 +193,83 @@ def test_a_writable_local_dir(node, backends):
     assert get(node.address, port, "/files/a/b.txt", method="DELETE")[0] == 204
     assert get(node.address, port, "/site/deep/link")[2] == b"the app"     # is_spa
     assert get(node.address, port, "/site/index.html")[1]["content-type"] == "text/html"
+
+
+def tar_gz(files, links=()):
+    import io
+    import tarfile
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        for name, target in links:
+            info = tarfile.TarInfo(name)
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+class Archives:
+    """A Waitress server of archives by path."""
+
+    def __init__(self):
+        from tests.wsgiserver import LoopbackServer
+        self.files = {}
+        self.gets = []
+        self.server = LoopbackServer(self.app).start()
+
+    def app(self, environ, start_response):
+        path = environ["PATH_INFO"]
+        self.gets.append(path)
+        data = self.files.get(path)
+        start_response("200 OK" if data else "404 Not Found", [])
+        return [data or b""]
+
+    def url(self, path):
+        return f"http://127.0.0.1:{self.server.port}{path}"
+
+
+def test_local_dir_download(node):
+    archives = Archives()
+    try:
+        archives.files["/v1.tar.gz"] = tar_gz({"./index.html": b"v1 app",
+                                               "./js/app.js": b"code"})
+        archives.files["/v2.tar.gz"] = tar_gz({"index.html": b"v2 app"})
+        archives.files["/evil.tar.gz"] = tar_gz({"../../escape": b"x"})
+        archives.files["/link.tar.gz"] = tar_gz({"a": b"x"}, links=[("b", "/etc/shadow")])
+        port = node.port()
+        r = route("prefix", "/app/", actions=[{"kind": "local_dir_download",
+                                               "url": archives.url("/v1.tar.gz"),
+                                               "is_spa": True}])
+        value = lb_value([vhost("http", port, [r])], {})
+        result = node.apply(value)
+        assert result["status"] == "ACTIVE", result
+        assert get(node.address, port, "/app/js/app.js")[2] == b"code"
+        assert get(node.address, port, "/app/some/client/route")[2] == b"v1 app"
+        # the same URL again: not fetched again
+        value["vhosts"][0]["routes"][0]["condition"]["modifiers"] = []
+        assert node.apply(value)["status"] == "ACTIVE"
+        assert archives.gets.count("/v1.tar.gz") == 1
+
+        action = r["condition"]["actions"][0]
+        for bad, why in (("/evil.tar.gz", "leaves the directory"), ("/link.tar.gz", "links"),
+                         ("/missing.tar.gz", "404")):
+            action["url"] = archives.url(bad)
+            result = node.apply(value)
+            assert result["status"] == "ERROR" and why in result["reason"], result
+            assert get(node.address, port, "/app/")[2] == b"v1 app"   # the old one serves
+        assert not os.path.exists(node.base / "escape")
+
+        action["url"] = archives.url("/v2.tar.gz")
+        assert node.apply(value)["status"] == "ACTIVE"
+        assert get(node.address, port, "/app/")[2] == b"v2 app"
+        downloads = node.file(f"/var/lib/appliance/lb/downloads/{value['lb']}")
+        assert len(os.listdir(downloads)) == 1          # v1's directory is gone
+
+        from tests.lb.nginxnode import item
+        node.driver.remove(item(value))
+        assert not os.path.exists(downloads)
+    finally:
+        archives.server.stop()
