@@ -386,9 +386,13 @@ class Driver:
     def start(self):
         if self.systemd:
             self._write_unit()
+            offset = _size(self.error_log)
             code, out = self.host.systemctl("enable", "--now", UNIT)
             if code != 0:
-                raise Failed(f"systemctl enable --now {UNIT}: {tail(out, 400)}", out)
+                # nginx's own words are in its log, systemd's only say that it failed
+                logged = _read_from(self.error_log, offset)
+                said = nginx_message(logged) if "[emerg]" in logged else tail(out, 400)
+                raise Failed(f"{UNIT} did not start: {said}", logged + (out or ""))
             return
         # nginx daemonizes itself (its own session), so it outlives this agent
         code, out = self.host.run([self.binary, "-c", self.conf_path,

@@ -118,3 +118,20 @@ def test_a_node_that_refuses_the_paths_reports_error(tmp_path):
     assert result["status"] == "ERROR" and "outside the allowed roots" in result["reason"]
     assert driver.tick([item(value)]) == []
     assert os.listdir(tmp_path) == []            # nothing written
+
+
+def test_on_a_systemd_node_a_unit_that_cannot_start_says_why(node, backends):
+    import socket
+    a = backends("a")
+    node.host.systemctl = UnitRunner(node.host.root)
+    node.driver.systemd = True
+    p = new_uuid()
+    with socket.socket() as taken:
+        taken.bind((node.address, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        value = lb_value([vhost("http", port, [route(pool_uuid=p)])], {p: pool(a.port)})
+        result = node.apply(value)
+    assert result["status"] == "ERROR"
+    assert "did not start" in result["reason"] and "Address already in use" in result["reason"]
+    assert node.driver.live_generation() is None
