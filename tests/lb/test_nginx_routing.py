@@ -170,3 +170,24 @@ def test_proxy_protocol_from_gives_the_real_client_address(node, backends):
     assert a.requests[-1]["HTTP_X_FORWARDED_FOR"] == "203.0.113.7"
     # allowed_ips sees the client the proxy speaks for, not the proxy
     assert send("198.51.100.1").startswith(b"HTTP/1.1 403")
+
+
+def test_an_https_backend_verified_or_not(node, backends):
+    """The backend is the node's own https vhost (a certificate of a test CA): with
+    verify the system CAs refuse it (502), without verify it is reached."""
+    a = backends("a")
+    pa, ptls = new_uuid(), new_uuid()
+    tls_port, port = node.port(), node.port()
+    inner = lb_value([vhost("https", tls_port, [route(pool_uuid=pa)], domains=["in.test"],
+                            tls=issue(make_ca(), "in.test"))], {pa: pool(a.port)})
+    assert node.apply(inner)["status"] == "ACTIVE"
+    outer_route = route(pool_uuid=ptls)
+    outer = lb_value([vhost("http", port, [outer_route])], {ptls: {
+        "balance": "roundrobin",
+        "endpoints": [{"host": node.address, "port": tls_port, "weight": 1}]}})
+    outer_route["condition"]["actions"][0]["protocol"] = {"kind": "https", "verify": True}
+    assert node.apply(outer)["status"] == "ACTIVE"
+    assert get(node.address, port, host="in.test")[0] == 502
+    outer_route["condition"]["actions"][0]["protocol"] = {"kind": "https", "verify": False}
+    assert node.apply(outer)["status"] == "ACTIVE"
+    assert get(node.address, port, host="in.test")[2] == b"a /"
