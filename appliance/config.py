@@ -73,6 +73,9 @@ DEFAULTS = {
     "agent_allowed_roots": "/etc,/opt,/srv,/var/lib,/home,/root,/usr/local",
     "agent_state_dir": "/var/lib/appliance/agent",
     "agent_poll_wait": 25.0,
+    # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
+    # address; several test "nodes" on one host each take their own 127.0.0.x
+    "agent_lb_listen": "",
     # services (the service part of issue 14, docs/services.md): how long a monopoly
     # service's lease lasts; its agent renews it every third of that
     "service_lease_seconds": 10.0,

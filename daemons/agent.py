@@ -54,7 +54,7 @@ def build(settings):
     root, state_dir, roots = layout(settings, cred)
     client = AgentClient(cred["endpoint"], cred["agent"], cred["secret"], ca=cred.get("ca"))
     host = Host(root=root, allowed_roots=roots, state_dir=state_dir, api=client,
-                node=cred["node"], agent=cred["agent"],
+                node=cred["node"], agent=cred["agent"], settings=settings,
                 log=logging.getLogger("appliance.agent.driver"))
     return Runner(host, client, wait=settings["agent_poll_wait"],
                   log=logging.getLogger("appliance.agent"))

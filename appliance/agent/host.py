@@ -23,7 +23,8 @@ def _within(path, parent):
 
 class Host:
     def __init__(self, *, root="/", allowed_roots=DEFAULT_ALLOWED_ROOTS, state_dir,
-                 api=None, node=None, agent=None, log=None, systemctl=("systemctl",)):
+                 api=None, node=None, agent=None, log=None, systemctl=("systemctl",),
+                 settings=None):
         self.root = os.path.realpath(root)
         self.allowed_roots = [os.path.normpath(r) for r in allowed_roots]
         for r in self.allowed_roots:
@@ -36,6 +37,8 @@ class Host:
         self.log = log or logging.getLogger("appliance.agent.host")
         # the systemctl command line; a host test may put a documented fake in its place
         self.systemctl_command = list(systemctl)
+        # the agent's settings, for drivers that take one (agent_lb_listen)
+        self.settings = dict(settings or {})
 
     def path(self, p):
         """The real path of the node's absolute path `p`, or PathRefused saying why."""
