@@ -20,7 +20,7 @@ DETAIL_VALUE_WIDTH = 120
 ELLIPSIS = "..."
 HIDDEN = "(hidden)"
 # The sealed fields of the secret service (appliance/secret/resources.py).
-SECRET_FIELDS = ("value", "default_value", "private_key")
+SECRET_FIELDS = ("value", "default_value", "private_key", "key")
 
 
 def write_json(stream: TextIO, data: Any) -> None:
