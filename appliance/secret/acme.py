@@ -43,20 +43,24 @@ def _new_key_pem():
                              serialization.NoEncryption()).decode()
 
 
-def _problem(error):
+def _problem(error, url=""):
     """A short reason from what the library raised."""
     if isinstance(error, messages.Error):
-        return error.detail or error.description or str(error.typ)
+        return "the ACME directory refused: " + (error.detail or error.description
+                                                 or str(error.typ))
     if isinstance(error, errors.ValidationError):
-        details = [f"{a.body.identifier.value}: {_problem(c.error)}" for a in error.failed_authzrs
-                   for c in a.body.challenges if c.error is not None]
+        details = [f"{a.body.identifier.value}: {c.error.detail or c.error.typ}"
+                   for a in error.failed_authzrs for c in a.body.challenges
+                   if c.error is not None]
         return "challenge failed: " + ("; ".join(details) or "no detail")
     if isinstance(error, errors.TimeoutError):
         return "the order was not ready in time"
     if isinstance(error, requests.exceptions.SSLError):
-        return f"TLS to the ACME directory failed: {error}"
+        why = "certificate verify failed" if "CERTIFICATE_VERIFY_FAILED" in str(error) \
+            else type(error).__name__
+        return f"TLS to the ACME directory {url} failed: {why} (setting acme_ca_bundle)"
     if isinstance(error, requests.exceptions.RequestException):
-        return f"ACME directory unreachable: {type(error).__name__}"
+        return f"ACME directory {url} unreachable: {type(error).__name__}"
     return f"{type(error).__name__}: {error}"
 
 
@@ -108,7 +112,7 @@ class Issuer:
                 josepy.errors.Error, ValueError) as e:
             # the next order logs in afresh (the account may be what failed)
             self._clients.pop(email, None)
-            raise AcmeFailure(_problem(e)) from None
+            raise AcmeFailure(_problem(e, self.url)) from None
         leaf = x509.load_pem_x509_certificates(order.fullchain_pem.encode())[0]
         return key_pem, order.fullchain_pem, leaf.not_valid_after_utc
 

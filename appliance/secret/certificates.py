@@ -53,14 +53,15 @@ def cert_names(cert_pem):
 
 
 def renew_at(cert_pem, threshold_days):
-    """When a certificate is renewed: `threshold_days` before it expires, but not before
-    half its lifetime, so that a certificate shorter-lived than the threshold (Let's
-    Encrypt's six-day ones, Pebble's in tests) is renewed once per half-life instead of
+    """When a certificate is renewed: `threshold_days` before it expires; but when the
+    threshold is as long as its whole lifetime (Let's Encrypt's six-day certificates,
+    Pebble's short ones in tests), at half its lifetime, so that it is not renewed again
     right after every issuance."""
     from cryptography import x509
     leaf = x509.load_pem_x509_certificates(cert_pem.encode())[0]
     start, end = leaf.not_valid_before_utc, leaf.not_valid_after_utc
-    return max(end - datetime.timedelta(days=threshold_days), start + (end - start) / 2)
+    at = end - datetime.timedelta(days=threshold_days)
+    return at if at > start else start + (end - start) / 2
 
 
 def zone_of(name, zones):

@@ -11,8 +11,10 @@ challenges through it, `-dnsserver`) and the certificate daemon pointed at Pebbl
 Pebble gets a TLS certificate made here (a throw-away CA, whose file is the daemon's
 acme_ca_bundle), PEBBLE_VA_NOSLEEP=1 (no random validation delay), no nonce rejection and
 no authorization reuse (so that every order is challenged through our DNS).
-`validity_seconds` sets Pebble 2.4's certificateValidityPeriod: short-lived certificates
-for the renewal tests.
+`validity_seconds` sets Pebble 2.4's certificateValidityPeriod (seconds; its default is
+five years): short-lived certificates for the renewal tests. `blocked` names are refused
+by Pebble (domainBlocklist); `daemon_settings` override the certificate daemon's settings
+(a DNS server that does not answer, a directory that is not there).
 """
 
 import datetime
@@ -79,9 +81,10 @@ def make_tls(directory):
 
 
 class Pebble:
-    def __init__(self, directory, dns_port, validity_seconds=None):
+    def __init__(self, directory, dns_port, validity_seconds=None, blocked=()):
         self.directory, self.dns_port = directory, dns_port
         self.validity_seconds = validity_seconds
+        self.blocked = list(blocked)
         self.port, self.management_port = free_port(), free_port()
         self.proc = None
         self.log_path = os.path.join(RUN_LOG_DIR, f"pebble-{self.port}.log")
@@ -99,7 +102,9 @@ class Pebble:
             "certificate": cert, "privateKey": key,
             # the ports Pebble would validate http-01 and tls-alpn-01 on: unused (dns-01)
             "httpPort": 5002, "tlsPort": 5001,
-            "ocspResponderURL": "", "externalAccountBindingRequired": False}}
+            "ocspResponderURL": "", "externalAccountBindingRequired": False,
+            # names Pebble refuses to order for: an ACME refusal in the error tests
+            "domainBlocklist": self.blocked}}
         if self.validity_seconds:
             config["pebble"]["certificateValidityPeriod"] = int(self.validity_seconds)
         path = os.path.join(self.directory, "pebble.json")
@@ -135,11 +140,14 @@ class Pebble:
 class AcmeWorld:
     """API + our DNS daemon + Pebble + the certificate daemon, on loopback."""
 
-    def __init__(self, state_dir, validity_seconds=None, api=None):
+    def __init__(self, state_dir, validity_seconds=None, api=None, blocked=(),
+                 daemon_settings=None):
         self.state_dir = state_dir
         self.server = api
         self._own_api = api is None
         self.validity_seconds = validity_seconds
+        self.blocked = blocked
+        self.daemon_settings = daemon_settings or {}
         self.dns = self.pebble = self.daemon = None
 
     def start(self):
@@ -149,7 +157,7 @@ class AcmeWorld:
         state = self.server.settings["state_dir"]
         self.dns = DNSDaemon(state, free_port()).start()
         self.pebble = Pebble(os.path.join(state, "..", f"pebble-{uuid.uuid4().hex[:6]}"),
-                             self.dns.port, self.validity_seconds).start()
+                             self.dns.port, self.validity_seconds, self.blocked).start()
         self.daemon = DaemonProcess("certificates", state, env=self.daemon_env()).start()
         return self
 
@@ -160,7 +168,8 @@ class AcmeWorld:
                 "APPLIANCE_DNS_PORT": str(self.dns.port),
                 "APPLIANCE_ACME_DNS_WAIT_SECONDS": "10",
                 "APPLIANCE_ACME_RETRY_FIRST_SECONDS": "1",
-                "APPLIANCE_ACME_RETRY_MAX_SECONDS": "4"}
+                "APPLIANCE_ACME_RETRY_MAX_SECONDS": "4",
+                **{f"APPLIANCE_{k.upper()}": str(v) for k, v in self.daemon_settings.items()}}
 
     def stop(self):
         for part in (self.daemon, self.pebble, self.dns):
