@@ -2,9 +2,9 @@
 
 All protocol work is the `acme` library's (certbot's client); this module only wires it to
 our store and to the DNS side given by the caller (appliance/secret/certificates.py puts
-the TXT records into our zones and waits until our server answers them). It is imported
-only when an order is to be run: `acme`, josepy, requests and pyOpenSSL are ~15 MB of a
-process, and the certificate daemon is idle nearly always.
+the TXT records into our zones and waits until our server answers them). Each order runs
+in a process of its own (the end of this file): `acme`, josepy, requests and pyOpenSSL
+are ~20 MB, and the certificate daemon is idle nearly always.
 
 The account: one per ACME directory and contact e-mail, registered on first use; its key is
 sealed in the store (kind `secret_acme_accounts`) like every other secret, and its URL kept
@@ -75,7 +75,6 @@ class Issuer:
         self.timeout = float(settings["acme_order_timeout_seconds"])
         self.log = log
         self.box = SecretBox(store)
-        self._clients = {}      # email -> a client logged in to its account
 
     def issue(self, domains, email, dns):
         """A new key and a certificate for `domains` (a new order). `dns` publishes the
@@ -84,8 +83,7 @@ class Issuer:
         Returns (key PEM, full chain PEM, notAfter as an aware datetime); raises
         AcmeFailure with the reason."""
         try:
-            acme = self._clients.get(email) or self._client(email)
-            self._clients[email] = acme
+            acme = self._client(email)
             key_pem = _new_key_pem()
             order = acme.new_order(crypto_util.make_csr(key_pem.encode(), list(domains)))
             try:
@@ -110,8 +108,6 @@ class Issuer:
             raise
         except (messages.Error, errors.Error, requests.exceptions.RequestException,
                 josepy.errors.Error, ValueError) as e:
-            # the next order logs in afresh (the account may be what failed)
-            self._clients.pop(email, None)
             raise AcmeFailure(_problem(e, self.url)) from None
         leaf = x509.load_pem_x509_certificates(order.fullchain_pem.encode())[0]
         return key_pem, order.fullchain_pem, leaf.not_valid_after_utc
@@ -153,3 +149,51 @@ class Issuer:
         accounts.update(found["uuid"], {"uri": regr.uri})
         self.log.info("ACME account %s registered with %s", regr.uri, self.url)
         return acme
+
+
+# -- one order in a process of its own ---------------------------------------------------
+#
+# The certificate daemon runs each order as `python -m appliance.secret.acme`, so that the
+# `acme` library (and josepy, requests, pyOpenSSL: ~20 MB) never stays in the long-lived
+# daemon: its idle size is the same before and after orders. The request comes on stdin
+# as JSON, the outcome goes to stdout as JSON (the key over a pipe between two processes
+# of the same user), the log lines to stderr (the daemon's journal).
+
+def run_order(request):
+    """Run one order in this process: {"ok": true, "key", "chain", "not_after"} or
+    {"ok": false, "reason"}."""
+    from state import Store
+
+    from .certificates import Challenges
+    log = logging.getLogger("daemons.certificates")
+    settings = request["settings"]
+    store = Store(settings["state_dir"])
+    try:
+        dns = Challenges(store, request["certificate"], request["zones"],
+                         tuple(request["server"]), float(settings["acme_dns_wait_seconds"]))
+        try:
+            key, chain, not_after = Issuer(store, settings, log).issue(
+                request["certificate"]["domains"], request["certificate"].get("email"), dns)
+        except AcmeFailure as e:
+            return {"ok": False, "reason": str(e)}
+        return {"ok": True, "key": key, "chain": chain, "not_after": not_after.isoformat()}
+    finally:
+        store.close()
+
+
+def main():
+    import json
+    import sys
+
+    from appliance import logs
+    request = json.load(sys.stdin)
+    logs.setup("certificates", str(request["settings"].get("log_level", "INFO")).upper())
+    json.dump(run_order(request), sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    # run as the module proper, not as __main__: certificates.py raises ITS AcmeFailure,
+    # which a second copy of this module (__main__) would not catch
+    from appliance.secret.acme import main as module_main
+    raise SystemExit(module_main())

@@ -19,6 +19,9 @@ write during an order is never overwritten, it brings another pass.
 """
 
 import datetime
+import json
+import subprocess
+import sys
 import time
 
 from state.collection import format_time
@@ -31,6 +34,9 @@ RECORDS, DOMAINS = "dns_records", "dns_domains"
 # was deleted while its order ran
 TAG = "appliance-certificate:"
 TXT_PREFIX = "_acme-challenge"
+# what the order's process needs of the daemon's settings
+ORDER_SETTINGS = ("state_dir", "log_level", "acme_directory_url", "acme_ca_bundle",
+                  "acme_dns_wait_seconds", "acme_order_timeout_seconds")
 
 
 def is_wildcard(domain):
@@ -164,7 +170,6 @@ class CertificateWork:
         self.retry_first = float(settings["acme_retry_first_seconds"])
         self.retry_max = float(settings["acme_retry_max_seconds"])
         self._retry = {}        # uuid -> (wall time of the next try, delay)
-        self._issuer = None
         host = settings["dns_host"]
         self.server = ("127.0.0.1" if host in ("0.0.0.0", "") else host,
                        int(settings["dns_port"]))
@@ -230,21 +235,37 @@ class CertificateWork:
             return None             # changed under us: the change brings another pass
         self.log.info("certificate %s: ordering for %s (%s)", record["uuid"],
                       ", ".join(record["domains"]), why)
-        from .acme import AcmeFailure, Issuer      # only now: see acme.py
-        if self._issuer is None:
-            self._issuer = Issuer(self.store, self.settings, self.log)
-        dns = Challenges(self.store, record, found, self.server,
-                         float(self.settings["acme_dns_wait_seconds"]))
         begun = time.monotonic()
-        try:
-            key, chain, not_after = self._issuer.issue(record["domains"], record.get("email"),
-                                                        dns)
-        except AcmeFailure as e:
-            return self._failed(started, str(e))
+        outcome = self._order(record, found)
+        if not outcome["ok"]:
+            return self._failed(started, outcome["reason"])
+        not_after = datetime.datetime.fromisoformat(outcome["not_after"])
         self.log.info("certificate %s: issued in %.1f s, expires %s", record["uuid"],
-                      time.monotonic() - begun, not_after.isoformat())
+                      time.monotonic() - begun, outcome["not_after"])
         self._retry.pop(record["uuid"], None)
-        return self._store_issued(started, key, chain, not_after)
+        return self._store_issued(started, outcome["key"], outcome["chain"], not_after)
+
+    def _order(self, record, zones):
+        """Run the order in a process of its own (appliance/secret/acme.py, "one order in a
+        process of its own"); its outcome."""
+        request = {"settings": {k: self.settings.get(k) for k in ORDER_SETTINGS},
+                   "certificate": {k: record[k] for k in ("uuid", "domains", "email")},
+                   "zones": {name: {k: z[k] for k in ("uuid", "name", "project_id")}
+                             for name, z in zones.items()},
+                   "server": list(self.server)}
+        limit = float(self.settings["acme_dns_wait_seconds"]) + float(
+            self.settings["acme_order_timeout_seconds"]) + 120
+        try:
+            done = subprocess.run([sys.executable, "-P", "-m", "appliance.secret.acme"],
+                                  input=json.dumps(request), stdout=subprocess.PIPE,
+                                  text=True, timeout=limit)
+        except subprocess.TimeoutExpired:
+            return {"ok": False, "reason": f"the order took over {limit:g} s"}
+        try:
+            return json.loads(done.stdout)
+        except ValueError:
+            return {"ok": False, "reason": f"the order's process failed (exit status "
+                                           f"{done.returncode}; see the log)"}
 
     def _store_issued(self, ordered, key, chain, not_after):
         coll = self.store.collection(KIND)
