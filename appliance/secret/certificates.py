@@ -157,7 +157,7 @@ class Challenges:
         try:
             reply = DNSRecord.parse(DNSRecord.question(name, "TXT").send(host, port,
                                                                          timeout=1.0))
-        except (OSError, ValueError, Exception):    # dnslib raises its own parse errors
+        except Exception:       # socket errors, timeouts, and dnslib's own parse errors
             return set()
         return {b"".join(rr.rdata.data).decode(errors="replace") for rr in reply.rr
                 if rr.rtype == QTYPE.TXT and str(rr.rname).rstrip(".").lower() == name}
@@ -228,8 +228,12 @@ class CertificateWork:
             else:
                 found[base_name(domain)] = zone
         if missing:
-            return self._failed(record, f"{', '.join(missing)}: in none of the DNS zones of "
-                                        f"project {record['project_id']}")
+            # no ACME call and no retry timer: a change of the DNS domains brings a pass
+            reason = (f"{', '.join(missing)}: in none of the DNS zones of project "
+                      f"{record['project_id']}")
+            if self._set(record, "ERROR", reason) is not record:
+                self.log.warning("certificate %s: %s", record["uuid"], reason)
+            return None
         started = self._set(record, "IN_PROGRESS", None)
         if started is None:
             return None             # changed under us: the change brings another pass

@@ -12,6 +12,8 @@ from cryptography.x509.oid import NameOID
 
 from appliance.iam.builtin import ADMIN_PROJECT
 
+from .conftest import remember
+
 C = "/v1/secret/certificates"
 NOT_AFTER = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
 
@@ -37,7 +39,7 @@ def self_signed(key, name="manual.test", not_after=NOT_AFTER):
 @pytest.fixture(scope="module")
 def manual():
     key, key_pem = key_pair()
-    return key_pem, self_signed(key)
+    return remember(key_pem), self_signed(key)
 
 
 def body(**fields):
