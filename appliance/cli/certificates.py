@@ -57,14 +57,17 @@ def add_collection(collections, common, make_parser, handlers):
 
 def _options(sub, create):
     opt = sub.add_argument
+    opt("-p", "--project-id", "--project", dest="project", metavar="UUID",
+        help="project_id (default: the token's)")
     if create:
-        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+        opt("-u", "--uuid", metavar="UUID", help="the new certificate's UUID")
     opt("-n", "--name", default="test_certificate" if create else None,
         help="default test_certificate (the reference's)" if create else None)
     opt("-D", "--description")
     opt("-e", "--email", help="contact of the ACME account")
-    opt("-d", "--domains", nargs="+", metavar="DOMAIN",
-        help="names in our DNS zones; *.name for a wildcard")
+    # the reference's -d is repeated (-d a -d b); several after one -d work too
+    opt("-d", "--domain", "--domains", dest="domains", action="extend", nargs="+",
+        metavar="DOMAIN", help="names in our DNS zones; *.name for a wildcard")
     opt("-m", "--method", choices=METHODS,
         help="dns_core (default): issued by the daemon; manual: give --cert and --key")
     opt("--cert", metavar="FILE", type=argparse.FileType("r"),
@@ -86,7 +89,7 @@ def _read(file):
 
 def _body(args, create):
     body = {field: getattr(args, opt) for opt, field in (
-        ("project", "project_id"), ("name", "name"), ("description", "description"),
+        ("uuid", "uuid"), ("project", "project_id"), ("name", "name"), ("description", "description"),
         ("email", "email"), ("domains", "domains"), ("threshold", "expiration_threshold"),
         ("tag", "tags")) if getattr(args, opt, None) is not None}
     if args.method is not None:
