@@ -23,7 +23,7 @@ def world(real_api):
 
 def test_add_list_show_update_delete(logged_in):
     added = logged_in("--json", "secret", "certificates", "add", "-p", ADMIN_PROJECT,
-                      "-e", "ops@example.org", "-d", "www.cli.test", "*.cli.test")
+                      "-e", "ops@example.org", "-d", "www.cli.test", "-d", "*.cli.test")
     assert added.code == 0, added.stderr
     # the reference CLI's body, with its default name
     assert logged_in.transport.to(C)[-1].body == {
