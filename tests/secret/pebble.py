@@ -127,6 +127,13 @@ class Pebble:
                     raise RuntimeError(f"pebble did not start; see {self.log_path}")
                 time.sleep(0.05)
 
+    def root_pem(self):
+        """Pebble's root CA (made anew at each start; its management interface): what a
+        client checks an issued chain against, e.g. an HTTPS vhost serving it."""
+        context = ssl.create_default_context(cafile=self.ca)
+        url = f"https://127.0.0.1:{self.management_port}/roots/0"
+        return urllib.request.urlopen(url, context=context, timeout=5).read().decode()
+
     def orders(self):
         """How many orders Pebble has taken so far (from its log)."""
         with open(self.log_path, errors="replace") as f:

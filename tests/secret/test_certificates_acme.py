@@ -36,7 +36,11 @@ def test_issuance_end_to_end(acme_world, server):
     assert cert["status"] == "NEW" and cert["cert"] is None and cert["key"] is None
     done = acme_world.wait_status(admin, cert["uuid"], "ACTIVE")
     assert names(done["cert"]) == {"www.shop.test"}
-    assert len(x509.load_pem_x509_certificates(done["cert"].encode())) >= 2   # a chain
+    chain = x509.load_pem_x509_certificates(done["cert"].encode())
+    assert len(chain) >= 2                                      # leaf and intermediate
+    root = x509.load_pem_x509_certificate(acme_world.pebble.root_pem().encode())
+    chain[-1].verify_directly_issued_by(root)                  # up to Pebble's root
+    chain[0].verify_directly_issued_by(chain[1])
     assert key_matches(done["key"], done["cert"])
     remember(done["key"])       # tests/secret/test_zz_logs.py: in no log of the run
     assert done["status_reason"] is None
