@@ -71,14 +71,14 @@ def main():
         remove(state)
     rest = times[1:]
     table(["what", "seconds"], [
-        ["first (account registration, acme import)", f"{times[0]:.2f}"],
+        ["first (account registration)", f"{times[0]:.2f}"],
         [f"p50 of the next {len(rest)}", f"{median(rest):.2f}"],
         ["min / max", f"{min(rest):.2f} / {max(rest):.2f}"],
         ["POST -> IN_PROGRESS (the daemon's reaction), p50 / max",
          f"{median(reactions) * 1000:.0f} / {max(reactions) * 1000:.0f} ms"]])
     table(["certificate daemon", "RSS MB"], [
         ["idle, before any order", f"{idle_before:.1f}"],
-        ["idle, after the orders (acme loaded)", f"{idle_after:.1f}"]])
+        ["idle, after the orders (each ran in its own process)", f"{idle_after:.1f}"]])
     note("Pebble answers the finalization after 1 s (the acme library's poll interval): "
          "about 1 s of each issuance is that wait")
 
