@@ -14,6 +14,7 @@ deactivated) is registered again.
 
 import datetime
 import logging
+import uuid
 
 import josepy
 import requests
@@ -118,10 +119,10 @@ class Issuer:
         accounts = self.store.collection(ACCOUNTS)
         found = accounts.find_one(directory=self.url, email=email)
         if found is None:
-            found = accounts.insert({"directory": self.url, "email": email, "uri": None,
-                                     "key": None})
-            found = accounts.update(found["uuid"], {"key": self.box.seal(
-                ACCOUNTS, found["uuid"], "key", _new_key_pem())})
+            new = str(uuid.uuid4())
+            found = accounts.insert({"uuid": new, "directory": self.url, "email": email,
+                                     "uri": None, "key": self.box.seal(
+                                         ACCOUNTS, new, "key", _new_key_pem())})
         key = serialization.load_pem_private_key(
             self.box.open(ACCOUNTS, found["uuid"], "key", found["key"]).encode(), None)
         net = client.ClientNetwork(josepy.JWKRSA(key=key), user_agent=USER_AGENT,
