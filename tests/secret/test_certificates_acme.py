@@ -142,3 +142,20 @@ def test_a_put_of_domains_issues_again(acme_world):
     again = acme_world.wait_status(admin, cert["uuid"], "ACTIVE", changed_from=first["cert"])
     assert names(again["cert"]) == {"a.change.test", "b.change.test"}
     assert again["key"] != first["key"]
+
+
+def test_one_account_per_directory_and_email_its_key_sealed(acme_world, server):
+    admin = acme_world.admin()
+    acme_world.zone(admin, "account.test")
+    for email in ("ops@example.org", "other@example.org"):
+        cert = acme_world.certificate(admin, ["account.test"], email=email)
+        acme_world.wait_status(admin, cert["uuid"], "ACTIVE")
+    accounts = server.store.collection("secret_acme_accounts").records()
+    # the earlier tests' orders (all ops@example.org) reused one account
+    assert sorted(a["email"] for a in accounts) == ["ops@example.org", "other@example.org"]
+    for account in accounts:
+        assert account["directory"] == acme_world.pebble.url and account["uri"]
+        assert "PRIVATE KEY" not in account["key"]
+        opened = SecretBox(server.store).open("secret_acme_accounts", account["uuid"], "key",
+                                              account["key"])
+        assert "PRIVATE KEY" in remember(opened)
