@@ -82,6 +82,18 @@ DEFAULTS = {
     # load balancers (docs/lb.md): the image an LB of type core boots its nodes from (the
     # node image's URL, or file:// on the appliance); unset: type core is refused
     "lb_image": None,
+    # ---- certificates through ACME DNS-01 (docs/certificates.md) ----
+    # the ACME directory and the CA bundle that its TLS is checked with (None: the
+    # system's); tests point both at Pebble
+    "acme_directory_url": "https://acme-v02.api.letsencrypt.org/directory",
+    "acme_ca_bundle": None,
+    # how long our DNS server may take to answer a challenge, and the ACME order to finish
+    "acme_dns_wait_seconds": 30.0,
+    "acme_order_timeout_seconds": 90.0,
+    # a failed issuance is tried again after this, doubling up to the max (Let's Encrypt
+    # allows 5 failed validations per name and hour)
+    "acme_retry_first_seconds": 60.0,
+    "acme_retry_max_seconds": 21600.0,
 }
 
 

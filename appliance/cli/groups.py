@@ -37,7 +37,7 @@ GROUPS = {
                 "domains": f"name=example.test project_id={ADMIN_PROJECT}",
                 "records": "type=A record:='{\"kind\": \"A\", \"name\": \"www\", "
                            "\"address\": \"10.0.0.5\"}'"}},
-    "secret": {"help": "secrets, passwords, SSH and RSA keys",
+    "secret": {"help": "secrets, passwords, SSH and RSA keys, certificates",
                "collections": ["secrets", "passwords", "ssh_keys", "rsa_keys"],
                "waitable": True,
                "waits_for": "the delivery daemon to write it to the data plane",
@@ -107,9 +107,10 @@ def wait_active(client, item_path, env, timeout, waits_for):
         time.sleep(POLL_SECONDS)
 
 
-def add_groups(commands, common, make_parser, handlers):
+def add_groups(commands, common, make_parser, handlers, extra=None):
     """Add `appliance <service> ...` to the top-level subparsers. `handlers` maps the
-    generic verb names to their command functions."""
+    generic verb names to their command functions; `extra` maps a service to a function
+    that adds a collection of its own shape (`secret certificates`)."""
     for service, spec in GROUPS.items():
         first = spec["collections"][0]
         group = commands.add_parser(
@@ -130,6 +131,8 @@ def add_groups(commands, common, make_parser, handlers):
             verbs = coll.add_subparsers(dest="verb", metavar="VERB", required=True,
                                         parser_class=make_parser)
             _add_verbs(verbs, common, service, spec, name, handlers)
+        if service in (extra or {}):
+            extra[service](collections, common, make_parser, handlers)
 
 
 def _add_verbs(verbs, common, service, spec, name, handlers):

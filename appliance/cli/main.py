@@ -19,7 +19,8 @@ from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import agent, backup, compute, configs, em, groups, lb, output, repo, services
+from appliance.cli import (agent, backup, certificates, compute, configs, em, groups, lb,
+                           output, repo, services)
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -226,7 +227,8 @@ def build_parser(env: Environment) -> ArgumentParser:
     action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
 
     groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
-        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete},
+        extra={"secret": certificates.add_collection})
 
     em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
     compute.add_group(commands, common, functools.partial(ArgumentParser, env=env), {

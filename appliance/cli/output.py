@@ -20,7 +20,7 @@ DETAIL_VALUE_WIDTH = 120
 ELLIPSIS = "..."
 HIDDEN = "(hidden)"
 # The sealed fields of the secret service (appliance/secret/resources.py).
-SECRET_FIELDS = ("value", "default_value", "private_key")
+SECRET_FIELDS = ("value", "default_value", "private_key", "key")
 
 
 def write_json(stream: TextIO, data: Any) -> None:
@@ -89,10 +89,20 @@ def dns_record_row(record: dict) -> dict:
             "disabled": record.get("disabled")}
 
 
+def certificate_row(cert: dict) -> dict:
+    """A certificate as a table row: the reference CLI's columns, the domains joined."""
+    return {"uuid": cert.get("uuid"), "project_id": cert.get("project_id"),
+            "name": cert.get("name"), "email": cert.get("email"),
+            "domains": ", ".join(cert.get("domains") or ()), "status": cert.get("status"),
+            "expiration_at": cert.get("expiration_at")}
+
+
 def table_rows(path: str | None, rows: list) -> list:
     """Rows shaped for the collection they came from, where the generic shape says too little."""
     if path and path.rstrip("/").endswith("/records") and path.startswith("/v1/dns/"):
         return [dns_record_row(row) if isinstance(row, dict) else row for row in rows]
+    if path and path.rstrip("/") == "/v1/secret/certificates":
+        return [certificate_row(row) if isinstance(row, dict) else row for row in rows]
     return rows
 
 

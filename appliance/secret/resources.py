@@ -1,4 +1,4 @@
-"""Secret resources: opaque secrets, passwords, SSH keys, RSA keys.
+"""Secret resources: opaque secrets, passwords, SSH keys, RSA keys, certificates.
 
 All four hold material the delivery daemon writes to the data plane, so they share one
 life cycle (every write returns the record to NEW; the daemon moves it on) and one rule:
@@ -9,7 +9,8 @@ returned to a caller holding the read permission.
 import re
 
 from appliance.api.errors import BadRequest
-from appliance.api.fields import UUID, Enum, Field, Integer, Object, String, Tags, Text
+from appliance.api.fields import (UUID, DateTime, Enum, Field, Integer, List, Object, String,
+                                  Tags, Text)
 from appliance.api.resource import Action, Resource
 
 from appliance.agent.targets import TARGET_SCHEMA
@@ -282,8 +283,119 @@ class RsaKeys(SecretMaterial):
         return record
 
 
-def all_resources():
+def delivered_resources():
+    """The four kinds the delivery daemon writes to the data plane (appliance/secret/
+    kinds.py); certificates are the certificate daemon's."""
     return [Secrets(), Passwords(), SshKeys(), RsaKeys()]
 
 
-KINDS = {r.kind: r for r in all_resources()}
+def all_resources():
+    return delivered_resources() + [Certificates()]
+
+
+KINDS = {r.kind: r for r in delivered_resources()}
+
+
+# a domain of a certificate: a host name of two labels or more, or a wildcard on one
+CERT_DOMAIN = (r"^(?=.{1,253}\.?$)(\*\.)?(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
+               r"(\.(?!-)[A-Za-z0-9_-]{1,63}(?<!-))+\.?$")
+EMAIL = r"^[^@\s]{1,64}@[^@\s]+\.[^@\s]+$"
+CERT_METHODS = ("dns_core", "manual")
+METHOD = {"type": "object", "properties": {"kind": {"enum": list(CERT_METHODS)}},
+          "required": ["kind"], "additionalProperties": False}
+MAX_DOMAINS = 100           # Let's Encrypt's limit of names per certificate
+PEM_LIMIT = 10240           # the reference's limit for key and cert
+
+
+class Certificates(SecretMaterial):
+    """A TLS certificate: issued through ACME DNS-01 on our DNS (method dns_core, by the
+    certificate daemon, docs/certificates.md) or given with its key (manual)."""
+    sealed = ("key",)
+
+    def __init__(self):
+        super().__init__(
+            name="Certificate", path="/v1/secret/certificates", kind="secret_certificates",
+            service="secret", policy="certificate", project_scoped=True,
+            unique=[("name", "project_id")],
+            description="a TLS certificate, issued through ACME DNS-01 on the built-in DNS "
+                        "(dns_core) or uploaded (manual)",
+            fields=common_fields() + [
+                Field("constructor", Object(CONSTRUCTOR), default=lambda: {"kind": "plain"},
+                      nullable=False),
+                Field("method", Object(METHOD), default=lambda: {"kind": "dns_core"},
+                      nullable=False, description="dns_core (the default): issued by the "
+                      "certificate daemon; manual: key and cert given"),
+                Field("email", String(254, pattern=EMAIL),
+                      description="contact of the ACME account the certificate is issued "
+                                  "under"),
+                Field("domains", List(String(254, pattern=CERT_DOMAIN), max_items=MAX_DOMAINS),
+                      required=True, description="names in our DNS zones; *.name for a "
+                                                 "wildcard"),
+                Field("key", Text(PEM_LIMIT), filterable=False,
+                      description="PEM private key: issued for dns_core (read-only then), "
+                                  "required for manual"),
+                Field("cert", Text(4 * PEM_LIMIT), filterable=False,
+                      description="PEM chain, leaf first: issued for dns_core (read-only "
+                                  "then), required for manual"),
+                Field("expiration_at", DateTime(), read_only=True,
+                      description="the leaf's notAfter"),
+                Field("expiration_threshold", Integer(0, 3650), default=14, nullable=False,
+                      description="days before expiration_at from which it is renewed"),
+            ] + status_fields())
+
+    def fill(self, call, record):
+        return self._checked(record, record)
+
+    def refill(self, call, current, changes):
+        merged = {**current, **changes}
+        if merged["method"] != current["method"]:
+            # a switch of method is a new certificate: nothing of the old one is kept
+            if merged["method"]["kind"] == "manual" and not (
+                    changes.get("key") and changes.get("cert")):
+                raise BadRequest("key and cert: required for method manual")
+            for name in ("key", "cert", "expiration_at"):
+                changes.setdefault(name, None)
+        return self._checked(merged, changes)
+
+    def _checked(self, record, out):
+        """The method's rules over the whole `record` (a new one, or the current one with
+        the changes laid over it); `out` (the record or the changes) gets the normalized
+        domains and, for manual, the expiration_at of the given certificate. A change of
+        domains under dns_core needs no more: the daemon issues again for a certificate
+        whose names are not the domains (docs/certificates.md)."""
+        domains = [d.rstrip(".").lower() for d in record["domains"]]
+        if not domains:
+            raise BadRequest("domains: at least one")
+        if len(set(domains)) != len(domains):
+            raise BadRequest("domains: each name once")
+        if "domains" in out:
+            out["domains"] = domains
+        if record["method"]["kind"] == "dns_core":
+            if out.get("key") is not None or out.get("cert") is not None:
+                raise BadRequest("key and cert are allowed only for manual method")
+            return out
+        if not record.get("key") or not record.get("cert"):
+            raise BadRequest("key and cert: required for method manual")
+        if "key" in out or "cert" in out:
+            out["expiration_at"] = manual_expiration(record["key"], record["cert"])
+        return out
+
+
+def manual_expiration(key_pem, chain_pem):
+    """The notAfter (RFC 3339) of an uploaded chain, once it is known to be a PEM chain
+    whose leaf (the first certificate) is for the PEM private key; else BadRequest."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        chain = x509.load_pem_x509_certificates(chain_pem.encode())
+    except ValueError:
+        raise BadRequest("cert: not a PEM certificate chain") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    except (ValueError, TypeError):
+        raise BadRequest("key: not an unencrypted PEM private key") from None
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if chain[0].public_key().public_bytes(*spki) != key.public_key().public_bytes(*spki):
+        raise BadRequest("cert: its first certificate is not for this key")
+    return chain[0].not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -15,8 +15,9 @@ class DaemonProcess:
     """A real daemon process (`python -m daemons.<name>`) over a state dir; its log goes
     to the run's log directory."""
 
-    def __init__(self, name, state_dir):
+    def __init__(self, name, state_dir, env=None):
         self.name, self.state_dir = name, state_dir
+        self.extra_env = env or {}
         self.proc = None
         self.starts = 0
 
@@ -25,7 +26,7 @@ class DaemonProcess:
         log = open(os.path.join(RUN_LOG_DIR, f"{self.name}-{os.getpid()}-"
                                              f"{id(self)}-{self.starts}.log"), "wb")
         env = dict(os.environ, PYTHONPATH=ROOT, APPLIANCE_STATE_DIR=self.state_dir,
-                   APPLIANCE_LOG_LEVEL="DEBUG")
+                   APPLIANCE_LOG_LEVEL="DEBUG", **self.extra_env)
         self.proc = subprocess.Popen([sys.executable, "-m", f"daemons.{self.name}"],
                                      cwd=ROOT, env=env, stdout=log, stderr=log)
         log.close()
@@ -51,6 +52,16 @@ def delivery(server):
     daemon = DaemonProcess("delivery", server.settings["state_dir"]).start()
     yield daemon
     daemon.stop()
+
+
+@pytest.fixture(scope="module")
+def acme_world(server):
+    """Pebble + our DNS daemon + the API + the certificate daemon (tests/secret/pebble.py),
+    over the module's API server."""
+    from .pebble import AcmeWorld
+    world = AcmeWorld(None, api=server).start()
+    yield world
+    world.stop()
 
 
 def wait_for(predicate, timeout=10.0, interval=0.02):

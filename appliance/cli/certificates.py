@@ -1,0 +1,137 @@
+"""`appliance secret certificates ...`: TLS certificates (`/v1/secret/certificates/`).
+
+The reference CLI's verbs and options (`add -p P -e EMAIL -d DOMAIN... [-n NAME]
+[-m dns_core|manual --cert FILE --key FILE]`, `update`, `list`, `show`, `delete`), plus
+`--wait` until the certificate daemon has issued it (docs/certificates.md).
+"""
+
+import argparse
+
+from . import UsageError
+from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
+from .groups import resolve, wait_active
+
+COLLECTION = "/v1/secret/certificates/"
+WAIT_TIMEOUT = 300.0
+WAITS_FOR = "the certificate daemon to issue it through ACME"
+METHODS = ("dns_core", "manual")
+
+
+def add_collection(collections, common, make_parser, handlers):
+    """Add `certificates` to the subparsers of the `secret` group."""
+    coll = collections.add_parser(
+        "certificates", help=COLLECTION, parents=[common],
+        description="TLS certificates: issued through ACME DNS-01 on the built-in DNS "
+                    "(method dns_core) or uploaded with their key (manual)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  appliance secret certificates add -e ops@example.org "
+               "-d example.test '*.example.test' --wait")
+    verbs = coll.add_subparsers(dest="verb", metavar="VERB", required=True,
+                                parser_class=make_parser)
+    verb = verb_adder(verbs, common, "certificate")
+
+    def waiting(sub):
+        sub.add_argument("--wait", action="store_true",
+                         help=f"wait until ACTIVE, that is for {WAITS_FOR}; exit 1 on ERROR")
+        sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
+                         metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+        return sub
+
+    add_list_arguments(verb("list", "list certificates (uuid, project, name, email, "
+                                    "domains, status)", _generic(handlers["list"]),
+                            item=False))
+    waiting(verb("show", "show a certificate (key and cert hidden unless --show-values)",
+                 _show(handlers["show"])))
+    add = waiting(verb("add", "add a certificate", _write("POST"), item=False,
+                       aliases=("create",),
+                       epilog="appliance secret certificates add -p PROJECT -e ops@example.org"
+                              " -d www.example.test --wait"))
+    update = waiting(verb("update", "change a certificate (its status goes back to NEW; new "
+                                    "domains or method: a new issuance)", _write("PUT"),
+                          epilog="appliance secret certificates update web -d "
+                                 "www.example.test api.example.test"))
+    for sub in (add, update):
+        _options(sub, create=sub is add)
+    verb("delete", "delete a certificate", _generic(handlers["delete"]))
+
+
+def _options(sub, create):
+    opt = sub.add_argument
+    opt("-p", "--project-id", "--project", dest="project", metavar="UUID",
+        help="project_id (default: the token's)")
+    if create:
+        opt("-u", "--uuid", metavar="UUID", help="the new certificate's UUID")
+    opt("-n", "--name", default="test_certificate" if create else None,
+        help="default test_certificate (the reference's)" if create else None)
+    opt("-D", "--description")
+    opt("-e", "--email", help="contact of the ACME account")
+    # the reference's -d is repeated (-d a -d b); several after one -d work too
+    opt("-d", "--domain", "--domains", dest="domains", action="extend", nargs="+",
+        metavar="DOMAIN", help="names in our DNS zones; *.name for a wildcard")
+    opt("-m", "--method", choices=METHODS,
+        help="dns_core (default): issued by the daemon; manual: give --cert and --key")
+    opt("--cert", metavar="FILE", type=argparse.FileType("r"),
+        help="PEM chain, leaf first (manual)")
+    opt("--key", metavar="FILE", type=argparse.FileType("r"), help="PEM private key (manual)")
+    opt("--threshold", type=int, metavar="DAYS",
+        help="expiration_threshold: renewed this many days before it expires (default 14)")
+    opt("--tag", action="append", metavar="TAG", help="a tag (repeat for several)")
+    opt("fields", metavar="FIELD", nargs="*",
+        help="more fields: key=value (string) or key:=json (typed); they override the "
+             "options")
+    opt("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+
+
+def _read(file):
+    with file:
+        return file.read()
+
+
+def _body(args, create):
+    body = {field: getattr(args, opt) for opt, field in (
+        ("uuid", "uuid"), ("project", "project_id"), ("name", "name"), ("description", "description"),
+        ("email", "email"), ("domains", "domains"), ("threshold", "expiration_threshold"),
+        ("tag", "tags")) if getattr(args, opt, None) is not None}
+    if args.method is not None:
+        body["method"] = {"kind": args.method}
+    for part in ("cert", "key"):
+        if getattr(args, part) is not None:
+            body[part] = _read(getattr(args, part))
+    if create and "domains" not in body and not (args.fields or args.data):
+        raise UsageError("give the certificate's domains: -d DOMAIN [DOMAIN ...]")
+    return body
+
+
+def _write(method):
+    def handler(args, env):
+        client = session_client(args, env)
+        body = with_given_fields(_body(args, method == "POST"), args, env, method)
+        target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
+        sent = client.request(method, target, body=body).payload()
+        return _finish(args, env, client, COLLECTION + sent["uuid"], sent)
+    return handler
+
+
+def _finish(args, env, client, item, obj):
+    if getattr(args, "wait", False):
+        obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
+    emit(args, env, obj, item)
+    return 0
+
+
+def _generic(generic):
+    def handler(args, env):
+        args.path = resolve(session_client(args, env), COLLECTION, args.ref) \
+            if getattr(args, "ref", None) is not None else COLLECTION
+        return generic(args, env)
+    return handler
+
+
+def _show(generic):
+    def handler(args, env):
+        client = session_client(args, env)
+        args.path = resolve(client, COLLECTION, args.ref)
+        if not args.wait:
+            return generic(args, env)
+        return _finish(args, env, client, args.path, None)
+    return handler
