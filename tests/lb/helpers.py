@@ -120,7 +120,8 @@ def certificate_record(store, project=ADMIN_PROJECT, issued=True):
     record_uuid = str(uuid.uuid4())
     box = SecretBox(store)
     return store.collection("secret_certificates").insert({
-        "uuid": record_uuid, "name": "c", "project_id": project, "domains": ["a.example.test"],
+        "uuid": record_uuid, "name": f"c-{record_uuid[:8]}", "project_id": project,
+        "domains": ["a.example.test"],
         "method": {"kind": "dns_core"}, "status": "ACTIVE" if issued else "NEW",
         "cert": crt if issued else None,
         "key": box.seal("secret_certificates", record_uuid, "key", key) if issued else None})
