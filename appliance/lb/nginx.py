@@ -234,7 +234,11 @@ def _modifiers(vhost, route_uuid, condition):
                 raise RenderError(f"auth_request path {path!r} is not of the form "
                                   "/[A-Za-z0-9._~/-]*")
             location = AUTH_PREFIX + route_uuid
-            lines.insert(0, f"auth_request {location};")
+            # nginx answers 500 for a check's status other than 2xx, 401 and 403; the
+            # check's 404 (no such repository, spec 4.3.1) must reach the caller as 404
+            lines[0:0] = [f"auth_request {location};",
+                          "auth_request_set $lb_auth_status $upstream_status;",
+                          f"error_page 500 = {location}/failed;"]
             # the check gets a GET with the original method and raw URI, and the
             # caller's headers (Authorization), never the body (spec 4.3.1)
             auth = [f"location = {location} {{", *_lines([
@@ -248,7 +252,16 @@ def _modifiers(vhost, route_uuid, condition):
                 "proxy_http_version 1.1;",
                 'proxy_set_header Connection "";',
                 f"proxy_connect_timeout {CONNECT_TIMEOUT};",
-            ]).splitlines(), "}"]
+            ]).splitlines(), "}",
+                # the variable is set before nginx fails the request, and kept through
+                # the internal redirect (ngx_http_auth_request_module)
+                f"location = {location}/failed {{", *_lines([
+                    "internal;",
+                    'if ($lb_auth_status ~ "404$") {',
+                    "    return 404;",
+                    "}",
+                    "return 500;",
+                ]).splitlines(), "}"]
         else:
             raise RenderError(f"route {route_uuid}: modifier kind {kind!r} is not known")
     return lines, auth
