@@ -17,13 +17,14 @@ LAUNCH = ("import sys; sys.path.insert(0, {root!r}); from tests.agent import tes
 class AgentProcess:
     """One HW "node": its root prefix, state dir and credential file under `base`."""
 
-    def __init__(self, base, credential, endpoint, wait=25):
+    def __init__(self, base, credential, endpoint, wait=25, env=None):
         self.base = str(base)
         self.root = os.path.join(self.base, "root")
         self.state_dir = os.path.join(self.base, "state")
         self.credential_file = os.path.join(self.base, "agent.json")
         self.log_path = os.path.join(self.base, "agent.log")
         self.wait = wait
+        self.env = env or {}
         self.credential = credential
         os.makedirs(self.root, exist_ok=True)
         with open(self.credential_file, "w") as f:
@@ -34,7 +35,7 @@ class AgentProcess:
     def start(self):
         env = {**os.environ, "APPLIANCE_AGENT_CREDENTIAL_FILE": self.credential_file,
                "APPLIANCE_AGENT_POLL_WAIT": str(self.wait), "APPLIANCE_LOG_LEVEL": "INFO",
-               "APPLIANCE_CONFIG": os.devnull}
+               "APPLIANCE_CONFIG": os.devnull, **self.env}
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-c", LAUNCH.format(root=ROOT)],
                                      env=env, cwd=ROOT, stdout=self.log,
