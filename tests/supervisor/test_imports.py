@@ -50,6 +50,9 @@ NEVER = {
     # the node agent is an HTTP client of the API (docs/agent.md), nothing more
     "agent": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | OPENSSL,
     "backup": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
+    # each ACME order runs in a process of its own (docs/certificates.md, "Memory")
+    "certificates": HTTP_SERVER | API | TOKENS | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT | {
+        "acme", "josepy", "requests", "OpenSSL"},
 }
 
 
