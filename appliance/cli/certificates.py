@@ -8,8 +8,8 @@ The reference CLI's verbs and options (`add -p P -e EMAIL -d DOMAIN... [-n NAME]
 import argparse
 
 from . import UsageError
-from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import resolve, wait_active
+from .common import add_list_arguments, session_client, verb_adder, with_given_fields
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 COLLECTION = "/v1/secret/certificates/"
 WAIT_TIMEOUT = 300.0
@@ -38,10 +38,11 @@ def add_collection(collections, common, make_parser, handlers):
         return sub
 
     add_list_arguments(verb("list", "list certificates (uuid, project, name, email, "
-                                    "domains, status)", _generic(handlers["list"]),
+                                    "domains, status)",
+                            on_item_or_collection(handlers["list"], COLLECTION),
                             item=False))
     waiting(verb("show", "show a certificate (key and cert hidden unless --show-values)",
-                 _show(handlers["show"])))
+                 show_or_wait(handlers["show"], COLLECTION, WAITS_FOR)))
     add = waiting(verb("add", "add a certificate", _write("POST"), item=False,
                        aliases=("create",),
                        epilog="appliance secret certificates add -p PROJECT -e ops@example.org"
@@ -52,7 +53,8 @@ def add_collection(collections, common, make_parser, handlers):
                                  "www.example.test api.example.test"))
     for sub in (add, update):
         _options(sub, create=sub is add)
-    verb("delete", "delete a certificate", _generic(handlers["delete"]))
+    verb("delete", "delete a certificate",
+         on_item_or_collection(handlers["delete"], COLLECTION))
 
 
 def _options(sub, create):
@@ -108,30 +110,7 @@ def _write(method):
         body = with_given_fields(_body(args, method == "POST"), args, env, method)
         target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
         sent = client.request(method, target, body=body).payload()
-        return _finish(args, env, client, COLLECTION + sent["uuid"], sent)
+        return emit_after_wait(args, env, client, COLLECTION + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
-def _finish(args, env, client, item, obj):
-    if getattr(args, "wait", False):
-        obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
-    emit(args, env, obj, item)
-    return 0
-
-
-def _generic(generic):
-    def handler(args, env):
-        args.path = resolve(session_client(args, env), COLLECTION, args.ref) \
-            if getattr(args, "ref", None) is not None else COLLECTION
-        return generic(args, env)
-    return handler
-
-
-def _show(generic):
-    def handler(args, env):
-        client = session_client(args, env)
-        args.path = resolve(client, COLLECTION, args.ref)
-        if not args.wait:
-            return generic(args, env)
-        return _finish(args, env, client, args.path, None)
-    return handler

@@ -11,7 +11,7 @@ import argparse
 
 from . import CliError
 from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import resolve, wait_active
+from .groups import on_item_or_collection, resolve, show_or_wait, wait_active
 
 WAIT_TIMEOUT = 900.0       # a VM under TCG downloads its image and boots in minutes
 WAITS_FOR = "the compute daemon to build it"
@@ -62,9 +62,11 @@ def _add_verbs(verbs, common, name, api, example, handlers):
                              metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
         return sub
 
-    listing = verb("list", f"list {name}", _generic(handlers["list"]), item=False)
+    listing = verb("list", f"list {name}",
+                   on_item_or_collection(handlers["list"], _collection_path), item=False)
     add_list_arguments(listing)
-    waiting(verb("show", f"show one of {name}", _show(handlers["show"])))
+    waiting(verb("show", f"show one of {name}",
+                 show_or_wait(handlers["show"], _collection_path, WAITS_FOR)))
     add = waiting(verb("add", f"add one of {name}", _write("POST"), item=False,
                        aliases=("create",),
                        epilog=f"appliance compute {name} add {example}"))
@@ -75,7 +77,8 @@ def _add_verbs(verbs, common, name, api, example, handlers):
                          help="more fields: key=value (string) or key:=json (typed); "
                               "they override the options")
         sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
-    verb("delete", f"delete one of {name}", _generic(handlers["delete"]))
+    verb("delete", f"delete one of {name}",
+         on_item_or_collection(handlers["delete"], _collection_path))
     if name == "nodes":
         for action in ("power-on", "power-off", "reboot"):
             verb(action, f"{action} the node", _action(action.replace("-", "_")))
@@ -154,6 +157,10 @@ def _write(method):
     return handler
 
 
+def _collection_path(args):
+    return args.collection_path
+
+
 def _finish(args, env, client, item, obj):
     if getattr(args, "wait", False):
         try:
@@ -165,26 +172,6 @@ def _finish(args, env, client, item, obj):
     return 0
 
 
-def _generic(generic):
-    def handler(args, env):
-        if getattr(args, "ref", None) is not None:
-            args.path = resolve(session_client(args, env), args.collection_path, args.ref)
-        else:
-            args.path = args.collection_path
-        return generic(args, env)
-    return handler
-
-
-def _show(generic):
-    def handler(args, env):
-        client = session_client(args, env)
-        args.path = resolve(client, args.collection_path, args.ref)
-        if not args.wait:
-            return generic(args, env)
-        emit(args, env, wait_active(client, args.path, env, args.wait_timeout, WAITS_FOR),
-             args.path)
-        return 0
-    return handler
 
 
 def _action(name, body=None):

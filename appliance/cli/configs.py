@@ -17,7 +17,7 @@ from pathlib import Path
 from . import CliError, UsageError
 from .common import (add_list_arguments, emit, session_client, split_field, verb_adder,
                      with_given_fields)
-from .groups import resolve
+from .groups import on_item_or_collection, resolve
 
 CONFIGS = "/v1/config/configs/"
 NODES, SETS = "/v1/compute/nodes/", "/v1/compute/sets/"
@@ -38,8 +38,10 @@ def add_group(commands, common, make_parser, handlers):
 
     verb = verb_adder(verbs, common, "config")
 
-    add_list_arguments(verb("list", "list configs", _generic(handlers["list"]), item=False))
-    verb("show", "show a config (with its status on each node)", _generic(handlers["show"]))
+    add_list_arguments(verb("list", "list configs",
+                            on_item_or_collection(handlers["list"], CONFIGS), item=False))
+    verb("show", "show a config (with its status on each node)",
+         on_item_or_collection(handlers["show"], CONFIGS))
     add = verb("add", "add a config", _write("POST"), item=False, aliases=("create",),
                epilog="appliance config add --node web --path /etc/motd --content 'hello'")
     update = verb("update", "change fields of a config", _write("PUT"),
@@ -166,13 +168,6 @@ def _write(method):
         return 0
     return handler
 
-
-def _generic(generic):
-    def handler(args, env):
-        ref = getattr(args, "ref", None)
-        args.path = resolve(session_client(args, env), CONFIGS, ref) if ref else CONFIGS
-        return generic(args, env)
-    return handler
 
 
 def cmd_delete(args, env):

@@ -107,6 +107,41 @@ def wait_active(client, item_path, env, timeout, waits_for):
         time.sleep(POLL_SECONDS)
 
 
+def _base(collection, args):
+    return collection(args) if callable(collection) else collection
+
+
+def on_item_or_collection(generic, collection):
+    """`generic` (list, show, delete) run on the item the command names by UUID or name,
+    or on `collection` when it names none. `collection`: a path, or a function of the
+    parsed arguments for commands shared by several collections."""
+    def handler(args, env):
+        base = _base(collection, args)
+        ref = getattr(args, "ref", None)
+        args.path = resolve(session_client(args, env), base, ref) if ref is not None else base
+        return generic(args, env)
+    return handler
+
+
+def emit_after_wait(args, env, client, item_path, obj, waits_for):
+    """Print `obj`, or with --wait the item once it is ACTIVE."""
+    if getattr(args, "wait", False):
+        obj = wait_active(client, item_path, env, args.wait_timeout, waits_for)
+    emit(args, env, obj, item_path)
+    return 0
+
+
+def show_or_wait(generic, collection, waits_for):
+    """`show` of a named item; with --wait, the item once it is ACTIVE."""
+    def handler(args, env):
+        client = session_client(args, env)
+        args.path = resolve(client, _base(collection, args), args.ref)
+        if not args.wait:
+            return generic(args, env)
+        return emit_after_wait(args, env, client, args.path, None, waits_for)
+    return handler
+
+
 def add_groups(commands, common, make_parser, handlers, extra=None):
     """Add `appliance <service> ...` to the top-level subparsers. `handlers` maps the
     generic verb names to their command functions; `extra` maps a service to a function

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import UsageError
 from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import resolve, wait_active
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 LBS = "/v1/network/lb/"
 NODES, SETS = "/v1/compute/nodes/", "/v1/compute/sets/"
@@ -38,10 +38,11 @@ def add_group(commands, common, make_parser, handlers):
     verbs = group.add_subparsers(dest="verb", metavar="VERB", required=True,
                                  parser_class=make_parser)
     verb = verb_adder(verbs, common, "load balancer")
-    add_list_arguments(verb("list", "list load balancers", _generic(handlers["list"]),
+    add_list_arguments(verb("list", "list load balancers",
+                            on_item_or_collection(handlers["list"], LBS),
                             item=False))
     _waiting(verb("show", "show a load balancer (status, ipsv4, node_status)",
-                  _show(handlers["show"])))
+                  show_or_wait(handlers["show"], LBS, WAITS_FOR)))
     add = _waiting(verb("add", "add a load balancer", _write_lb("POST"), item=False,
                         aliases=("create",),
                         epilog="appliance lb add -n web --type external_node --node n1"))
@@ -50,7 +51,7 @@ def add_group(commands, common, make_parser, handlers):
     for sub in (add, update):
         _lb_options(sub, create=sub is add)
     verb("delete", "delete a load balancer with its vhosts, routes and pools",
-         _generic(handlers["delete"]))
+         on_item_or_collection(handlers["delete"], LBS))
     verb("info", "the load balancer with its vhosts, their routes, and its pools",
          cmd_info, epilog="appliance lb info web")
     for name, spec in CHILDREN.items():
@@ -145,7 +146,7 @@ def _write_lb(method):
             body["type"] = spec
         with_given_fields(body, args, env, method)
         sent = client.request(method, item or LBS, body=body).payload()
-        return _finish(args, env, client, LBS + sent["uuid"], sent)
+        return emit_after_wait(args, env, client, LBS + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
@@ -160,35 +161,11 @@ def _named(args, project=False):
     return body
 
 
-def _finish(args, env, client, item, obj):
-    if getattr(args, "wait", False):
-        obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
-    emit(args, env, obj, item)
-    return 0
-
 
 def _uuid(path):
     return path.rstrip("/").rsplit("/", 1)[1]
 
 
-def _generic(generic):
-    def handler(args, env):
-        ref = getattr(args, "ref", None)
-        args.path = resolve(session_client(args, env), LBS, ref) if ref else LBS
-        return generic(args, env)
-    return handler
-
-
-def _show(generic):
-    def handler(args, env):
-        client = session_client(args, env)
-        args.path = resolve(client, LBS, args.ref)
-        if not args.wait:
-            return generic(args, env)
-        emit(args, env, wait_active(client, args.path, env, args.wait_timeout, WAITS_FOR),
-             args.path)
-        return 0
-    return handler
 
 
 def cmd_info(args, env):

@@ -7,8 +7,8 @@ command, where it runs, its kind and ordering), the actions start, stop and rest
 
 import argparse
 
-from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import resolve, wait_active
+from .common import add_list_arguments, session_client, verb_adder, with_given_fields
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 COLLECTION = "/v1/em/services/"
 WAIT_TIMEOUT = 300.0
@@ -37,9 +37,10 @@ def add_group(commands, common, make_parser, handlers):
                          metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
         return sub
 
-    add_list_arguments(verb("list", "list services", _generic(handlers["list"]), item=False))
+    add_list_arguments(verb("list", "list services",
+                            on_item_or_collection(handlers["list"], COLLECTION), item=False))
     waiting(verb("show", "show a service (node_status: how each node runs it)",
-                 _show(handlers["show"])))
+                 show_or_wait(handlers["show"], COLLECTION, WAITS_FOR)))
     add = waiting(verb("add", "add a service", _write("POST"), item=False,
                        aliases=("create",),
                        epilog="appliance services add -n backup --command '/usr/local/bin/"
@@ -49,7 +50,7 @@ def add_group(commands, common, make_parser, handlers):
     for sub in (add, update):
         _shape_options(sub, create=sub is add)
     verb("delete", "delete a service (its units are removed from the nodes)",
-         _generic(handlers["delete"]))
+         on_item_or_collection(handlers["delete"], COLLECTION))
     for action, summary in (("start", "run the service (its boot setting stays)"),
                             ("stop", "stop the service (its boot setting stays)"),
                             ("restart", "restart the service on its nodes")):
@@ -116,32 +117,7 @@ def _write(method):
         with_given_fields(body, args, env, method)
         target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
         sent = client.request(method, target, body=body).payload()
-        return _finish(args, env, client, COLLECTION + sent["uuid"], sent)
-    return handler
-
-
-def _finish(args, env, client, item, obj):
-    if getattr(args, "wait", False):
-        obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
-    emit(args, env, obj, item)
-    return 0
-
-
-def _generic(generic):
-    def handler(args, env):
-        args.path = resolve(session_client(args, env), COLLECTION, args.ref) \
-            if getattr(args, "ref", None) is not None else COLLECTION
-        return generic(args, env)
-    return handler
-
-
-def _show(generic):
-    def handler(args, env):
-        client = session_client(args, env)
-        args.path = resolve(client, COLLECTION, args.ref)
-        if not args.wait:
-            return generic(args, env)
-        return _finish(args, env, client, args.path, None)
+        return emit_after_wait(args, env, client, COLLECTION + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
@@ -150,5 +126,5 @@ def _action(name):
         client = session_client(args, env)
         item = resolve(client, COLLECTION, args.ref)
         obj = client.request("POST", f"{item}/actions/{name}/invoke", body={}).payload()
-        return _finish(args, env, client, item, obj)
+        return emit_after_wait(args, env, client, item, obj, WAITS_FOR)
     return handler
