@@ -111,6 +111,15 @@ def lb_value(vhosts, pools, lb=None):
     return {"lb": lb or new_uuid(), "vhosts": vhosts, "pools": pools}
 
 
+def one_route(node, *backends):
+    """(value, port, pool uuid): one http vhost on a free port of `node`, its one route "/"
+    to a pool of `backends`."""
+    p = new_uuid()
+    port = node.port()
+    return lb_value([vhost("http", port, [route(pool_uuid=p)])],
+                    {p: pool(*(b.port for b in backends))}), port, p
+
+
 # ---- backends --------------------------------------------------------------------------------
 
 class Backend:

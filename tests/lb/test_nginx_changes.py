@@ -11,16 +11,13 @@ import time
 
 import pytest
 
-from tests.lb.nginxnode import (backends, get, lb_value, new_uuid, node, pool, route,  # noqa: F401
-                                vhost)
+from tests.lb.nginxnode import (backends, get, lb_value, new_uuid, node,  # noqa: F401
+                                one_route, pool, route, vhost)
 
 
 def test_a_killed_backend_fails_no_request(node, backends):
     a, b, c = backends("a"), backends("b"), backends("c")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route(pool_uuid=p)])],
-                     {p: pool(a.port, b.port, c.port)})
+    value, port, p = one_route(node, a, b, c)
     assert node.apply(value)["status"] == "ACTIVE"
     b.stop()
     # every request succeeds: the one that meets the dead backend first is passed on to
@@ -34,9 +31,7 @@ def test_a_killed_backend_fails_no_request(node, backends):
 
 def test_a_rejected_config_is_error_and_the_old_one_keeps_serving(node, backends):
     a = backends("a")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route("prefix", "/", p)])], {p: pool(a.port)})
+    value, port, p = one_route(node, a)
     assert node.apply(value)["status"] == "ACTIVE"
     live = node.driver.live_generation()
 
@@ -74,9 +69,7 @@ def test_a_rejected_config_is_error_and_the_old_one_keeps_serving(node, backends
 
 def test_a_route_that_cannot_be_rendered_is_never_shipped(node, backends):
     a = backends("a")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route("prefix", "/", p)])], {p: pool(a.port)})
+    value, port, p = one_route(node, a)
     assert node.apply(value)["status"] == "ACTIVE"
     live = node.driver.live_generation()
     value["vhosts"][0]["routes"][0]["condition"]["modifiers"] = [
@@ -113,9 +106,7 @@ def reloads_under_load(node, backends, headers):
     """(reloads made, wrk's (total, socket errors, non-2xx, output)) of 6 s of wrk at an
     LB that is changed (and reloaded) every 0.3 s meanwhile."""
     a, b = backends("a"), backends("b")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route(pool_uuid=p)])], {p: pool(a.port, b.port)})
+    value, port, p = one_route(node, a, b)
     assert node.apply(value)["status"] == "ACTIVE"
     results = {}
     load = threading.Thread(target=lambda: results.update(

@@ -10,7 +10,8 @@ import subprocess
 
 from appliance import config
 from appliance.lb.node import UNIT, UNIT_PATH
-from tests.lb.nginxnode import backends, get, item, lb_value, new_uuid, node, pool, route, vhost  # noqa: F401
+from tests.lb.nginxnode import (backends, get, item, lb_value, new_uuid, node,  # noqa: F401
+                                one_route, pool, route, vhost)
 from tests.waiting import eventually
 
 
@@ -31,9 +32,7 @@ def test_the_agent_hands_its_listen_setting_to_the_driver(tmp_path, monkeypatch)
 
 def test_an_instance_that_died_is_started_again_by_tick(node, backends):
     a = backends("a")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route(pool_uuid=p)])], {p: pool(a.port)})
+    value, port, p = one_route(node, a)
     assert node.apply(value)["status"] == "ACTIVE"
     pid = node.driver.pid()
     os.killpg(pid, signal.SIGKILL)          # the master and its workers (its session)
@@ -88,9 +87,7 @@ def test_on_a_systemd_node_the_unit_runs_nginx(node, backends):
     runner = UnitRunner(node.host.root)
     node.host.systemctl = runner
     node.driver.systemd = True
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route(pool_uuid=p)])], {p: pool(a.port)})
+    value, port, p = one_route(node, a)
     result = node.apply(value)
     assert result["status"] == "ACTIVE", result
     assert runner.calls == [("daemon-reload",), ("enable", "--now", UNIT)]

@@ -174,7 +174,6 @@ def test_hostile_values_arrive_verbatim_through_real_nginx(node, backends):
 
 
 def test_a_writable_local_dir(node, backends):
-    p = new_uuid()
     port = node.port()
     value = lb_value([vhost("http", port, [
         route("prefix", "/files/", actions=[{"kind": "local_dir", "path": "/var/www/files",

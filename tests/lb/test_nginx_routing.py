@@ -7,16 +7,14 @@ import socket
 import ssl
 import stat
 
-from tests.lb.nginxnode import (Backend, TcpEcho, UdpEcho, backends, ca_pem, get, issue,  # noqa: F401
-                                lb_value, make_ca, new_uuid, node, pool, route, vhost)
+from tests.lb.nginxnode import (TcpEcho, UdpEcho, backends, ca_pem, get, issue,  # noqa: F401
+                                lb_value, make_ca, new_uuid, node, one_route, pool, route,
+                                vhost)
 
 
 def test_round_robin_over_three_backends_with_weights(node, backends):
     a, b, c = backends("a"), backends("b"), backends("c")
-    p = new_uuid()
-    port = node.port()
-    value = lb_value([vhost("http", port, [route(pool_uuid=p)])],
-                     {p: pool(a.port, b.port, c.port)})
+    value, port, p = one_route(node, a, b, c)
     assert node.apply(value)["status"] == "ACTIVE"
     seen = collections.Counter(get(node.address, port)[2].split()[0] for _ in range(30))
     assert seen == {b"a": 10, b"b": 10, b"c": 10}
@@ -54,7 +52,7 @@ def test_prefix_exact_and_regex_routing(node, backends):
 
 
 def test_no_route_answers_404_and_an_empty_pool_502(node, backends):
-    p, empty = new_uuid(), new_uuid()
+    empty = new_uuid()
     port = node.port()
     value = lb_value([vhost("http", port, [route("prefix", "/void/", empty)])],
                      {empty: {"balance": "roundrobin", "endpoints": []}})
