@@ -69,16 +69,21 @@ class View:
             return [n for n in nodes.records() if target["node_set"] in self.sets_of(n)]
         return []
 
+    def box(self):
+        """The store's SecretBox, made on first use (opening sealed fields)."""
+        if self._box is None:
+            from appliance.secret.crypto import SecretBox
+            self._box = SecretBox(self.store)
+        return self._box
+
     def secret_value(self, kind, uuid):
         """The effective (opened) value of a secret record; Unavailable when it has none."""
         from appliance.secret.resources import KINDS, effective_value
         record = self.record(kind, uuid)
         if record is None:
             raise Unavailable(f"{kind}/{uuid}", "resource")
-        if self._box is None:
-            from appliance.secret.crypto import SecretBox
-            self._box = SecretBox(self.store)
-        value = effective_value(kind, self._box.open_fields(kind, record, KINDS[kind].sealed))
+        value = effective_value(kind, self.box().open_fields(kind, record,
+                                                             KINDS[kind].sealed))
         if value is None:
             raise Unavailable(f"{kind}/{uuid}", "value")
         return value

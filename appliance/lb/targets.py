@@ -56,13 +56,6 @@ def _resolved(view, lb):
     return done[lb["uuid"]]
 
 
-def _box(view):
-    if getattr(view, "_box", None) is None:
-        from appliance.secret.crypto import SecretBox  # noqa: PLC0415
-        view._box = SecretBox(view.store)
-    return view._box
-
-
 def value(view, lb):
     """V of the contract: enabled vhosts with their enabled routes, and every pool those
     routes name. Raises Unavailable."""
@@ -99,7 +92,7 @@ def tls(view, vhost):
     if vhost["protocol"] != "https" or not cert:
         return None
     if cert["kind"] == "raw":
-        key = _box(view).open(VHOSTS, vhost["uuid"], "cert.key", cert["key"])
+        key = view.box().open(VHOSTS, vhost["uuid"], "cert.key", cert["key"])
         return {"crt": cert["crt"], "key": key}
     uuid = cert["certificate"]
     record = view.record(CERTIFICATES, uuid)
@@ -107,7 +100,7 @@ def tls(view, vhost):
         raise Unavailable(f"certificate {uuid} not found")
     if not record.get("cert") or not record.get("key"):
         raise Unavailable(f"waiting for certificate {uuid}")
-    opened = _box(view).open_fields(CERTIFICATES, record, ("key",))
+    opened = view.box().open_fields(CERTIFICATES, record, ("key",))
     return {"crt": record["cert"], "key": opened["key"]}
 
 
