@@ -63,7 +63,9 @@ def require_own(call, agent_uuid=None, node_uuid=None):
 
 def mint_enrollment(store, node_uuid, ttl=ENROLL_TTL):
     """A single-use enrollment token for the node: {"token", "expires_at"}."""
-    token = secrets.token_urlsafe(32)
+    # hex, not urlsafe base64: a token typed after `--token` must never begin with "-",
+    # which the CLI would read as an option (1 in 64 urlsafe tokens did)
+    token = secrets.token_hex(32)
     expires = format_time(utcnow() + datetime.timedelta(seconds=ttl))
     enrollments = store.collection(ENROLLMENTS)
     now = format_time(utcnow())
