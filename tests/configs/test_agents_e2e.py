@@ -168,6 +168,11 @@ def test_killed_agent_converges(api, admin, nodes):
     path = "/etc/app/db.conf"
     eventually(lambda: delivered(nodes, path, f"user=app\npassword={pw['value']}\n"),
                what="first delivery")
+    # the file lands before its on_change runs: the kill waits until every node reported
+    # the whole delivery, else it could cut the first on_change short (the agent runs an
+    # on_change at most once, so a cut one is not run again)
+    eventually(lambda: admin.get(f"{C}/{config['uuid']}").json["status"] == "ACTIVE",
+               what="first delivery ACTIVE")
     victim = nodes[1]
     victim.agent.kill()
     resp = admin.post(f"{PW}/{pw['uuid']}/actions/regenerate/invoke", {})
@@ -211,9 +216,11 @@ def test_agent_catches_up_after_the_api_restarts(tmp_path):
         # the agent's back-off is at most 30 s between attempts
         eventually(lambda: node.file(path) == f"password={pw['value']}\n", seconds=45,
                    what="catch-up")
-        rows = srv.client(srv.login("admin", ADMIN_PASSWORD)).get(
-            "/v1/ua/resources", query={"node": node.uuid}).json
-        assert [r["uuid"] for r in rows] == [target_uuid(node.uuid, "config", config["uuid"])]
+        client = srv.client(srv.login("admin", ADMIN_PASSWORD))
+        # the agent reports after it has written the file
+        eventually(lambda: [r["uuid"] for r in client.get(
+            "/v1/ua/resources", query={"node": node.uuid}).json] == [
+                target_uuid(node.uuid, "config", config["uuid"])], what="the report")
     finally:
         node.agent.stop()
         srv.stop()
