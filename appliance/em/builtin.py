@@ -15,10 +15,17 @@ import appliance
 
 from . import links
 
-# the collections of appliance/sqldb/resources.py (contract: sqldb-contract.md)
-SQLDB_INSTANCES = "/v1/sqldb/instances"
-SQLDB_VERSIONS = "/v1/types/sqldb/versions"
+# `$dbaas.types.<type>.<collection>` is the API's `/v1/types/<type>/<collection>`: both
+# spellings, `sqldb` (ours) and `postgres` (the reference's), are path families of the
+# same records (appliance/sqldb/resources.py), so a resource's path reads as its manifest
+# spells it, and its references (version, owner) are shown in that family's form
+DBAAS_TYPES = ("sqldb", "postgres")
 SQLDB_VERSIONS_KIND = "sqldb_versions"
+
+
+def _types(family, collection):
+    return f"/v1/types/{family}/{collection}"
+
 
 # The reference's DBaaS element is at 2.x, and its manifests ask for `dbaas` from 2.1.0
 # (communal_pg_cluster). What is built in here serves that element's API as the reference
@@ -71,9 +78,9 @@ def _dbaas_exports(store):
         name = name if name[:1].isalpha() else f"pg{name}"
         if not _EXPORT_NAME.match(name):
             continue            # not nameable in a link (e.g. "15.4" -> pg15.4)
-        slot = {"uuid": version["uuid"], "collection": SQLDB_VERSIONS}
-        for family in ("sqldb", "postgres"):
-            exported[("types", family, "versions", f"${name}")] = slot
+        for family in DBAAS_TYPES:
+            exported[("types", family, "versions", f"${name}")] = {
+                "uuid": version["uuid"], "collection": _types(family, "versions")}
     return exported
 
 
@@ -81,12 +88,10 @@ BUILTIN = {e.name: e for e in (
     BuiltinElement("core", appliance.__version__, _core_collection),
     BuiltinElement(
         "dbaas", DBAAS_VERSION,
-        # `postgres` is the reference's spelling, `sqldb` ours: one collection each
-        {("types", family, kind): path
-         for family in ("sqldb", "postgres")
-         for kind, path in (("instances", SQLDB_INSTANCES), ("versions", SQLDB_VERSIONS))},
-        follows_status=(SQLDB_INSTANCES, f"{SQLDB_INSTANCES}/<instance>/users",
-                        f"{SQLDB_INSTANCES}/<instance>/databases"),
+        {("types", family, kind): _types(family, kind)
+         for family in DBAAS_TYPES for kind in ("instances", "versions")},
+        follows_status=[_types(family, "instances") + sub for family in DBAAS_TYPES
+                        for sub in ("", "/<instance>/users", "/<instance>/databases")],
         exports=_dbaas_exports),
 )}
 

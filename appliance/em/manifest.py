@@ -237,10 +237,11 @@ def _check_body(resource, body, where, element, imports):
 
 
 def _expressions(body, where):
-    try:
-        yield from links.expressions(body)
-    except links.LinkError as e:
-        _fail(where, str(e))
+    for field_name, value in body.items():
+        try:
+            yield from links.expressions(value, (field_name,))
+        except links.LinkError as e:
+            _fail(f"{where}.{field_name}", str(e))
 
 
 def _has_expression(value):
