@@ -166,7 +166,12 @@ class ElementBuilder:
             field = resource.field(name)
             if name == "uuid" or field.write_only or field.create_only:
                 continue        # cannot be compared, or cannot change after create
-            if shown.get(name) != field.type.render(field.type.to_input(wanted)):
+            given = field.type.to_input(wanted)
+            # a resource may show a field in another form than its type renders (a DBaaS
+            # version or owner is shown as its family's path, stored as the bare uuid):
+            # equal as shown or equal as stored is the same value, and writing it again
+            # would wake the builder for another pass, forever
+            if shown.get(name) != field.type.render(given) and record.get(name) != given:
                 changes[name] = wanted
         return changes
 

@@ -56,6 +56,10 @@ def set_status(server, kind, uuid, status, **fields):
     server.store.collection(kind).update(uuid, {"status": status, **fields})
 
 
+def revision(server, kind, uuid):
+    return server.store.collection(kind).get(uuid)["revision"]
+
+
 def edited(manifest, path, value):
     """A copy of the manifest with one value set (None: removed); path is a list of keys."""
     m = copy.deepcopy(manifest)
@@ -266,11 +270,17 @@ def test_install_follows_the_data_plane_to_active_and_uninstall_removes_everythi
         "em_dbaas_types_sqldb_instances_users"
     assert kinds["$core.secret.passwords.$app_password"] == "em_core_secret_passwords"
 
-    # a new address (the data plane replaced a member): the config follows
+    # a new address (the data plane replaced a member): the config follows, and the pass
+    # that rewrote it left the instance and the database alone (their version and owner
+    # read back as paths are the values the manifest gave as uuids: nothing to write)
+    database_revision = revision(server, "sqldb_databases", database["uuid"])
     set_status(server, "sqldb_instances", instance["uuid"], "ACTIVE",
                ipsv4=["127.0.0.31", "127.0.0.32", "127.0.0.34"])
+    instance_revision = revision(server, "sqldb_instances", instance["uuid"])
     wait_for(lambda: owned(admin, element(admin, "pg_cluster"), CONFIG)["body"]["variables"][
         "hosts"] == "127.0.0.31,127.0.0.32,127.0.0.34")
+    assert revision(server, "sqldb_instances", instance["uuid"]) == instance_revision
+    assert revision(server, "sqldb_databases", database["uuid"]) == database_revision
 
     # the data plane fails: the element is ERROR with the reason, and recovers with it
     set_status(server, "sqldb_instances", instance["uuid"], "ERROR",
