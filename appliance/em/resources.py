@@ -227,7 +227,9 @@ class Elements(Resource):
                 Field("status_reason", String(4096), read_only=True),
                 Field("desired", Enum("installed", "uninstalled"), read_only=True),
                 Field("resources", Object(), read_only=True,
-                      description="resource key -> {uuid, collection, status, reason}"),
+                      description="resource key -> {uuid, collection, status, reason}, and "
+                                  "record_status (the record's data-plane status) for "
+                                  "the collections an element waits on (DBaaS)"),
                 Field("requirements", Object(), read_only=True),
                 Field("imports", Object(), read_only=True),
                 Field("exports", Object(), read_only=True),
