@@ -123,6 +123,9 @@ BAD = [
     ("literal out of range (first refused)",
      lambda m: edited(m, [RES, INSTANCES, "pg", "nodes_number"], 17),
      ["pg", "nodes_number"]),
+    ("import link without a resource name",
+     lambda m: edited(m, ["imports", "pg15", "link"], "$dbaas.types.sqldb.versions"),
+     ["imports.pg15.link", "must end with a $name"]),
     ("import of an undeclared name",
      lambda m: edited(m, [RES, INSTANCES, "pg", "version"], "$pg_cluster.imports.$pg99:uuid"),
      ["version", "no import pg99"]),
@@ -355,3 +358,21 @@ def test_links_parse_the_nested_dbaas_forms():
     call = links.parse_expression("to_str($x.types.sqldb.instances.$pg:ipsv4)")
     assert call.evaluate(lambda _: ["10.0.0.1", "10.0.0.2"]) == "10.0.0.1,10.0.0.2"
     assert call.evaluate(lambda _: []) == ""
+
+
+def test_a_write_the_api_refuses_is_error_until_the_action_is_invoked_again(server, admin):
+    """Not a data-plane ERROR: the cross-field rule (sync replicas <= nodes - 1) is the
+    API's, so the element stays ERROR, and is not retried behind the caller's back."""
+    m = edited(example("pg_refused"), [RES, INSTANCES, "pg", "sync_replica_number"], 3)
+    uuid = install(admin, m)
+    elem = wait_element(admin, "pg_refused", "ERROR")
+    assert INSTANCE in elem["status_reason"] and "sync_replica_number" in \
+        elem["status_reason"], elem
+    assert "record_status" not in elem["resources"][INSTANCE]
+    assert server.store.collection("sqldb_instances").find_one(name="pg-refused") is None
+    # invoking install again is the retry: refused again, the same way
+    assert act(admin, uuid, "install").status == 200
+    wait_for(lambda: (e := element(admin, "pg_refused")) and e["status"] == "ERROR"
+             and e["status_reason"] == elem["status_reason"])
+    assert act(admin, uuid, "uninstall").status == 200
+    wait_for(lambda: element(admin, "pg_refused") is None)
