@@ -141,7 +141,10 @@ def build_plan(manifest, api):
             entries[key] = Entry(key, resource.path, res_name, body, depends, parent, where)
 
     for key, entry in entries.items():
-        missing = [d for d in entry.depends_on if d not in entries]
+        missing = sorted(d for d in entry.depends_on if d not in entries)
+        if entry.parent and entry.parent[1] in missing:
+            _fail(entry.where, f"declared under {entry.parent[1]}: no such resource in this "
+                               "manifest")
         if missing:
             _fail(entry.where, f"link to {missing[0]}: no such resource in this manifest")
     for exp_name, exp in (manifest.get("exports") or {}).items():
@@ -172,15 +175,15 @@ def _collection_of(path, api):
                                    f"are declared under {under}")
     collection = element.collection(base)
     resource, parent = (api.resources.get(collection) if collection else None), None
+    known = element.paths()
     if resource is not None and sub is not None:
         parent_path = resource.path
-        resource = next((r for r in api.resources.values() if r.parent
-                         and r.parent[1] == parent_path and r.path.endswith(f"/{sub}")),
-                        None)
+        subs = [r for r in api.resources.values() if r.parent and r.parent[1] == parent_path]
+        known = [f"{'.'.join(base)}.$<name>.{r.path.rsplit('/', 1)[1]}" for r in subs]
+        resource = next((r for r in subs if r.path.endswith(f"/{sub}")), None)
         if resource is not None:
             parent = (resource.parent[0], f"{'.'.join(base)}.${parent_name}")
     if resource is None or "create" not in resource.operations:
-        known = element.paths()
         hint = f" (under ${element_name}: {', '.join(known)})" if known else ""
         _fail(f"resources.{path}", f"unknown resource path (no such collection){hint}")
     prefix = ".".join(base) + (f".${parent_name}.{sub}" if sub else "")
