@@ -29,6 +29,7 @@ from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType
                                   Integer, List, Object, String)
 from appliance.api.resource import ADMIN_PROJECT, Resource
 from appliance.api.routing import PUBLIC
+from appliance.compute.resources import is_platform
 
 from . import scram
 
@@ -147,6 +148,12 @@ class OwnerRef(Ref):
             return value.lower()
         return value
 
+    def parse_filter(self, text):
+        m = self.pattern.match(text)
+        if m is None:
+            raise FilterError(f"must be a UUID or {self.shown}")
+        return m.group(2).lower()
+
 
 NODE_REF = Ref(re.compile(rf"^(?:/v1/compute/nodes/)?({_U})/?$"), "/v1/compute/nodes")
 
@@ -159,7 +166,7 @@ def ref_uuid(where, value, shown):
 
 
 def base_fields():
-    return [Field("name", String(255), required=True),
+    return [Field("name", String(255, min_length=1), required=True),
             Field("description", String(255), default="", nullable=False)]
 
 
@@ -168,11 +175,6 @@ def check_range(record, name):
     value = record.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(f"{name}: must be an integer from {low} to {high}, not {value!r}")
-
-
-def is_platform(principal):
-    """An unscoped caller, one of the admin project, or the platform in-process."""
-    return principal is None or principal.project_id in (None, ADMIN_PROJECT)
 
 
 class SqldbResource(Resource):

@@ -7,6 +7,8 @@ import uuid
 from appliance.sqldb import scram
 from appliance.sqldb.versions import SEED_UUID
 
+from tests.secret.conftest import remember
+
 from .conftest import ADMIN_PROJECT
 
 INSTANCES = "/v1/sqldb/instances/"
@@ -35,7 +37,7 @@ def test_an_instance_with_a_user_and_a_database_by_names(logged_in, real_api):
     assert (grown["ram"], grown["status"]) == (1024, "IN_PROGRESS")
 
     user = ok(logged_in("--json", "sqldb", "users", "add", name, "-n", "alice",
-                        "--password", "first-password"))
+                        "--password", remember("first-password")))
     assert user["status"] == "NEW" and "password" not in user
     db = ok(logged_in("--json", "sqldb", "databases", "add", name, "-n", "orders",
                       "--owner", "alice"))
@@ -57,7 +59,7 @@ def test_an_instance_with_a_user_and_a_database_by_names(logged_in, real_api):
 def test_a_password_is_prompted_twice_and_never_echoed(logged_in, real_api):
     name = f"p-{uuid.uuid4().hex[:6]}"
     made = make_instance(logged_in, name)
-    logged_in.typed_password = "typed-password-1"
+    logged_in.typed_password = remember("typed-password-1")
     result = logged_in("--json", "sqldb", "users", "add", name, "-n", "bob", tty=True)
     user = ok(result)
     assert logged_in.prompts[-2:] == ["Password: ", "Password again: "]
@@ -68,11 +70,11 @@ def test_a_password_is_prompted_twice_and_never_echoed(logged_in, real_api):
     assert logged_in("sqldb", "users", "add", name, "-n", "carol").code != 0
     # stdin, then an update that prompts (`--password` without a value)
     ok(logged_in("--json", "sqldb", "users", "add", name, "-n", "carol",
-                 "--password-stdin", stdin="stdin-password\n"))
+                 "--password-stdin", stdin=remember("stdin-password") + "\n"))
     carol = real_api.store.collection("sqldb_users").find_one(instance=made["uuid"],
                                                                name="carol")
     assert scram.verifies("stdin-password", carol["password_hash"])
-    logged_in.typed_password = "typed-password-2"
+    logged_in.typed_password = remember("typed-password-2")
     changed = ok(logged_in("--json", "sqldb", "users", "update", name, "carol",
                            "--password", tty=True))
     assert changed["status"] == "NEW"

@@ -385,3 +385,33 @@ def test_version_fields(server, admin):
     refused_unchanged(server, lambda: admin.put(f"{VERSIONS}/{made['uuid']}", {
         "major": 16}), 403)
     assert admin.delete(f"{VERSIONS}/{made['uuid']}").status == 204
+
+
+def test_filters_take_uuids_and_paths(admin, instance, user):
+    db = created(admin.post(databases(instance), {"name": "filtered", "owner": user["uuid"]}))
+    for owner in (user["uuid"], f"/v1/types/sqldb/instances/{instance['uuid']}/users/"
+                  f"{user['uuid']}"):
+        listed = admin.get(databases(instance), query={"owner": owner})
+        assert db["uuid"] in [d["uuid"] for d in listed.json], listed
+    refused(admin.get(databases(instance), query={"owner": "alice"}), 400)
+    for version in (SEED_UUID, f"/v1/types/postgres/versions/{SEED_UUID}"):
+        listed = admin.get(INSTANCES, query={"version": version})
+        assert instance["uuid"] in [i["uuid"] for i in listed.json]
+
+
+def test_names_are_not_empty(server, admin):
+    refused_unchanged(server, lambda: admin.post(INSTANCES, {
+        "name": "", "project_id": ADMIN_PROJECT, "version": SEED_UUID, **SIZES}), 400)
+    refused_unchanged(server, lambda: admin.post(VERSIONS, {"name": "", "major": 15}), 400)
+
+
+def test_paging_of_the_wrapped_versions_list(admin):
+    for _ in range(2):
+        created(admin.post(VERSIONS, {"name": f"p-{uuid.uuid4().hex[:6]}", "major": 15}))
+    first = admin.get(VERSIONS, query={"page_limit": 1})
+    assert len(first.json["versions"]) == 1 and first.header("x-pagination-marker")
+    second = admin.get(VERSIONS, query={"page_limit": 1,
+                                        "page_marker": first.header("x-pagination-marker")})
+    assert second.json["versions"][0]["uuid"] != first.json["versions"][0]["uuid"]
+    assert admin.get("/v1/types/postgres/versions", query={"page_limit": 1}).json == \
+        first.json["versions"]
