@@ -14,8 +14,9 @@ from appliance.api.wsgi import Middleware
 def capabilities():
     """Every capability package that registers routes, in registration order."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    from appliance import lb
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb]
+    from appliance import lb, sqldb
+    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb,
+            sqldb]
 
 
 def preload():

@@ -33,9 +33,11 @@ def bootstrap(settings):
         from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
         from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415
         from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
+        from appliance.sqldb.versions import seed as sqldb_seed  # noqa: PLC0415
         iam_seed(store, password)
         vs_seed(store)
         repo_seed(store, settings.get("repo_url"))
+        sqldb_seed(store, settings)
     finally:
         store.close()
     if path:

@@ -82,6 +82,9 @@ DEFAULTS = {
     # load balancers (docs/lb.md): the image an LB of type core boots its nodes from (the
     # node image's URL, or file:// on the appliance); unset: type core is refused
     "lb_image": None,
+    # DBaaS (docs/sqldb.md): the node image of the seeded PostgreSQL version ("": the node
+    # image's own PostgreSQL)
+    "sqldb_image": "",
     # ---- certificates through ACME DNS-01 (docs/certificates.md) ----
     # the ACME directory and the CA bundle that its TLS is checked with (None: the
     # system's); tests point both at Pebble

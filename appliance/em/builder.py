@@ -14,7 +14,10 @@ resolved against live records) and compared with its record:
 Once an element's manifest has been fully applied, a missing or altered resource is a
 repair: it is restored and reported in the element's `last_repair`. An element is ACTIVE
 when every resource is; IN_PROGRESS with a reason while some wait; ERROR with a reason
-when one is refused (re-invoking install/upgrade retries). Uninstalled elements have their
+when one is refused (re-invoking install/upgrade retries). A resource of a collection
+with a data-plane status (builtin.py: the DBaaS ones) is ACTIVE only once its record is:
+until then it waits, and so do the resources linking to it; its record in ERROR makes
+the element ERROR until the record recovers. Uninstalled elements have their
 resources deleted in reverse order, then disappear.
 """
 
@@ -25,7 +28,7 @@ from appliance.api.errors import ApiError
 from appliance.api.routing import SystemCall
 from appliance.iam.permissions import Principal
 
-from . import links
+from . import builtin, links
 
 SYSTEM = Principal({"uuid": "00000000-0000-0000-0000-000000000000", "username": "system"},
                    None, ["*.*.*"])
@@ -68,8 +71,8 @@ class ElementBuilder:
     def reconcile(self, element):
         if element["desired"] == "uninstalled":
             return self._uninstall(element)
-        if element["status"] == "ERROR":
-            return None         # until the action is invoked again
+        if element["status"] == "ERROR" and not _reported_error(element):
+            return None         # refused: until the action is invoked again
         plan = self.plan_of(element)
         if plan is None:
             return self._write(element, {"status": "ERROR",
@@ -102,13 +105,26 @@ class ElementBuilder:
                 waiting.append(entry.key)
                 continue
             try:
-                if self._apply(entry, slot, body) and repairing and slot["status"] == "ACTIVE":
-                    repaired.append(entry.key)
+                changed = self._apply(entry, slot, body)
             except (ApiError, state.StoreError) as e:
                 message = getattr(e, "message", str(e))
                 slot.update(status="ERROR", reason=message)
+                slot.pop("record_status", None)
                 error = f"{entry.key}: {message}"
                 break
+            if changed and repairing and slot["status"] == "ACTIVE":
+                repaired.append(entry.key)
+            reported = self._reported(entry, slot)
+            if reported is not None and reported["status"] != "ACTIVE":
+                status, why = reported["status"], reported.get("status_reason")
+                reason = f"{status}" + (f": {why}" if why else "")
+                if status == "ERROR":
+                    slot.update(status="ERROR", reason=reason)
+                    error = f"{entry.key}: {reason}"
+                    break
+                slot.update(status="WAITING", reason=f"is {reason}")
+                waiting.append(entry.key)
+                continue
             slot.update(status="ACTIVE", reason=None)
             self._announced = {a for a in self._announced
                                if a[:2] != (element["name"], entry.key)}
@@ -130,6 +146,18 @@ class ElementBuilder:
             return True
         return False
 
+    def _reported(self, entry, slot):
+        """The record of a resource whose readiness is its data-plane status (a DBaaS
+        instance, user or database is ready when the data plane made it, not when the API
+        stored it), else None. The slot keeps the status it saw as `record_status`."""
+        if not builtin.follows_status(entry.collection):
+            return None
+        record = self.api.resources[entry.collection].collection().get(slot["uuid"])
+        if record is None:
+            return None
+        slot["record_status"] = record.get("status")
+        return record
+
     @staticmethod
     def _differences(resource, record, body):
         shown = resource.render(record)
@@ -138,7 +166,12 @@ class ElementBuilder:
             field = resource.field(name)
             if name == "uuid" or field.write_only or field.create_only:
                 continue        # cannot be compared, or cannot change after create
-            if shown.get(name) != field.type.render(field.type.to_input(wanted)):
+            given = field.type.to_input(wanted)
+            # a resource may show a field in another form than its type renders (a DBaaS
+            # version or owner is shown as its family's path, stored as the bare uuid):
+            # equal as shown or equal as stored is the same value, and writing it again
+            # would wake the builder for another pass, forever
+            if shown.get(name) != field.type.render(given) and record.get(name) != given:
                 changes[name] = wanted
         return changes
 
@@ -168,7 +201,7 @@ class ElementBuilder:
         imp = plan.imports.get(link.segments[1][1:])
         source = self.store.collection("em_elements").find_one(name=imp["element"][1:])
         if source is None:
-            return None
+            return builtin.exported_slot(imp["element"][1:], imp["link"], self.store)
         return (source.get("resources") or {}).get(links.parse_link(imp["link"]).key)
 
     def _announce(self, element, entry, reason):
@@ -228,3 +261,11 @@ class ElementBuilder:
         self.store.collection("em_elements").delete(element["uuid"])
         self.log.info("element %s %s uninstalled", element["name"], element["version"])
         return None
+
+
+def _reported_error(element):
+    """An element in ERROR because a record's data-plane status is ERROR, not because a
+    write was refused: the data plane retries on its own, so the element keeps following
+    it (and comes back when the record does) without the action being invoked again."""
+    return any(slot.get("status") == "ERROR" and slot.get("record_status") == "ERROR"
+               for slot in (element.get("resources") or {}).values())

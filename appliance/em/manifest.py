@@ -14,13 +14,14 @@ from appliance import versions
 from appliance.api.errors import BadRequest
 from appliance.api.validation import Validator
 
-from . import links
+from . import builtin, links
 
 NAME = r"^[a-z][a-z0-9_]{0,62}$"
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
-# $core.<service>.<collection>, or a sub-collection under one resource of this manifest:
-# $core.<service>.<collection>.$<parent>.<sub>  (e.g. $core.dns.domains.$zone.records)
-RESOURCE_PATH = re.compile(r"^\$core\.([a-z][a-z0-9_]*)\.([a-z][a-z0-9_]*)"
+# $<built-in element>.<segment>..., or a sub-collection under one resource of this
+# manifest: ...$<parent>.<sub> (e.g. $core.dns.domains.$zone.records,
+# $dbaas.types.sqldb.instances.$pg.users); builtin.py maps the segments to a collection
+RESOURCE_PATH = re.compile(r"^\$([a-z][a-z0-9_]*)((?:\.[a-z][a-z0-9_]*)+)"
                            r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?$")
 ELEMENT_REF = r"^\$[a-z][a-z0-9_]{0,62}$"
 
@@ -57,13 +58,14 @@ _STRUCTURE = Validator(SCHEMA)
 class Entry:
     """One resource of the manifest."""
 
-    def __init__(self, key, collection, name, body, depends_on, parent=None):
+    def __init__(self, key, collection, name, body, depends_on, parent=None, where=None):
         self.key = key                  # "secret.secrets.$db"
         self.collection = collection    # "/v1/secret/secrets" (API registry key)
         self.name = name
         self.body = body
         self.depends_on = depends_on    # keys of own resources it links to
         self.parent = parent            # (field, key of the parent entry) in a sub-collection
+        self.where = where or key       # where it is declared, for messages
 
     def __repr__(self):
         return f"<Entry {self.key}>"
@@ -88,10 +90,16 @@ def _fail(where, message):
 
 
 def _own_key(plan_name, link, where):
-    """The key of a link to one of this manifest's own resources."""
-    if link.element not in (plan_name, "core"):
-        _fail(where, f"link {link.text} names element {link.element}; resources of "
-                     "other elements are reached through imports")
+    """The key of a link to one of this manifest's own resources: named after this
+    element, or after the built-in element its path is declared under."""
+    if link.element != plan_name:
+        provider = builtin.provider_of(link.segments)
+        if link.element not in builtin.BUILTIN:
+            _fail(where, f"link {link.text} names element {link.element}; resources of "
+                         "other elements are reached through imports")
+        if provider is not None and provider.name != link.element:
+            _fail(where, f"link {link.text}: {'.'.join(builtin.base_of(link.segments))} "
+                         f"is declared under ${provider.name}, not ${link.element}")
     return link.key
 
 
@@ -120,22 +128,7 @@ def build_plan(manifest, api):
 
     entries = {}
     for path, named in manifest["resources"].items():
-        m = RESOURCE_PATH.match(path)
-        if not m:
-            _fail(f"resources.{path}", "a resource path is $core.<service>.<collection>")
-        service, coll, parent_name, sub = m.groups()
-        collection, resource, parent = f"/v1/{service}/{coll}", None, None
-        if sub is None:
-            resource = api.resources.get(collection)
-        else:
-            resource = next((r for r in api.resources.values() if r.parent
-                             and r.parent[1] == collection and r.path.endswith(f"/{sub}")),
-                            None)
-            parent = (resource.parent[0], f"{service}.{coll}.${parent_name}") if resource \
-                else None
-        if resource is None or "create" not in resource.operations:
-            _fail(f"resources.{path}", "unknown resource path (no such collection)")
-        prefix = f"{service}.{coll}" + (f".${parent_name}.{sub}" if sub else "")
+        resource, parent, prefix = _collection_of(path, api)
         for res_name, body in named.items():
             where = f"resources.{path}.{res_name}"
             if not RESOURCE_NAME.match(res_name):
@@ -143,14 +136,17 @@ def build_plan(manifest, api):
             key = f"{prefix}.${res_name}"
             depends = _check_body(resource, body, where, name, imports)
             if parent:
+                _check_parent_field(body, parent, where)
                 depends.add(parent[1])
-            entries[key] = Entry(key, resource.path, res_name, body, depends, parent)
+            entries[key] = Entry(key, resource.path, res_name, body, depends, parent, where)
 
     for key, entry in entries.items():
-        missing = [d for d in entry.depends_on if d not in entries]
+        missing = sorted(d for d in entry.depends_on if d not in entries)
+        if entry.parent and entry.parent[1] in missing:
+            _fail(entry.where, f"declared under {entry.parent[1]}: no such resource in this "
+                               "manifest")
         if missing:
-            where = f"resources.$core.{key.rsplit('.$', 1)[0]}.{entry.name}"
-            _fail(where, f"link to {missing[0]}: no such resource in this manifest")
+            _fail(entry.where, f"link to {missing[0]}: no such resource in this manifest")
     for exp_name, exp in (manifest.get("exports") or {}).items():
         try:
             link = links.parse_link(exp["link"])
@@ -161,6 +157,52 @@ def build_plan(manifest, api):
             _fail(f"exports.{exp_name}.link", f"{exp['link']} names no resource of this "
                                               "manifest")
     return Plan(manifest, _ordered(entries))
+
+
+def _collection_of(path, api):
+    """(API resource, parent or None, key prefix) of a resource path of the manifest."""
+    m = RESOURCE_PATH.match(path)
+    if not m:
+        _fail(f"resources.{path}", "a resource path is $<element>.<service>.<collection> "
+                                   "of a built-in element ($core.secret.passwords, "
+                                   "$dbaas.types.sqldb.instances)")
+    element_name, base, parent_name, sub = m.groups()
+    base = tuple(base[1:].split("."))
+    element = builtin.BUILTIN.get(element_name)
+    if element is None:
+        under = ", ".join("$" + n for n in builtin.BUILTIN)
+        _fail(f"resources.{path}", f"${element_name} is no built-in element: resources "
+                                   f"are declared under {under}")
+    collection = element.collection(base)
+    resource, parent = (api.resources.get(collection) if collection else None), None
+    known = element.paths()
+    if resource is not None and sub is not None:
+        parent_path = resource.path
+        subs = [r for r in api.resources.values() if r.parent and r.parent[1] == parent_path]
+        known = [f"{'.'.join(base)}.$<name>.{r.path.rsplit('/', 1)[1]}" for r in subs]
+        resource = next((r for r in subs if r.path.endswith(f"/{sub}")), None)
+        if resource is not None:
+            parent = (resource.parent[0], f"{'.'.join(base)}.${parent_name}")
+    if resource is None or "create" not in resource.operations:
+        hint = f" (under ${element_name}: {', '.join(known)})" if known else ""
+        _fail(f"resources.{path}", f"unknown resource path (no such collection){hint}")
+    prefix = ".".join(base) + (f".${parent_name}.{sub}" if sub else "")
+    return resource, parent, prefix
+
+
+def _check_parent_field(body, parent, where):
+    """A sub-collection item may name its parent (the spec's users and databases carry
+    `instance`), but only as a link to the resource it is declared under: a literal uuid
+    or another resource would put it under a parent the manifest does not say."""
+    field, parent_key = parent
+    if field not in body:
+        return
+    value = body[field]
+    expr = links.parse_expression(value) if isinstance(value, str) else None
+    if not isinstance(expr, links.Link) or expr.is_import or expr.key != parent_key \
+            or expr.fields not in ((), ("uuid",)):
+        _fail(f"{where}.{field}", f"must link to the resource it is declared under "
+                                  f"($<element>.{parent_key}[:uuid])")
 
 
 def _check_body(resource, body, where, element, imports):
@@ -198,10 +240,11 @@ def _check_body(resource, body, where, element, imports):
 
 
 def _expressions(body, where):
-    try:
-        yield from links.expressions(body)
-    except links.LinkError as e:
-        _fail(where, str(e))
+    for field_name, value in body.items():
+        try:
+            yield from links.expressions(value, (field_name,))
+        except links.LinkError as e:
+            _fail(f"{where}.{field_name}", str(e))
 
 
 def _has_expression(value):

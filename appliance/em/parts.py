@@ -16,7 +16,7 @@ from appliance.api.fields import Enum, Field, Reference, String
 from appliance.api.resource import Resource
 from state import order_key
 
-from . import links
+from . import builtin, links
 
 ELEMENTS = "/v1/em/elements"
 RESOURCES = "/v1/em/resources"
@@ -67,10 +67,12 @@ def resource_rows(element, by_name):
             # parent's uuid, the parent the slot keyed by this prefix minus its last part
             parent = slots.get(prefix.rsplit(".", 1)[0]) or {}
             collection = PLACEHOLDER.sub(parent.get("uuid") or "", collection)
+        provider = builtin.provider_of(key.split("."))
+        provider = provider.name if provider else "core"
         yield {**_common(element, slot["uuid"]), "name": name,
-               "kind": "em_core_" + "_".join(p for p in prefix.split(".")
-                                             if not p.startswith("$")),
-               "link": f"$core.{key}", "resource": f"{collection}/{slot['uuid']}",
+               "kind": f"em_{provider}_" + "_".join(p for p in prefix.split(".")
+                                                    if not p.startswith("$")),
+               "link": f"${provider}.{key}", "resource": f"{collection}/{slot['uuid']}",
                "status": slot.get("status"), "status_reason": slot.get("reason")}
 
 
@@ -101,7 +103,8 @@ PARTS = {
         Field("kind", TEXT, read_only=True,
               description="em_<provider element>_<service>_<collection>, as the reference"),
         Field("link", TEXT, read_only=True,
-              description="the manifest's name for it: $core.<service>.<collection>.$<name>"),
+              description="the manifest's name for it: $core.<service>.<collection>.$<name> "
+                          "or $dbaas.types.sqldb.instances.$<name>"),
         Field("resource", TEXT, read_only=True, filterable=False,
               description="API path of the record it manages (its uuid is this uuid)"),
         Field("status", Enum(*SLOT_STATUSES), read_only=True),

@@ -6,19 +6,16 @@ exported, no name clash) and record the element's desired state; uninstall check
 no installed element still requires it within range.
 """
 
-import appliance
 from appliance import versions
 from appliance.api.errors import BadRequest, Conflict
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import JSON, UPLOAD, YAML
 
-from . import links
+from . import builtin, links
 from .manifest import NAME, build_plan
 
 ELEMENT_STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
-# the platform itself: requirements on `core` are met by this appliance's version
-CORE = "core"
 
 
 def installed_elements(store):
@@ -80,10 +77,13 @@ class Manifests(Resource):
         """Requirements and imports against the installed elements: [(status, message)]."""
         installed = installed_elements(store)
         found = []
+        if plan.name in builtin.BUILTIN:
+            found.append((409, f"element {plan.name} is built into this appliance; a "
+                               "manifest of that name cannot be installed"))
         for name, constraints in plan.requirements.items():
             element = installed.get(name)
-            if element is None and name == CORE:
-                have = versions.parse(appliance.__version__)
+            if element is None and name in builtin.BUILTIN:
+                have = versions.parse(builtin.BUILTIN[name].version)
             elif element is None:
                 found.append((409, f"requirement {name} ({versions.describe(constraints)}): "
                                    f"element {name} is not installed"))
@@ -96,13 +96,15 @@ class Manifests(Resource):
         for imp_name, imp in plan.imports.items():
             source = imp["element"][1:]
             element = installed.get(source)
-            if element is None:
+            if element is not None:
+                exported = {links.parse_link(e["link"]).segments
+                            for e in (element.get("exports") or {}).values()}
+            elif source in builtin.BUILTIN:
+                exported = set(builtin.BUILTIN[source].exported(store))
+            else:
                 found.append((400, f"import {imp_name}: element {source} is not installed"))
                 continue
-            wanted = links.parse_link(imp["link"]).segments
-            exported = {links.parse_link(e["link"]).segments
-                        for e in (element.get("exports") or {}).values()}
-            if wanted not in exported:
+            if links.parse_link(imp["link"]).segments not in exported:
                 found.append((400, f"import {imp_name}: element {source} does not export "
                                    f"{imp['link']}"))
         return found
@@ -225,7 +227,9 @@ class Elements(Resource):
                 Field("status_reason", String(4096), read_only=True),
                 Field("desired", Enum("installed", "uninstalled"), read_only=True),
                 Field("resources", Object(), read_only=True,
-                      description="resource key -> {uuid, collection, status, reason}"),
+                      description="resource key -> {uuid, collection, status, reason}, and "
+                                  "record_status (the record's data-plane status) for "
+                                  "the collections an element waits on (DBaaS)"),
                 Field("requirements", Object(), read_only=True),
                 Field("imports", Object(), read_only=True),
                 Field("exports", Object(), read_only=True),
