@@ -39,15 +39,15 @@ LONG_TXT = "".join(chr(ord("a") + i % 26) for i in range(600))
 class DNSDaemon:
     """`python -m daemons.dns` on a state dir and a port; log in the run's log dir."""
 
-    def __init__(self, state_dir, port):
-        self.state_dir, self.port = state_dir, port
+    def __init__(self, state_dir, port, host="127.0.0.1"):
+        self.state_dir, self.port, self.host = state_dir, port, host
         self.proc = None
 
     def start(self):
         log = open(os.path.join(RUN_LOG_DIR, f"dns-{os.getpid()}-{self.port}.log"), "wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
         env.update(PYTHONPATH=ROOT, APPLIANCE_STATE_DIR=self.state_dir,
-                   APPLIANCE_DNS_HOST="127.0.0.1", APPLIANCE_DNS_PORT=str(self.port),
+                   APPLIANCE_DNS_HOST=self.host, APPLIANCE_DNS_PORT=str(self.port),
                    APPLIANCE_CONFIG=os.devnull, APPLIANCE_LOG_LEVEL="DEBUG")
         self.proc = subprocess.Popen([sys.executable, "-m", "daemons.dns"], cwd=ROOT,
                                      env=env, stdout=log, stderr=log)

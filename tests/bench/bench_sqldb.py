@@ -1,0 +1,212 @@
+"""DBaaS: instance create -> ACTIVE (1 and 3 nodes), failover with no committed row lost,
+and pgbench through the endpoint against pgbench straight to the primary.
+
+    python -m tests.bench sqldb
+
+Everything real, as in tests/sqldb/test_e2e.py (tests/sqldb/world.py): the API, the sqldb
+daemon, our DNS server and HW nodes, each a real agent process running Debian's
+PostgreSQL on its own loopback address.
+
+- create: POST -> the instance ACTIVE (read every 50 ms), ROUNDS times for 1 node and for
+  3 nodes with one synchronous replica, each deleted after (the delete is timed too).
+- failover: a writer commits one row per transaction through the endpoint's address,
+  reconnecting through the endpoint when a connection fails, and keeps the ids PostgreSQL
+  acknowledged. The primary's node is lost (agent and PostgreSQL SIGKILLed). Printed: to
+  the promotion (the daemon's write), to the first commit on the new primary, then
+  whether every acknowledged id is there; the old node then rejoins (pg_rewind) and the
+  time to its streaming is printed. The detection part is the setting
+  sqldb_failover_seconds (FAILOVER_SECONDS here).
+- pgbench: select-only (-S), 4 clients, PGBENCH_SECONDS each, sides alternated:
+  through the endpoint name (our DNS server on port 53 of its own loopback address, and
+  pgbench in a private mount namespace whose /etc/resolv.conf names it, so the system
+  resolver asks our server) and straight to the primary's address. With one connection per
+  client (the name is resolved once) and with -C (a new connection per transaction, so a
+  lookup per transaction: what the endpoint costs at most).
+"""
+
+import os
+import subprocess
+import threading
+import time
+
+from . import median, note, table, title
+
+ROUNDS = int(os.environ.get("BENCH_SQLDB_ROUNDS", "3"))
+FAILOVERS = int(os.environ.get("BENCH_SQLDB_FAILOVERS", "2"))
+PGBENCH_SECONDS = int(os.environ.get("BENCH_SQLDB_PGBENCH_SECONDS", "8"))
+PGBENCH_PAIRS = int(os.environ.get("BENCH_SQLDB_PGBENCH_PAIRS", "3"))
+FAILOVER_SECONDS = 5
+ADDRESSES = ("127.0.0.41", "127.0.0.42", "127.0.0.43")
+DNS_ADDRESS = "127.0.0.40"
+USER, DATABASE, PASSWORD = "bench_user", "bench_db", "bench-Pass-1"
+
+
+def fmt(values):
+    return f"{min(values):.2f} / {median(values):.2f} / {max(values):.2f}"
+
+
+def create_rounds(world, nodes, sync, rounds):
+    to_active, to_gone = [], []
+    for i in range(rounds):
+        t0 = time.perf_counter()
+        made = world.create_instance(f"bench-{len(nodes)}-{i}", nodes, sync)
+        world.wait_status(f"/v1/sqldb/instances/{made['uuid']}", "ACTIVE", "ACTIVE",
+                          interval=0.05)
+        to_active.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        world.delete_instance(made)
+        to_gone.append(time.perf_counter() - t0)
+    return to_active, to_gone
+
+
+class Writer(threading.Thread):
+    """Commits one row per transaction through the endpoint until stopped; keeps the ids
+    PostgreSQL acknowledged."""
+
+    def __init__(self, world, endpoint, start_id):
+        super().__init__(daemon=True)
+        self.world, self.endpoint, self.next_id = world, endpoint, start_id
+        self.acknowledged, self.failed = [], 0
+        self.commits_at = []
+        self.stopping = threading.Event()
+
+    def run(self):
+        from tests.sqldb.world import psql
+        while not self.stopping.is_set():
+            addresses = self.world.resolve(self.endpoint)
+            if not addresses:
+                time.sleep(0.05)
+                continue
+            done = psql(addresses[0], self.world.port,
+                        f"INSERT INTO w (id) VALUES ({self.next_id})", PASSWORD, USER,
+                        DATABASE)
+            if done.returncode == 0:
+                self.acknowledged.append(self.next_id)
+                self.commits_at.append((time.perf_counter(), addresses[0]))
+                self.next_id += 1
+            else:
+                self.failed += 1
+                time.sleep(0.05)
+
+
+def prepare(world, instance):
+    from tests.sqldb.world import psql
+    path = f"/v1/sqldb/instances/{instance['uuid']}"
+    user = world.admin.post(path + "/users", {"name": USER, "password": PASSWORD}).json
+    world.wait_status(f"{path}/users/{user['uuid']}", "ACTIVE", "user")
+    db = world.admin.post(path + "/databases", {"name": DATABASE, "owner": user["uuid"]}).json
+    world.wait_status(f"{path}/databases/{db['uuid']}", "ACTIVE", "database")
+    host = world.resolve(instance["endpoint"])[0]
+    done = psql(host, world.port, "CREATE TABLE w (id int PRIMARY KEY)", PASSWORD, USER,
+                DATABASE)
+    assert done.returncode == 0, done.stderr
+
+
+def failover_rounds(world, instance):
+    from tests.sqldb.world import eventually, psql
+    out, next_id = [], 0
+    for _ in range(FAILOVERS):
+        writer = Writer(world, instance["endpoint"], next_id)
+        writer.start()
+        eventually(lambda: len(writer.acknowledged) >= 20, "20 commits before the loss")
+        old = world.node(world.instance(instance["uuid"])["primary"])
+        lost = time.perf_counter()
+        old.lose()
+        after = eventually(lambda: (lambda got: got if got["primary"] not in (None, old.uuid)
+                                    else None)(world.instance(instance["uuid"])),
+                           "promotion", interval=0.02)
+        promoted = time.perf_counter() - lost
+        new = world.node(after["primary"])
+        eventually(lambda: any(a == new.address for _, a in writer.commits_at),
+                   "a commit on the new primary", interval=0.02)
+        first_commit = next(t for t, a in writer.commits_at if a == new.address) - lost
+        time.sleep(1)
+        writer.stopping.set()
+        writer.join()
+        done = psql(new.address, world.port, "SELECT id FROM w", PASSWORD, USER, DATABASE)
+        present = {int(x) for x in done.stdout.split()}
+        lost_rows = [i for i in writer.acknowledged if i not in present]
+        rejoin_started = time.perf_counter()
+        old.agent.start()
+        eventually(lambda: ((world.report(old, instance["uuid"]) or {}).get("value") or {})
+                   .get("streaming_from") == new.address, "rejoined", interval=0.1)
+        rejoined = time.perf_counter() - rejoin_started
+        out.append((promoted, first_commit, len(writer.acknowledged), len(lost_rows),
+                    writer.failed, rejoined))
+        next_id = writer.next_id
+        world.wait_status(f"/v1/sqldb/instances/{instance['uuid']}", "ACTIVE", "ACTIVE again")
+    return out
+
+
+def pgbench(world, host, seconds, connect_each, resolv=None):
+    env = {**os.environ, "PGPASSWORD": PASSWORD, "PGSSLMODE": "disable"}
+    argv = ["pgbench", "-n", "-S", "-c", "4", "-j", "2", "-T", str(seconds), "-h", host,
+            "-p", str(world.port), "-U", USER, DATABASE] + (["-C"] if connect_each else [])
+    if resolv:
+        argv = ["unshare", "-m", "sh", "-c",
+                f"mount --bind {resolv} /etc/resolv.conf && exec \"$@\"", "sh"] + argv
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=seconds + 60)
+    for line in done.stdout.splitlines():
+        if line.startswith("tps = "):
+            return float(line.split()[2])
+    raise RuntimeError(f"pgbench: {done.stderr or done.stdout}")
+
+
+def pgbench_pairs(world, instance):
+    primary = world.node(world.instance(instance["uuid"])["primary"]).address
+    env = {**os.environ, "PGPASSWORD": PASSWORD}
+    subprocess.run(["pgbench", "-i", "-q", "-s", "2", "-h", primary, "-p", str(world.port),
+                    "-U", USER, DATABASE], env=env, capture_output=True, check=True)
+    resolv = os.path.join(world.base, "resolv.conf")
+    with open(resolv, "w") as f:
+        f.write(f"nameserver {world.dns_address}\noptions timeout:1 attempts:2\n")
+    name = instance["endpoint"]
+    rows = []
+    for connect_each in (False, True):
+        through, direct = [], []
+        for i in range(PGBENCH_PAIRS):
+            sides = [("name", name, resolv), ("direct", primary, None)]
+            for side, host, conf in (sides if i % 2 == 0 else sides[::-1]):
+                tps = pgbench(world, host, PGBENCH_SECONDS, connect_each, conf)
+                (through if side == "name" else direct).append(tps)
+        ratios = [t / d for t, d in zip(through, direct)]
+        rows.append(["-C (connect per tx)" if connect_each else "one connection",
+                     fmt(through), fmt(direct), fmt(ratios)])
+    return rows
+
+
+def main():
+    from tests.sqldb.world import World
+    title(f"bench_sqldb: create -> ACTIVE, failover, pgbench through the endpoint; "
+          f"HW nodes on {', '.join(ADDRESSES)}, Debian's PostgreSQL 15")
+    world = World(ADDRESSES, failover_seconds=FAILOVER_SECONDS, dns_address=DNS_ADDRESS,
+                  dns_port=53)
+    try:
+        world.start()
+        one = create_rounds(world, world.nodes[:1], 0, ROUNDS)
+        three = create_rounds(world, world.nodes, 1, ROUNDS)
+        note(f"\n(a) instance POST -> ACTIVE and DELETE -> data dirs gone, {ROUNDS} rounds "
+             f"each (s, min / median / max)")
+        table(["nodes", "sync replicas", "create -> ACTIVE", "delete -> gone"],
+              [[1, 0, fmt(one[0]), fmt(one[1])], [3, 1, fmt(three[0]), fmt(three[1])]])
+
+        instance = world.create_instance("bench-failover", world.nodes, 1)
+        instance = world.wait_status(f"/v1/sqldb/instances/{instance['uuid']}", "ACTIVE",
+                                     "ACTIVE")
+        prepare(world, instance)
+        rows = failover_rounds(world, instance)
+        note(f"\n(b) failover of a 3-node instance (1 sync replica) while a writer commits "
+             f"through the endpoint; detection after {FAILOVER_SECONDS} s without a "
+             f"heartbeat (sqldb_failover_seconds)")
+        table(["round", "to promotion s", "to first commit on new s", "commits acknowledged",
+               "acknowledged rows lost", "failed attempts", "old primary rejoined s"],
+              [[i + 1, f"{p:.2f}", f"{c:.2f}", a, lost, fails, f"{r:.2f}"]
+               for i, (p, c, a, lost, fails, r) in enumerate(rows)])
+
+        note(f"\n(c) pgbench -S, 4 clients, {PGBENCH_SECONDS} s a run, {PGBENCH_PAIRS} "
+             f"alternated pairs: through the endpoint's name (our DNS server) vs straight "
+             f"to the primary's address (tps, min / median / max)")
+        table(["connections", "through the endpoint", "direct", "ratio"],
+              pgbench_pairs(world, instance))
+    finally:
+        world.stop()
