@@ -239,6 +239,15 @@ class Versions(SqldbResource):
                              f"{ADMIN_PROJECT}")
         return record
 
+    def register(self, api):
+        super().register(api)
+        if self.family.wrap_versions:
+            for route in api.routes:
+                if route.method == "GET" and route.path == self.path:
+                    route.response_schema = {
+                        "type": "object", "required": ["versions"],
+                        "properties": {"versions": route.response_schema}}
+
     def list_handler(self, call):
         listed = super().list_handler(call)
         return {"versions": listed} if self.family.wrap_versions else listed
