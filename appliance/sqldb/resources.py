@@ -96,6 +96,11 @@ DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 RESERVED_USER_PREFIXES = ("pg_", "dbaas_")
 RESERVED_USERS = ("postgres",)
+# names PostgreSQL itself refuses for a role ("role name ... is reserved"): refused here,
+# where the caller sees why, rather than as an ERROR from the node
+POSTGRES_RESERVED_ROLES = ("public", "none")
+# databases every cluster has, which the node never creates nor drops
+RESERVED_DATABASES = ("postgres", "template0", "template1")
 PASSWORD_MIN, PASSWORD_MAX = 8, 99
 LIMITS = {"cpu": (1, 128), "ram": (512, 1024 * 1024), "disk_size": (8, 1024),
           "nodes_number": (1, 16), "sync_replica_number": (0, 15)}
@@ -437,6 +442,8 @@ def check_user_name(name):
     if lowered.startswith(RESERVED_USER_PREFIXES) or lowered in RESERVED_USERS:
         raise BadRequest(f"name: {name!r} is reserved (names starting with pg_ or dbaas_, "
                          "and postgres, are the platform's)")
+    if lowered in POSTGRES_RESERVED_ROLES:
+        raise BadRequest(f"name: {name!r} is reserved by PostgreSQL")
 
 
 def check_password(password):
@@ -554,6 +561,9 @@ class Databases(InstanceChild):
         check_name("name", record["name"], DATABASE_NAME, "an SQL identifier: it starts "
                    "with a letter or an underscore and holds only letters, digits and "
                    "underscores")
+        if record["name"].lower() in RESERVED_DATABASES:
+            raise BadRequest(f"name: {record['name']!r} is a database every PostgreSQL "
+                             "cluster has already")
         record["owner"] = self.checked_owner(call, record["instance"], record["owner"])
         record.update(status="NEW", status_reason=None)
         return record

@@ -142,9 +142,10 @@ def test_deprecated_version_kept_by_existing_refused_for_new(server, admin):
 # ---- database names ---------------------------------------------------------------------
 
 def test_database_name_is_an_sql_identifier(server, admin, instance, user):
-    for good in ("d" * 63, "_x", "A1_b"):
+    for good in ("d" * 63, "_x", "A1_b", "postgres2", "template"):
         created(admin.post(databases(instance), {"name": good, "owner": user["uuid"]}))
-    for bad in ("d" * 64, "1abc", "a-b", "a$b", "a b", "é", ""):
+    for bad in ("d" * 64, "1abc", "a-b", "a$b", "a b", "é", "", "postgres", "template0",
+                "Template1"):
         refused_unchanged(server, lambda: admin.post(databases(instance), {
             "name": bad, "owner": user["uuid"]}), 400)
 
@@ -161,12 +162,12 @@ def test_database_name_is_unique_within_an_instance(server, admin, instance, use
 # ---- user names and passwords -----------------------------------------------------------
 
 def test_user_name_follows_the_role_rules(server, admin, instance):
-    for good in ("u" * 63, "_u", "a$b", "pgx", "postgres1", "dbaasx", "x_pg_"):
+    for good in ("u" * 63, "_u", "a$b", "pgx", "postgres1", "dbaasx", "x_pg_", "publicx"):
         make_user(admin, instance, name=good)
     # reserved names are refused in any case: the node quotes names, and "Pg_x" beside
     # "pg_x" would only confuse
     for bad in ("u" * 64, "1u", "a-b", "pg_x", "Pg_x", "dbaas_x", "DBAAS_x", "postgres",
-                "Postgres", "a b", "", "$a"):
+                "Postgres", "a b", "", "$a", "public", "None"):
         refused_unchanged(server, lambda: admin.post(users(instance), {
             "name": bad, "password": "password-1"}), 400)
 
