@@ -261,6 +261,9 @@ class Driver:
                 self._reload(spec, c)
             if spec.role == "primary" and os.path.exists(c.standby_signal):
                 pg.promote(c)
+                # the control file says the new timeline only after a checkpoint: what
+                # pg_rewind of the old primary reads
+                pg.psql(c, "CHECKPOINT;\n")
                 log.info("instance %s: promoted (epoch %s)", spec.instance, spec.epoch)
         if spec.role == "primary":
             self._primary(spec, c, st)
@@ -308,6 +311,9 @@ class Driver:
         if in_recovery:
             raise Failed(f"the primary {spec.primary['host']} is not promoted yet; "
                          "pg_rewind waits for it")
+        # pg_rewind reads the source's timeline from its control file, which a promotion
+        # updates only at its next checkpoint: before it, "no rewind required"
+        pg.source_query(c, source, "CHECKPOINT; SELECT to_json(true);")
         try:
             pg.rewind(c, source, self.basebackup_seconds)
             log.info("instance %s: rejoined by pg_rewind onto %s", spec.instance,
