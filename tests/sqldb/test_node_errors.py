@@ -2,7 +2,15 @@
 help; and removal."""
 
 import os
+import shutil
+import subprocess
+import types
+import uuid
 
+import pytest
+
+from appliance.agent.host import Host
+from appliance.sqldb import node as sqldb_node
 from tests.waiting import eventually
 
 from . import pgnode
@@ -100,3 +108,22 @@ def test_a_data_directory_of_another_major_is_left_alone(base):
                   "w") as f:
             f.write("15\n")
         node.remove(inst.item(node))
+
+
+def test_the_unit_is_valid_for_systemd(tmp_path):
+    """The unit a node with systemd gets, checked by systemd's own parser (no systemd
+    runs here to start it)."""
+    if shutil.which("systemd-analyze") is None:
+        pytest.skip("systemd-analyze is not installed")
+    host = Host(root="/", state_dir=str(tmp_path))
+    instance = str(uuid.uuid4())
+    c = pgnode.pg.Cluster(host, instance, pgnode.MAJOR, 5432, "10.0.0.5")
+    spec = types.SimpleNamespace(instance=instance)
+    path = tmp_path / sqldb_node.UNIT.format(instance=instance)
+    path.write_text(sqldb_node.unit_text(spec, c))
+    done = subprocess.run(["systemd-analyze", "verify", str(path)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout
+    text = path.read_text()
+    assert f"PIDFile={c.pid_file}\n" in text and "User=postgres\n" in text
+    assert f"-D {c.data} " in text and "WantedBy=multi-user.target" in text
