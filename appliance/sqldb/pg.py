@@ -418,6 +418,26 @@ def wait_gone(c, seconds=15.0):
     return True
 
 
+DIVERGED = ("forked off current database system timeline",
+            "is ahead of the WAL flush position of this server")
+
+
+def diverged(c):
+    """Whether this running replica cannot follow its primary because it holds WAL the
+    primary's timeline does not (its log says so at every retry, every 5 s, and it
+    streams nothing): only pg_rewind (or a new copy) brings it back."""
+    if postmaster_pid(c) is None:
+        return False
+    lines = log_tail(c, 4000).splitlines()
+    recent = [ln for ln in lines[-12:] if any(d in ln for d in DIVERGED)]
+    if not recent:
+        return False
+    try:
+        return observe(c).get("receiver") != "streaming"
+    except Failed:
+        return False
+
+
 def start(c, timeout=START_SECONDS):
     """pg_ctl start, waiting at most `timeout` s for the server to accept connections;
     Failed with the log's tail when it does not."""
