@@ -118,6 +118,7 @@ def test_reserved_and_bad_entries_are_refused_one_by_one(one):
     inst.users["dbaas_admin"] = inst.users["alice"]
     inst.users["pg_monitor"] = inst.users["alice"]
     inst.users["plain"] = "not-a-verifier"
+    inst.set_password("public", "public-password")     # PostgreSQL refuses the name
     inst.databases["template1"] = "alice"
     inst.databases["orphan"] = "nobody"
     try:
@@ -127,12 +128,18 @@ def test_reserved_and_bad_entries_are_refused_one_by_one(one):
         assert users["dbaas_admin"] == users["pg_monitor"] == "a reserved role name"
         assert users["plain"] == "the password is not a SCRAM-SHA-256 verifier"
         assert users["alice"] == "ok"
+        assert users["public"] == 'role name "public" is reserved'
+        # the failed statement carried a verifier: the server logged the error, not it
+        with open(node.cluster(inst.uuid, inst.port).log_file) as f:
+            log = f.read()
+        assert 'role name "public" is reserved' in log
+        assert inst.users["public"] not in log and "STATEMENT" not in log
         assert dbs["template1"] == "a reserved database name"
         assert "nobody" in dbs["orphan"]
         assert "plain" not in local_sql(node, inst.uuid, inst.port,
                                         "SELECT string_agg(rolname, ',') FROM pg_roles")
     finally:
-        for name in ("dbaas_admin", "pg_monitor", "plain"):
+        for name in ("dbaas_admin", "pg_monitor", "plain", "public"):
             del inst.users[name]
         del inst.databases["template1"], inst.databases["orphan"]
 

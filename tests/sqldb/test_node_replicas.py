@@ -3,6 +3,7 @@ the quorum, then the failover primitives the contract gives the node (promote, f
 moved primary, pg_rewind of the old primary)."""
 
 import logging
+import os
 import threading
 
 import pytest
@@ -151,3 +152,20 @@ def test_failover_promote_follow_rewind(three, caplog):
     assert {n.address: r["value"]["role"] for n, r in got.items()} == {
         n1.address: "replica", n2.address: "primary", n3.address: "replica"}
     assert all(r["status"] == "ACTIVE" and r["value"]["timeline"] == 2 for r in got.values())
+
+
+def test_no_password_in_any_log(three, base, caplog):
+    """The reserved roles' clear passwords are only in each node's passfile; the users'
+    verifiers only in the item and the catalog: never in a server log or the driver's."""
+    secrets = [pgnode.REPLICATOR_PASSWORD, pgnode.ADMIN_PASSWORD, *three[1].users.values()]
+    checked = 0
+    for d, _, files in os.walk(base):
+        for name in files:
+            path = os.path.join(d, name)
+            if name == "pgpass" or "/data" in path[len(base):] or not os.path.isfile(path):
+                continue
+            with open(path, errors="replace") as f:
+                text = f.read()
+            checked += name == "postgresql.log"
+            assert not any(s in text for s in secrets), path
+    assert checked >= 3
