@@ -483,6 +483,7 @@ class Driver:
                     return
         except FileNotFoundError:
             pass
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             f.write(text)

@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from appliance.sqldb.node import Driver
 from tests.waiting import eventually
 
 from . import pgnode
@@ -223,3 +224,20 @@ def test_heartbeat_and_restart_of_a_stopped_primary(one):
     assert back[0]["value"]["role"] == "primary"
     assert psql(ADDRESS, inst.port, "alice", "alice-password-2", "SELECT count(*) FROM t",
                 db="shop") == (0, "1")
+
+
+def test_an_agent_restart_changes_nothing(one):
+    """A new driver (the agent restarted; PostgreSQL kept running) applies the item once
+    at its first tick: nothing written, nothing restarted, the report is there at once."""
+    node, inst = one
+    item = inst.item(node)
+    assert node.apply(item)["status"] == "ACTIVE"
+    pid = node.postmaster(inst.uuid, inst.port)
+    conf = os.path.join(node.cluster(inst.uuid, inst.port).data, "postgresql.conf")
+    mtime = os.stat(conf).st_mtime_ns
+    node.driver = Driver(node.host)
+    first = node.tick()[item["uuid"]]
+    assert first["status"] == "ACTIVE", first
+    assert first["value"]["users"]["alice"] == "ok"
+    assert node.postmaster(inst.uuid, inst.port) == pid
+    assert os.stat(conf).st_mtime_ns == mtime
