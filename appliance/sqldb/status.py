@@ -76,8 +76,9 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
                 v.get("epoch") == epoch:
             streaming.append(node["uuid"])
         else:
-            behind.append(f"node {names[node['uuid']]} not streaming"
-                          f" ({s['reason'] or 'not yet'})")
+            why = "not streaming" if s["status"] == "ACTIVE" else \
+                f"not streaming ({s['reason'] or s['status']})"
+            behind.append(f"node {names[node['uuid']]} {why}")
     k = instance.get("sync_replica_number") or 0
     if len(streaming) < k:
         return {**out, "status": "IN_PROGRESS",
