@@ -71,14 +71,14 @@ def lost_reason(primary, uuids, row, now, limit, down_since):
         return f"primary node {primary} is gone"
     if row is None:
         return None         # never reported yet: nothing was committed on it either
-    stale = age(row, now)
-    if stale > limit:
-        return f"primary node {primary}: no report for {stale:.0f} s"
+    # the limit, not the age, in the text: a reason that changed every second would make
+    # the status step write the instance every second while it lasts
+    if age(row, now) > limit:
+        return f"primary node {primary}: no report for more than {limit:g} s"
     value = row.get("value") or {}
     if value.get("running") is False and down_since is not None and \
             (now - down_since).total_seconds() > limit:
-        return f"primary node {primary}: not running for " \
-               f"{(now - down_since).total_seconds():.0f} s"
+        return f"primary node {primary}: not running for more than {limit:g} s"
     return None
 
 

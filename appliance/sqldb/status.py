@@ -14,7 +14,7 @@ the primary has not reported the current hash, its status is left as it is (a pa
 PUT set it NEW already).
 """
 
-from .failover import age, is_fresh
+from .failover import is_fresh
 from .members import DATABASES, INSTANCES, USERS, host_of
 
 
@@ -30,7 +30,7 @@ def node_judgement(node, item, row, now, limit):
     elif row is None:
         out["reason"] = "not reported yet"
     elif not is_fresh(row, now, limit):
-        out.update(status="ERROR", reason=f"lost: no report for {age(row, now):.0f} s")
+        out.update(status="ERROR", reason=f"lost: no report for more than {limit:g} s")
     elif row.get("hash") != item["hash"]:
         out.update(status="IN_PROGRESS", reason="the agent has not applied it yet")
     else:
