@@ -2,9 +2,11 @@
 (docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `child_status`) and the
 writes of what changed (`write`), with compare-and-set.
 
-An instance is NEW until it has items; IN_PROGRESS while its members apply them; ACTIVE
-when the primary runs as primary for the current epoch and item hash and at least
-sync_replica_number replicas stream from it (the others named in a "degraded" reason);
+An instance is NEW until it has items; IN_PROGRESS while its members apply them (or a
+set's new members are still being made); ACTIVE when the primary runs as primary for the
+current epoch and item hash and at least sync_replica_number replicas stream from it, every
+other member having applied its item (one lost or not streaming is named in a "degraded"
+reason);
 ERROR with "node <name>: <reason>" when a member fails to apply its current item, or when
 the primary is lost and no replica may be promoted.
 
@@ -66,7 +68,7 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
         return {**out, "status": "IN_PROGRESS",
                 "status_reason": f"node {names.get(primary, primary)}: {why}"}
     primary_host = host_of(next(n for n in nodes if n["uuid"] == primary))
-    streaming, behind = [], []
+    streaming, behind, coming = [], [], []
     for node in nodes:
         if node["uuid"] == primary:
             continue
@@ -75,15 +77,24 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
         if s["status"] == "ACTIVE" and v.get("streaming_from") == primary_host and \
                 v.get("epoch") == epoch:
             streaming.append(node["uuid"])
+        elif s["status"] in ("NEW", "IN_PROGRESS"):
+            # a member still being made or applying: work under way, not a degradation
+            coming.append(f"node {names[node['uuid']]}: {s['reason']}")
         else:
             why = "not streaming" if s["status"] == "ACTIVE" else \
                 f"not streaming ({s['reason'] or s['status']})"
             behind.append(f"node {names[node['uuid']]} {why}")
+    placement = (instance.get("placement") or {}).get("kind", "node_set")
+    want = instance.get("nodes_number") or 1
+    if placement == "node_set" and len(nodes) < want:
+        coming.append(f"waiting for nodes: {len(nodes)} of {want}")
     k = instance.get("sync_replica_number") or 0
     if len(streaming) < k:
         return {**out, "status": "IN_PROGRESS",
                 "status_reason": f"waiting for replicas: {len(streaming)} of {k} stream; "
-                                 + "; ".join(behind)}
+                                 + "; ".join(coming + behind)}
+    if coming:
+        return {**out, "status": "IN_PROGRESS", "status_reason": "; ".join(coming + behind)}
     return {**out, "status": "ACTIVE",
             "status_reason": ("degraded: " + "; ".join(behind)) if behind else None}
 

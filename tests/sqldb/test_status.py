@@ -2,6 +2,8 @@
 pass writes it (appliance/sqldb/reconcile.py), from rows written into a real Store as the
 report handler writes them."""
 
+import time
+
 import pytest
 
 from appliance.agent.targets import View
@@ -152,3 +154,46 @@ def test_users_and_databases_follow_the_primarys_report(world):
     healthy(world, nodes, instance, users={"alice": "ok"})
     planner.pass_once()
     assert users.get(alice["uuid"])["status"] == "ACTIVE"
+
+
+def test_a_member_still_applying_keeps_it_in_progress(world):
+    nodes, instance, planner = cluster(world, sync=1)
+    healthy(world, nodes, instance)
+    world.report(nodes[2], instance, hash="old")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node node3: the agent has not applied it yet")
+
+
+def test_a_lost_replica_leaves_it_active_and_degraded(tmp_path):
+    world = World(tmp_path / "state", sqldb_failover_seconds=0.3)
+    nodes, instance, planner = cluster(world, sync=1)
+    h = hashes(world, instance)
+    world.report(nodes[2], instance, hash=h[nodes[2]["uuid"]], streaming_from="127.0.0.21")
+    time.sleep(0.4)
+    world.report(nodes[0], instance, hash=h[nodes[0]["uuid"]], role="primary")
+    world.report(nodes[1], instance, hash=h[nodes[1]["uuid"]], streaming_from="127.0.0.21")
+    planner.clock = lambda: at(world.row(nodes[1], instance), 0)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == (
+        "ACTIVE", "degraded: node node3 not streaming (lost: no report for more than 0.3 s)")
+
+
+def test_a_set_short_of_nodes_is_in_progress(world):
+    instance = world.add_instance(nodes_number=2, sync=0)
+    a = world.add_node(1, "127.0.0.21", node_set=instance["uuid"])
+    b = world.add_node(2, "127.0.0.22", node_set=instance["uuid"])
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    h = hashes(world, instance)
+    world.report(a, instance, hash=h[a["uuid"]], role="primary")
+    world.report(b, instance, hash=h[b["uuid"]], streaming_from="127.0.0.21")
+    planner.pass_once()
+    assert world.instance(instance)["status"] == "ACTIVE"
+    # a PUT grows it: the set's third node is not there yet
+    world.store.collection("sqldb_instances").update(instance["uuid"], {"nodes_number": 3})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == ("IN_PROGRESS", "waiting for nodes: 2 of 3")
