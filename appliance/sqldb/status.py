@@ -40,9 +40,11 @@ def node_judgement(node, item, row, now, limit):
     return out
 
 
-def judge(instance, nodes, items, rows, now, limit, lost=None):
+def judge(instance, nodes, items, rows, now, limit, lost=None, node_set=None):
     """{status, status_reason, node_status, ipsv4} of the instance. `lost`: the failover's
-    reason while the primary is lost and nothing may be promoted yet."""
+    reason while the primary is lost and nothing may be promoted yet; `node_set`: its set
+    record (placement node_set), whose own work (new members, bigger disks) is the
+    instance's too."""
     names = {n["uuid"]: n.get("name") or n["uuid"] for n in nodes}
     ipsv4 = [host_of(n) for n in nodes if host_of(n)]
     node_status = {n["uuid"]: node_judgement(n, items.get(n["uuid"]), rows.get(n["uuid"]),
@@ -88,6 +90,14 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
     want = instance.get("nodes_number") or 1
     if placement == "node_set" and len(nodes) < want:
         coming.append(f"waiting for nodes: {len(nodes)} of {want}")
+    set_status = (node_set or {}).get("status")
+    if set_status == "ERROR":
+        # a member's VM failed: the database runs on without it, as with a lost member
+        behind.append(f"node set {node_set['name']}: "
+                      f"{node_set.get('status_reason') or 'ERROR'}")
+    if set_status in ("NEW", "IN_PROGRESS") and not coming:
+        coming.append(f"node set {node_set['name']}: "
+                      f"{node_set.get('status_reason') or 'in progress'}")
     k = instance.get("sync_replica_number") or 0
     if len(streaming) < k:
         return {**out, "status": "IN_PROGRESS",

@@ -197,3 +197,27 @@ def test_a_set_short_of_nodes_is_in_progress(world):
     planner.pass_once()
     got = world.instance(instance)
     assert (got["status"], got["status_reason"]) == ("IN_PROGRESS", "waiting for nodes: 2 of 3")
+
+
+def test_the_sets_work_is_in_progress_and_its_error_a_degradation(world):
+    instance = world.add_instance(nodes_number=1, sync=0)
+    a = world.add_node(1, "127.0.0.21", node_set=instance["uuid"])
+    sets = world.store.collection("compute_sets")
+    sets.insert({"uuid": instance["uuid"], "name": "dbaas-db", "status": "ACTIVE",
+                 "status_reason": None, "sqldb": instance["uuid"]})
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    world.report(a, instance, hash=hashes(world, instance)[a["uuid"]], role="primary")
+    planner.pass_once()
+    assert world.instance(instance)["status"] == "ACTIVE"
+    # a PUT of disk_size: the set grows its disks; the item (and its hash) stays
+    sets.update(instance["uuid"], {"status": "IN_PROGRESS"})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node set dbaas-db: in progress")
+    sets.update(instance["uuid"], {"status": "ERROR", "status_reason": "dbaas-db-0: no room"})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("ACTIVE", "degraded: node set dbaas-db: dbaas-db-0: no room")
