@@ -95,6 +95,8 @@ def judge(instance, nodes, items, rows, now, limit, lost=None, node_set=None):
         # a member's VM failed: the database runs on without it, as with a lost member
         behind.append(f"node set {node_set['name']}: "
                       f"{node_set.get('status_reason') or 'ERROR'}")
+    if node_set is not None and not coming and set_behind(instance, node_set):
+        coming.append(f"node set {node_set['name']}: waiting for the resize")
     if set_status in ("NEW", "IN_PROGRESS") and not coming:
         coming.append(f"node set {node_set['name']}: "
                       f"{node_set.get('status_reason') or 'in progress'}")
@@ -107,6 +109,16 @@ def judge(instance, nodes, items, rows, now, limit, lost=None, node_set=None):
         return {**out, "status": "IN_PROGRESS", "status_reason": "; ".join(coming + behind)}
     return {**out, "status": "ACTIVE",
             "status_reason": ("degraded: " + "; ".join(behind)) if behind else None}
+
+
+def set_behind(instance, node_set):
+    """True while the set does not have the sizes of the instance yet (a PUT the compute
+    daemon has not carried to the set): until then the set's own status says nothing."""
+    disks = (node_set.get("disk_spec") or {}).get("disks") or [{}, {}]
+    data = disks[1] if len(disks) > 1 else {}
+    return (node_set.get("cores"), node_set.get("ram"), data.get("size")) != \
+        (instance.get("cpu"), instance.get("ram"), instance.get("disk_size")) or \
+        (node_set.get("replicas") or 0) < (instance.get("nodes_number") or 1)
 
 
 def reported_status(section, name, item, row):

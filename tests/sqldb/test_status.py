@@ -204,14 +204,23 @@ def test_the_sets_work_is_in_progress_and_its_error_a_degradation(world):
     a = world.add_node(1, "127.0.0.21", node_set=instance["uuid"])
     sets = world.store.collection("compute_sets")
     sets.insert({"uuid": instance["uuid"], "name": "dbaas-db", "status": "ACTIVE",
-                 "status_reason": None, "sqldb": instance["uuid"]})
+                 "status_reason": None, "sqldb": instance["uuid"], "cores": 2, "ram": 2048,
+                 "replicas": 1, "disk_spec": {"kind": "disks", "disks": [
+                     {"size": 10}, {"size": 10, "label": "sqldb-data"}]}})
     planner = Planner(world.store, world.settings)
     planner.pass_once()
     world.report(a, instance, hash=hashes(world, instance)[a["uuid"]], role="primary")
     planner.pass_once()
     assert world.instance(instance)["status"] == "ACTIVE"
-    # a PUT of disk_size: the set grows its disks; the item (and its hash) stays
-    sets.update(instance["uuid"], {"status": "IN_PROGRESS"})
+    # a PUT of disk_size: the item (and its hash) stays; before the compute daemon has
+    # carried it to the set, the set is behind; then the set works on it
+    world.store.collection("sqldb_instances").update(instance["uuid"], {"disk_size": 20})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node set dbaas-db: waiting for the resize")
+    sets.update(instance["uuid"], {"status": "IN_PROGRESS", "disk_spec": {
+        "kind": "disks", "disks": [{"size": 10}, {"size": 20, "label": "sqldb-data"}]}})
     planner.pass_once()
     got = world.instance(instance)
     assert (got["status"], got["status_reason"]) == \
