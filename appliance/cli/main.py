@@ -20,7 +20,7 @@ from typing import Sequence
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
 from appliance.cli import (agent, backup, certificates, compute, configs, em, groups, lb,
-                           output, repo, services)
+                           output, repo, services, sqldb)
 from appliance.cli.client import (
     INTROSPECT_PATH,
     LOGOUT_PATH,
@@ -239,6 +239,8 @@ def build_parser(env: Environment) -> ArgumentParser:
     configs.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show})
     lb.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+        "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
+    sqldb.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
     backup.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
     agent.add_commands(commands, common, functools.partial(ArgumentParser, env=env))

@@ -28,7 +28,8 @@ from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType, FilterError,
                                   Integer, List, Object, String)
 from appliance.api.resource import ADMIN_PROJECT, Resource
-from appliance.api.routing import AUTHENTICATED
+from appliance.api.routing import PUBLIC
+from appliance.compute.resources import is_platform
 
 from . import scram
 
@@ -95,6 +96,11 @@ DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 RESERVED_USER_PREFIXES = ("pg_", "dbaas_")
 RESERVED_USERS = ("postgres",)
+# names PostgreSQL itself refuses for a role ("role name ... is reserved"): refused here,
+# where the caller sees why, rather than as an ERROR from the node
+POSTGRES_RESERVED_ROLES = ("public", "none")
+# databases every cluster has, which the node never creates nor drops
+RESERVED_DATABASES = ("postgres", "template0", "template1")
 PASSWORD_MIN, PASSWORD_MAX = 8, 99
 LIMITS = {"cpu": (1, 128), "ram": (512, 1024 * 1024), "disk_size": (8, 1024),
           "nodes_number": (1, 16), "sync_replica_number": (0, 15)}
@@ -115,8 +121,10 @@ class Ref(FieldType):
     its instance)."""
     type_name = "reference"
 
-    def __init__(self, pattern, shown):
-        self.pattern, self.shown = pattern, shown
+    def __init__(self, pattern, collection_path):
+        # collection_path: what the OpenAPI document says reads show
+        self.pattern, self.collection_path = pattern, collection_path
+        self.shown = collection_path + "/<uuid>"
 
     def schema(self):
         return {"type": "string", "maxLength": 300,
@@ -145,8 +153,14 @@ class OwnerRef(Ref):
             return value.lower()
         return value
 
+    def parse_filter(self, text):
+        m = self.pattern.match(text)
+        if m is None:
+            raise FilterError(f"must be a UUID or {self.shown}")
+        return m.group(2).lower()
 
-NODE_REF = Ref(re.compile(rf"^(?:/v1/compute/nodes/)?({_U})/?$"), "/v1/compute/nodes/<uuid>")
+
+NODE_REF = Ref(re.compile(rf"^(?:/v1/compute/nodes/)?({_U})/?$"), "/v1/compute/nodes")
 
 
 def ref_uuid(where, value, shown):
@@ -157,7 +171,7 @@ def ref_uuid(where, value, shown):
 
 
 def base_fields():
-    return [Field("name", String(255), required=True),
+    return [Field("name", String(255, min_length=1), required=True),
             Field("description", String(255), default="", nullable=False)]
 
 
@@ -166,11 +180,6 @@ def check_range(record, name):
     value = record.get(name)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(f"{name}: must be an integer from {low} to {high}, not {value!r}")
-
-
-def is_platform(principal):
-    """An unscoped caller, one of the admin project, or the platform in-process."""
-    return principal is None or principal.project_id in (None, ADMIN_PROJECT)
 
 
 class SqldbResource(Resource):
@@ -197,16 +206,22 @@ class SqldbResource(Resource):
 # ---- versions ---------------------------------------------------------------------------
 
 class Versions(SqldbResource):
-    """Admin-managed: every authenticated caller reads them (an instance needs one), only
-    the platform (an unscoped token or one of the admin project) writes them, so that a
-    project owner's `sqldb.*.*` does not reach them."""
+    """Admin-managed, in the admin project, shared with every project as its repositories
+    are: read with `sqldb.version.read`, which every project role grants (the owner's
+    `sqldb.*.*`, the reader's `sqldb.*.read`: whoever makes instances can pick a version;
+    deny by default keeps a newcomer out), written only by the platform (an unscoped token
+    or one of the admin project), so that a project owner's `sqldb.*.*` does not reach
+    them."""
 
     def __init__(self, family):
         super().__init__(
             family, name="SqldbVersion", path=family.versions, kind=VERSIONS,
-            policy="version", unique=[("name",)],
+            policy="version", unique=[("name",)], project_scoped=True,
+            shared_projects=(ADMIN_PROJECT,),
             description="a PostgreSQL version instances are made from; admin-managed",
             fields=base_fields() + [
+                Field("project_id", UUID(), default=ADMIN_PROJECT, create_only=True,
+                      description="always the admin project's: every project reads them"),
                 Field("image", String(2048), default="", nullable=False,
                       description="the node image (URL or repo artifact) of the instances' "
                                   "nodes; may be empty: the node image's own PostgreSQL"),
@@ -217,14 +232,26 @@ class Versions(SqldbResource):
                       description="kept by the instances that use it, refused for new ones"),
             ])
 
-    def permission(self, action):
-        return AUTHENTICATED if action == "read" else super().permission(action)
-
     def admit(self, call):
         if call.request is not None and call.request.method != "GET" and \
                 not is_platform(call.principal):
             raise Forbidden("versions are the administrator's: use an unscoped token or one "
                             "scoped to the admin project")
+
+    def prepare_create(self, call, record):
+        if record["project_id"] != ADMIN_PROJECT:
+            raise BadRequest(f"project_id: versions belong to the admin project "
+                             f"{ADMIN_PROJECT}")
+        return record
+
+    def register(self, api):
+        super().register(api)
+        if self.family.wrap_versions:
+            for route in api.routes:
+                if route.method == "GET" and route.path == self.path:
+                    route.response_schema = {
+                        "type": "object", "required": ["versions"],
+                        "properties": {"versions": route.response_schema}}
 
     def list_handler(self, call):
         listed = super().list_handler(call)
@@ -258,7 +285,7 @@ class Instances(SqldbResource):
                 Field("sync_replica_number", Integer(*LIMITS["sync_replica_number"]),
                       description="at most nodes_number - 1; default min(1, nodes_number "
                                   "- 1)"),
-                Field("version", Ref(VERSION_REF, family.shown + "/versions/<uuid>"),
+                Field("version", Ref(VERSION_REF, family.shown + "/versions"),
                       required=True,
                       description="read-only after create (the same value may be sent back)"),
                 Field("placement", Object(PLACEMENT), create_only=True,
@@ -415,6 +442,8 @@ def check_user_name(name):
     if lowered.startswith(RESERVED_USER_PREFIXES) or lowered in RESERVED_USERS:
         raise BadRequest(f"name: {name!r} is reserved (names starting with pg_ or dbaas_, "
                          "and postgres, are the platform's)")
+    if lowered in POSTGRES_RESERVED_ROLES:
+        raise BadRequest(f"name: {name!r} is reserved by PostgreSQL")
 
 
 def check_password(password):
@@ -480,7 +509,7 @@ class Users(InstanceChild):
 
 
 def self_instance(family):
-    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances/<uuid>"),
+    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances"),
                  create_only=True, description="taken from the path")
 
 
@@ -498,7 +527,7 @@ class Databases(InstanceChild):
                 Field("description", String(255), default="", nullable=False),
                 self_instance(family),
                 Field("project_id", UUID(), create_only=True, description="the instance's"),
-                Field("owner", OwnerRef(USER_REF, family.shown + "/instances/<i>/users/<uuid>"),
+                Field("owner", OwnerRef(USER_REF, family.shown + "/instances/<i>/users"),
                       required=True, description="a user of the same instance"),
                 Field("status", Enum(*CHILD_STATUSES), read_only=True,
                       description="NEW after a create or an owner change, ACTIVE once the "
@@ -532,6 +561,9 @@ class Databases(InstanceChild):
         check_name("name", record["name"], DATABASE_NAME, "an SQL identifier: it starts "
                    "with a letter or an underscore and holds only letters, digits and "
                    "underscores")
+        if record["name"].lower() in RESERVED_DATABASES:
+            raise BadRequest(f"name: {record['name']!r} is a database every PostgreSQL "
+                             "cluster has already")
         record["owner"] = self.checked_owner(call, record["instance"], record["owner"])
         record.update(status="NEW", status_reason=None)
         return record
@@ -564,7 +596,8 @@ def register(api):
     for resource in all_resources():
         resource.register(api)
     for path in TYPES_PATHS:
-        api.route("GET", path, types_handler, permission=AUTHENTICATED, tag=SERVICE,
+        # a constant, as `/` is: public (the reference CLI's element answers it alike)
+        api.route("GET", path, types_handler, permission=PUBLIC, tag=SERVICE,
                   summary="the database types: [\"postgres\"]",
                   response_schema={"type": "array", "items": {"type": "string"}})
 

@@ -8,6 +8,8 @@ administrator may have changed its image or deprecated it since).
 
 import uuid
 
+from appliance.iam.builtin import ADMIN_PROJECT
+
 VERSIONS = "sqldb_versions"
 SEED_NAME = "15"
 SEED_MAJOR = 15
@@ -23,6 +25,6 @@ def seed(store, settings):
             # an administrator made a "15" of their own before the seed first ran: theirs
             return
         versions.insert({
-            "uuid": SEED_UUID, "name": SEED_NAME, "major": SEED_MAJOR, "deprecated": False,
+            "uuid": SEED_UUID, "project_id": ADMIN_PROJECT, "name": SEED_NAME, "major": SEED_MAJOR, "deprecated": False,
             "description": "PostgreSQL 15, as the node image carries it",
             "image": settings.get("sqldb_image") or ""})

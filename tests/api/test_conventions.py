@@ -299,7 +299,9 @@ def test_every_route_declares_a_permission(server):
             # enrollment is authenticated by its single-use token (docs/agent.md)
             assert route.path in ("/", "/v1/health", "/v1/openapi.json", "/v1/repo/store",
                                   "/v1/ua/enroll", "/v1/repo/store/elements",
-                                  "/v1/repo/store/elements/<uuid>") or \
+                                  "/v1/repo/store/elements/<uuid>",
+                                  # DBaaS's constant ["postgres"] (reference-api.md 9)
+                                  "/v1/types", "/api/dbaas/v1/types") or \
                 route.path.endswith("/actions/get_token/invoke"), route
         elif route.permission != AUTHENTICATED:     # the caller's own token or user
             for permission in route.permissions:

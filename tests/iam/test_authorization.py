@@ -94,7 +94,9 @@ def test_matrix_covers_the_route_table(world):
         # token: the admin project's elements only (tests/repo/test_store.py)
         "/v1/repo/store", "/v1/repo/store/elements", "/v1/repo/store/elements/<uuid>",
         # a node agent's enrollment: the single-use token is the authentication
-        "/v1/ua/enroll"}
+        "/v1/ua/enroll",
+        # DBaaS's constant list of database types, ["postgres"] (reference-api.md 9)
+        "/v1/types", "/api/dbaas/v1/types"}
 
 
 def test_every_guarded_route_without_token_is_401(world):
@@ -124,8 +126,10 @@ def test_every_guarded_route_scoped_to_a_on_b_never_succeeds(world):
                 and route.resource.project_scoped:
             # a collection: B's items must not be listed, and filtering by B is 403
             assert resp.status == 200
+            # the spec's one list in an object: /v1/types/sqldb/versions (spec 4.4)
+            items = resp.json["versions"] if isinstance(resp.json, dict) else resp.json
             assert all(i.get("project_id", "").endswith(world["a"]) or
-                       i.get("project_id", "").endswith(ADMIN_PROJECT) for i in resp.json)
+                       i.get("project_id", "").endswith(ADMIN_PROJECT) for i in items)
             resp = world["owner_a"].get(path, query={"project_id": world["b"]})
         assert resp.status in (403, 404), (route, resp)
 

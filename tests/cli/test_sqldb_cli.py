@@ -1,0 +1,121 @@
+"""`appliance sqldb ...` against the real API."""
+
+from __future__ import annotations
+
+import uuid
+
+from appliance.sqldb import scram
+from appliance.sqldb.versions import SEED_UUID
+
+from tests.secret.conftest import remember
+
+from .conftest import ADMIN_PROJECT
+
+INSTANCES = "/v1/sqldb/instances/"
+
+
+def ok(result):
+    assert result.code == 0, result.stderr
+    return result.json()
+
+
+def make_instance(cli, name, *extra):
+    return ok(cli("--json", "sqldb", "instances", "add", "-n", name, "-p", ADMIN_PROJECT,
+                  "-v", "15", "--cpu", "1", "--ram", "512", "--disk-size", "8", *extra))
+
+
+def test_an_instance_with_a_user_and_a_database_by_names(logged_in, real_api):
+    name = f"shop-{uuid.uuid4().hex[:6]}"
+    made = make_instance(logged_in, name, "--nodes-number", "3")
+    assert logged_in.transport.to(INSTANCES)[-1].body == {
+        "name": name, "project_id": ADMIN_PROJECT, "version": SEED_UUID, "cpu": 1,
+        "ram": 512, "disk_size": 8, "nodes_number": 3}
+    assert (made["status"], made["sync_replica_number"]) == ("NEW", 1)
+    listed = logged_in("sqldb", "instances", "list")
+    assert listed.code == 0 and made["uuid"] in listed.stdout
+    grown = ok(logged_in("--json", "sqldb", "instances", "update", name, "--ram", "1024"))
+    assert (grown["ram"], grown["status"]) == (1024, "IN_PROGRESS")
+
+    user = ok(logged_in("--json", "sqldb", "users", "add", name, "-n", "alice",
+                        "--password", remember("first-password")))
+    assert user["status"] == "NEW" and "password" not in user
+    db = ok(logged_in("--json", "sqldb", "databases", "add", name, "-n", "orders",
+                      "--owner", "alice"))
+    assert db["owner"] == f"/v1/types/sqldb/instances/{made['uuid']}/users/{user['uuid']}"
+    shown = ok(logged_in("--json", "sqldb", "databases", "show", name, "orders"))
+    assert shown["uuid"] == db["uuid"]
+    assert [u["name"] for u in ok(logged_in("--json", "sqldb", "users", "list", name))] == \
+        ["alice"]
+
+    # the owner cannot go before its database; then both go
+    refused = logged_in("sqldb", "users", "delete", name, "alice")
+    assert refused.code != 0 and "orders" in refused.stderr
+    assert logged_in("sqldb", "databases", "delete", name, "orders").code == 0
+    assert logged_in("sqldb", "users", "delete", name, "alice").code == 0
+    assert logged_in("sqldb", "instances", "delete", name).code == 0
+    assert logged_in("sqldb", "instances", "show", name).code != 0
+
+
+def test_a_password_is_prompted_twice_and_never_echoed(logged_in, real_api):
+    name = f"p-{uuid.uuid4().hex[:6]}"
+    made = make_instance(logged_in, name)
+    logged_in.typed_password = remember("typed-password-1")
+    result = logged_in("--json", "sqldb", "users", "add", name, "-n", "bob", tty=True)
+    user = ok(result)
+    assert logged_in.prompts[-2:] == ["Password: ", "Password again: "]
+    assert "typed-password-1" not in result.stdout + result.stderr
+    record = real_api.store.collection("sqldb_users").get(user["uuid"])
+    assert scram.verifies("typed-password-1", record["password_hash"])
+    # no terminal: no prompt, a usage error
+    assert logged_in("sqldb", "users", "add", name, "-n", "carol").code != 0
+    # stdin, then an update that prompts (`--password` without a value)
+    ok(logged_in("--json", "sqldb", "users", "add", name, "-n", "carol",
+                 "--password-stdin", stdin=remember("stdin-password") + "\n"))
+    carol = real_api.store.collection("sqldb_users").find_one(instance=made["uuid"],
+                                                               name="carol")
+    assert scram.verifies("stdin-password", carol["password_hash"])
+    logged_in.typed_password = remember("typed-password-2")
+    changed = ok(logged_in("--json", "sqldb", "users", "update", name, "carol",
+                           "--password", tty=True))
+    assert changed["status"] == "NEW"
+    carol = real_api.store.collection("sqldb_users").get(carol["uuid"])
+    assert scram.verifies("typed-password-2", carol["password_hash"])
+
+
+def test_refusals_reach_the_user(logged_in):
+    name = f"r-{uuid.uuid4().hex[:6]}"
+    make_instance(logged_in, name, "--disk-size", "20")
+    shrink = logged_in("sqldb", "instances", "update", name, "--disk-size", "10")
+    assert shrink.code != 0 and "shrink" in shrink.stderr
+    short = logged_in("sqldb", "users", "add", name, "-n", "x", "--password", "short")
+    assert short.code != 0 and "8 to 99" in short.stderr
+    reserved = logged_in("sqldb", "users", "add", name, "-n", "pg_x", "--password",
+                         "long-enough")
+    assert reserved.code != 0 and "reserved" in reserved.stderr
+
+
+def test_versions(logged_in):
+    listed = ok(logged_in("--json", "sqldb", "versions", "list"))
+    assert SEED_UUID in [v["uuid"] for v in listed]
+    vname = f"v{uuid.uuid4().hex[:6]}"
+    made = ok(logged_in("--json", "sqldb", "versions", "add", "-n", vname, "--major", "16"))
+    assert (made["major"], made["deprecated"]) == (16, False)
+    gone = ok(logged_in("--json", "sqldb", "versions", "update", vname, "--deprecated"))
+    assert gone["deprecated"] is True
+    refused = make_instance_result(logged_in, vname)
+    assert refused.code != 0 and "deprecated" in refused.stderr
+    assert ok(logged_in("--json", "sqldb", "versions", "show", "15"))["major"] == 15
+    assert logged_in("sqldb", "versions", "delete", vname).code == 0
+
+
+def make_instance_result(cli, version):
+    return cli("sqldb", "instances", "add", "-n", "x", "-p", ADMIN_PROJECT, "-v", version,
+               "--cpu", "1", "--ram", "512", "--disk-size", "8")
+
+
+def test_help_names_the_commands(cli):
+    for argv in (("sqldb", "--help"), ("sqldb", "instances", "add", "--help"),
+                 ("sqldb", "users", "update", "--help"),
+                 ("sqldb", "databases", "add", "--help")):
+        result = cli(*argv)
+        assert result.code == 0 and "example" in result.stdout, result.stderr
