@@ -32,7 +32,12 @@ def node_judgement(node, item, row, now, limit):
     elif row is None:
         out["reason"] = "not reported yet"
     elif not is_fresh(row, now, limit):
-        out.update(status="ERROR", reason=f"lost: no report for more than {limit:g} s")
+        if row.get("hash") == item["hash"] and row.get("status") == "ACTIVE":
+            out.update(status="ERROR", reason=f"lost: no report for more than {limit:g} s")
+        else:
+            # quiet while applying (a base backup holds the driver's tick): work under way
+            out.update(status="IN_PROGRESS", reason=f"applying: no report for more than "
+                                                    f"{limit:g} s")
     elif row.get("hash") != item["hash"]:
         out.update(status="IN_PROGRESS", reason="the agent has not applied it yet")
     else:
