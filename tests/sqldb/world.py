@@ -88,7 +88,8 @@ class World:
         self.addresses = addresses
         self.failover_seconds = failover_seconds
         self.dns_address, self.dns_port = dns_address, dns_port or free_port(dns_address)
-        self.base = tempfile.mkdtemp(prefix="sqldb-world-")
+        # short: PostgreSQL's socket path under a node's prefix must stay within 107 bytes
+        self.base = tempfile.mkdtemp(prefix="sq-", dir="/tmp")
         os.chmod(self.base, 0o755)
         self.port = free_port(addresses[0])
         self.nodes, self.api, self.daemon, self.dns = [], None, None, None
@@ -105,7 +106,7 @@ class World:
         self.admin = self.api.client(self.api.login("admin", ADMIN_PASSWORD))
         for i, address in enumerate(self.addresses):
             self.nodes.append(PgNode(self.api, self.admin,
-                                     os.path.join(self.base, f"node{i}"), address))
+                                     os.path.join(self.base, f"n{i}"), address))
         return self
 
     def stop(self):
