@@ -9,7 +9,7 @@ databases (replicas get them through replication). Each step looks at what is on
 what runs first, so the same item again changes nothing and restarts nothing.
 
 tick() is the heartbeat: a fresh report per item every HEARTBEAT_SECONDS, at once when the
-role, `running` or the status changes; it starts a stopped PostgreSQL again and retries a
+role, `running`, `streaming_from` or the status changes; it starts a stopped PostgreSQL again and retries a
 failed apply with a back-off.
 
 PostgreSQL runs as its own daemon so it outlives the agent: on a node with systemd under a
@@ -135,7 +135,7 @@ class _State:
         self.backoff = RETRY_FIRST
         self.users = {}
         self.databases = {}
-        self.key = None             # (status, role, running) last reported
+        self.key = None             # (status, role, running, streaming_from) reported
         self.reported_at = 0.0
 
 
@@ -504,7 +504,7 @@ class Driver:
         except (Failed, PathRefused) as e:
             out["checked_at"] = _now_iso()
             return {"status": "ERROR", "reason": st.error or str(e), "value": out}
-        reason = None
+        reason = note = None
         if pg.postmaster_pid(c) is None:
             reason = "PostgreSQL is not running" + (
                 f": {pg.log_tail(c, 300)}" if c.initialized and pg.log_tail(c, 300) else "")
@@ -522,20 +522,28 @@ class Driver:
                            sync_standbys=seen["sync_standbys"] if not seen["recovery"]
                            else [])
                 reason = _mismatch(spec, seen)
+                note = _not_streaming(spec, seen)
         if out["role"] == "primary" and spec.role == "primary":
             out["users"], out["databases"] = dict(st.users), dict(st.databases)
         out["checked_at"] = _now_iso()
         reason = st.error or reason
-        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason, "value": out}
+        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason or note,
+                "value": out}
 
 
 def _mismatch(spec, seen):
     """Why the running server is not what the item wants, or None."""
     if spec.role == "primary":
         return "still in recovery (a replica)" if seen["recovery"] else None
-    if not seen["recovery"]:
-        return "runs as a primary"
-    if seen["streaming_from"] != spec.primary["host"]:
+    return "runs as a primary" if not seen["recovery"] else None
+
+
+def _not_streaming(spec, seen):
+    """A replica in its role that streams nothing (its primary down or restarting, a
+    timeline it cannot follow): still ACTIVE, as the contract says (it runs in the wanted
+    role); the reason says it and `streaming_from` is null, which plan's status reads."""
+    if spec.role == "replica" and seen["recovery"] and \
+            seen["streaming_from"] != spec.primary["host"]:
         return (f"not streaming from {spec.primary['host']} (WAL receiver: "
                 f"{seen.get('receiver') or 'not running'})")
     return None
@@ -543,7 +551,7 @@ def _mismatch(spec, seen):
 
 def _key(result):
     v = result.get("value") or {}
-    return (result.get("status"), v.get("role"), v.get("running"))
+    return (result.get("status"), v.get("role"), v.get("running"), v.get("streaming_from"))
 
 
 def unit_text(spec, c):
