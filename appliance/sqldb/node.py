@@ -450,10 +450,11 @@ class Driver:
             pg.start(c)
             return
         self._write_unit(spec, c)
+        offset = pg.log_size(c)
         code, out = self.host.systemctl("enable", "--now", self._unit(spec))
         if code != 0:
             raise Failed(f"{self._unit(spec)} did not start: "
-                         f"{pg.log_tail(c, 800) or out[-400:]}")
+                         f"{pg.log_complaint(c, offset) or out[-400:]}")
 
     def _stop(self, spec, c):
         if self.systemd:
@@ -506,8 +507,8 @@ class Driver:
             return {"status": "ERROR", "reason": st.error or str(e), "value": out}
         reason = note = None
         if pg.postmaster_pid(c) is None:
-            reason = "PostgreSQL is not running" + (
-                f": {pg.log_tail(c, 300)}" if c.initialized and pg.log_tail(c, 300) else "")
+            said = pg.log_complaint(c, limit=300) if c.initialized else ""
+            reason = "PostgreSQL is not running" + (f": {said}" if said else "")
         else:
             out["running"] = True
             try:

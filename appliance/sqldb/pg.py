@@ -215,6 +215,33 @@ def log_tail(c, limit=LOG_TAIL):
     return "\n".join(lines[1:] if size > limit else lines).strip()
 
 
+def log_size(c):
+    try:
+        return os.path.getsize(c.log_file)
+    except OSError:
+        return 0
+
+
+def log_complaint(c, offset=None, limit=600):
+    """What the server's log says went wrong since `offset` (its FATAL/PANIC/ERROR lines,
+    else its last lines); with no offset, from its last few kilobytes."""
+    try:
+        with open(c.log_file, "rb") as f:
+            if offset is None:
+                f.seek(0, os.SEEK_END)
+                offset = max(0, f.tell() - 4000)
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    bad = [re.sub(r"^\S+ \S+ \S+ \[\d+\] (\S+@\S+ )?", "", ln) for ln in lines
+           if re.search(r"\b(FATAL|PANIC|ERROR):", ln)
+           or re.search(r"\b(LOG|WARNING):\s+could not", ln)]
+    said = "; ".join(dict.fromkeys(bad[-3:])) if bad else "; ".join(lines[-2:])
+    return said[-limit:]
+
+
 def _said(output, limit=600):
     """A tool's complaint: its error/fatal lines, else its last lines."""
     lines = [ln.strip() for ln in (output or "").splitlines() if ln.strip()]
@@ -441,10 +468,11 @@ def diverged(c):
 def start(c, timeout=START_SECONDS):
     """pg_ctl start, waiting at most `timeout` s for the server to accept connections;
     Failed with the log's tail when it does not."""
+    offset = log_size(c)
     code, out = run(c, [c.tool("pg_ctl"), "start", "-D", c.data, "-l", c.log_file, "-w",
                         "-t", str(timeout), "-s"], timeout=timeout + 15)
     if code != 0:
-        said = log_tail(c, 800) or _said(out)
+        said = log_complaint(c, offset) or _said(out)
         raise Failed(f"PostgreSQL did not start: {said}")
 
 
@@ -552,7 +580,7 @@ def promote(c, wait_seconds=60):
                  timeout=wait_seconds + 15)
     if done is not True:
         raise Failed(f"pg_promote did not end recovery within {wait_seconds} s: "
-                     f"{log_tail(c, 600)}")
+                     f"{log_complaint(c)}")
 
 
 # ---- roles and databases ----------------------------------------------------------------------
