@@ -174,8 +174,11 @@ class Driver:
         if self.systemd:
             unit = UNIT.format(instance=instance)
             self.host.systemctl("disable", "--now", unit)
-            path = self.host.path(f"{UNIT_DIR}/{unit}")
-            if os.path.exists(path):
+            try:
+                path = self.host.path(f"{UNIT_DIR}/{unit}")
+            except PathRefused:
+                path = None             # refused when applied too: never written
+            if path and os.path.exists(path):
                 os.unlink(path)
                 self.host.systemctl("daemon-reload")
         if os.path.isdir(c.data):
@@ -302,10 +305,11 @@ class Driver:
                            connect_timeout=10, sslmode="prefer")
 
     def _rejoin(self, spec, c):
-        """This node's data is a primary's and the item wants a replica (the old primary
-        back after a failover): stop, pg_rewind onto the new primary (a new base backup
-        when that fails), start as its replica. The new primary must have been promoted:
-        rewinding onto a server still in recovery could leave this one ahead of it."""
+        """This node's data went further than the item's primary (the old primary back
+        after a failover, or a replica ahead of the one promoted): stop, pg_rewind onto
+        the new primary (a new base backup when that fails), start as its replica. The
+        new primary must have been promoted: rewinding onto a server still in recovery
+        could leave this one ahead of it."""
         self._stop(spec, c)
         source = self._source(spec, c, replication=False)
         try:
