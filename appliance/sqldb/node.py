@@ -202,6 +202,7 @@ class Driver:
             elif now >= st.next_try and (st.error is not None or not self._running(item)
                                          or self._diverged(item)):
                 self._converge(item, st)
+            self._rotate_log(item)
             result = self._report(item, st)
             key = _key(result)
             if key != st.key or time.monotonic() - st.reported_at >= HEARTBEAT_SECONDS - 0.5:
@@ -435,6 +436,12 @@ class Driver:
             return pg.postmaster_pid(self._cluster(spec)) is not None
         except (Failed, PathRefused):
             return False
+
+    def _rotate_log(self, item):
+        try:
+            pg.rotate_log(self._cluster(Spec(item.get("value"))))
+        except (Failed, PathRefused, OSError):
+            pass
 
     def _diverged(self, item):
         try:

@@ -27,6 +27,7 @@ BASE = "/var/lib/appliance/sqldb"
 BIN = "/usr/lib/postgresql/{major}/bin"
 OS_USER = "postgres"
 LOG_TAIL = 2000
+LOG_ROTATE_BYTES = 64 * 1024 ** 2
 # the kernel's limit on a unix socket's path (sun_path), the terminating NUL left out
 SOCKET_PATH_MAX = 107
 START_SECONDS = 60
@@ -213,6 +214,17 @@ def log_tail(c, limit=LOG_TAIL):
         return ""
     lines = text.splitlines()
     return "\n".join(lines[1:] if size > limit else lines).strip()
+
+
+def rotate_log(c, limit=LOG_ROTATE_BYTES):
+    """Keep the server's log under `limit`: past it, the log is copied to `.1` (the one
+    before goes) and truncated in place. The postmaster writes it in append mode (pg_ctl's
+    `-l`), so it goes on at the new end; only lines written during the copy are lost."""
+    if log_size(c) <= limit:
+        return False
+    shutil.copyfile(c.log_file, c.log_file + ".1")
+    os.truncate(c.log_file, 0)
+    return True
 
 
 def log_size(c):
