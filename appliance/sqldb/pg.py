@@ -458,6 +458,7 @@ def wait_gone(c, seconds=15.0):
 
 
 DIVERGED = ("forked off current database system timeline",
+            "is not a child of this server's history",
             "is ahead of the WAL flush position of this server")
 
 
