@@ -14,6 +14,7 @@ carries a password or a verifier is never written to the server log.
 Runs on a node from the agent: stdlib only.
 """
 
+import grp
 import ipaddress
 import json
 import os
@@ -21,6 +22,7 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import time
 
 BASE = "/var/lib/appliance/sqldb"
@@ -153,6 +155,29 @@ def prepare_dirs(c):
     for d in (c.base, c.run_dir, c.log_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
         _own(d, user, 0o700)
+    check_reachable(os.path.dirname(c.base), user)
+
+
+def check_reachable(path, user):
+    """Failed when the OS user cannot traverse every directory down to `path` (a test's
+    node prefix inside a private temporary directory, say): initdb would fail with far
+    less clear words."""
+    groups = {g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem} | {user.pw_gid}
+    d = os.path.realpath(path)
+    while True:
+        st = os.stat(d)
+        if st.st_uid == user.pw_uid:
+            ok = st.st_mode & 0o100
+        elif st.st_gid in groups:
+            ok = st.st_mode & 0o010
+        else:
+            ok = st.st_mode & 0o001
+        if not ok:
+            raise Failed(f"the OS user {user.pw_name} cannot reach {path}: {d} is mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}")
+        if d == "/":
+            return
+        d = os.path.dirname(d)
 
 
 def _own(path, user, mode):

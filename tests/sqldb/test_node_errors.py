@@ -149,3 +149,15 @@ def test_a_start_that_fails_says_why_and_is_retried(base):
     finally:
         taken.close()
         node.remove(inst.item(node))
+
+
+def test_a_prefix_postgres_cannot_reach_is_said_clearly(base):
+    private = os.path.join(base, "p")
+    os.mkdir(private, 0o700)
+    node = Node(private, "127.0.0.26")
+    inst = Instance([node], free_port("127.0.0.26"))
+    result = inst.apply(node)
+    assert result["status"] == "ERROR"
+    assert result["reason"].startswith("the OS user postgres cannot reach "), result
+    assert f"{private} is mode 0700" in result["reason"]
+    node.remove(inst.item(node))
