@@ -9,7 +9,7 @@ databases (replicas get them through replication). Each step looks at what is on
 what runs first, so the same item again changes nothing and restarts nothing.
 
 tick() is the heartbeat: a fresh report per item every HEARTBEAT_SECONDS, at once when the
-role, `running` or the status changes; it starts a stopped PostgreSQL again and retries a
+role, `running`, `streaming_from` or the status changes; it starts a stopped PostgreSQL again and retries a
 failed apply with a back-off.
 
 PostgreSQL runs as its own daemon so it outlives the agent: on a node with systemd under a
@@ -135,7 +135,7 @@ class _State:
         self.backoff = RETRY_FIRST
         self.users = {}
         self.databases = {}
-        self.key = None             # (status, role, running) last reported
+        self.key = None             # (status, role, running, streaming_from) reported
         self.reported_at = 0.0
 
 
@@ -174,8 +174,11 @@ class Driver:
         if self.systemd:
             unit = UNIT.format(instance=instance)
             self.host.systemctl("disable", "--now", unit)
-            path = self.host.path(f"{UNIT_DIR}/{unit}")
-            if os.path.exists(path):
+            try:
+                path = self.host.path(f"{UNIT_DIR}/{unit}")
+            except PathRefused:
+                path = None             # refused when applied too: never written
+            if path and os.path.exists(path):
                 os.unlink(path)
                 self.host.systemctl("daemon-reload")
         if os.path.isdir(c.data):
@@ -199,6 +202,7 @@ class Driver:
             elif now >= st.next_try and (st.error is not None or not self._running(item)
                                          or self._diverged(item)):
                 self._converge(item, st)
+            self._rotate_log(item)
             result = self._report(item, st)
             key = _key(result)
             if key != st.key or time.monotonic() - st.reported_at >= HEARTBEAT_SECONDS - 0.5:
@@ -302,10 +306,11 @@ class Driver:
                            connect_timeout=10, sslmode="prefer")
 
     def _rejoin(self, spec, c):
-        """This node's data is a primary's and the item wants a replica (the old primary
-        back after a failover): stop, pg_rewind onto the new primary (a new base backup
-        when that fails), start as its replica. The new primary must have been promoted:
-        rewinding onto a server still in recovery could leave this one ahead of it."""
+        """This node's data went further than the item's primary (the old primary back
+        after a failover, or a replica ahead of the one promoted): stop, pg_rewind onto
+        the new primary (a new base backup when that fails), start as its replica. The
+        new primary must have been promoted: rewinding onto a server still in recovery
+        could leave this one ahead of it."""
         self._stop(spec, c)
         source = self._source(spec, c, replication=False)
         try:
@@ -432,6 +437,12 @@ class Driver:
         except (Failed, PathRefused):
             return False
 
+    def _rotate_log(self, item):
+        try:
+            pg.rotate_log(self._cluster(Spec(item.get("value"))))
+        except (Failed, PathRefused, OSError):
+            pass
+
     def _diverged(self, item):
         try:
             spec = Spec(item.get("value"))
@@ -450,10 +461,11 @@ class Driver:
             pg.start(c)
             return
         self._write_unit(spec, c)
+        offset = pg.log_size(c)
         code, out = self.host.systemctl("enable", "--now", self._unit(spec))
         if code != 0:
             raise Failed(f"{self._unit(spec)} did not start: "
-                         f"{pg.log_tail(c, 800) or out[-400:]}")
+                         f"{pg.log_complaint(c, offset) or out[-400:]}")
 
     def _stop(self, spec, c):
         if self.systemd:
@@ -504,10 +516,10 @@ class Driver:
         except (Failed, PathRefused) as e:
             out["checked_at"] = _now_iso()
             return {"status": "ERROR", "reason": st.error or str(e), "value": out}
-        reason = None
+        reason = note = None
         if pg.postmaster_pid(c) is None:
-            reason = "PostgreSQL is not running" + (
-                f": {pg.log_tail(c, 300)}" if c.initialized and pg.log_tail(c, 300) else "")
+            said = pg.log_complaint(c, limit=300) if c.initialized else ""
+            reason = "PostgreSQL is not running" + (f": {said}" if said else "")
         else:
             out["running"] = True
             try:
@@ -522,20 +534,28 @@ class Driver:
                            sync_standbys=seen["sync_standbys"] if not seen["recovery"]
                            else [])
                 reason = _mismatch(spec, seen)
+                note = _not_streaming(spec, seen)
         if out["role"] == "primary" and spec.role == "primary":
             out["users"], out["databases"] = dict(st.users), dict(st.databases)
         out["checked_at"] = _now_iso()
         reason = st.error or reason
-        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason, "value": out}
+        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason or note,
+                "value": out}
 
 
 def _mismatch(spec, seen):
     """Why the running server is not what the item wants, or None."""
     if spec.role == "primary":
         return "still in recovery (a replica)" if seen["recovery"] else None
-    if not seen["recovery"]:
-        return "runs as a primary"
-    if seen["streaming_from"] != spec.primary["host"]:
+    return "runs as a primary" if not seen["recovery"] else None
+
+
+def _not_streaming(spec, seen):
+    """A replica in its role that streams nothing (its primary down or restarting, a
+    timeline it cannot follow): still ACTIVE, as the contract says (it runs in the wanted
+    role); the reason says it and `streaming_from` is null, which plan's status reads."""
+    if spec.role == "replica" and seen["recovery"] and \
+            seen["streaming_from"] != spec.primary["host"]:
         return (f"not streaming from {spec.primary['host']} (WAL receiver: "
                 f"{seen.get('receiver') or 'not running'})")
     return None
@@ -543,7 +563,7 @@ def _mismatch(spec, seen):
 
 def _key(result):
     v = result.get("value") or {}
-    return (result.get("status"), v.get("role"), v.get("running"))
+    return (result.get("status"), v.get("role"), v.get("running"), v.get("streaming_from"))
 
 
 def unit_text(spec, c):

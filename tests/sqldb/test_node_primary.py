@@ -241,3 +241,18 @@ def test_an_agent_restart_changes_nothing(one):
     assert first["value"]["users"]["alice"] == "ok"
     assert node.postmaster(inst.uuid, inst.port) == pid
     assert os.stat(conf).st_mtime_ns == mtime
+
+
+def test_the_server_log_is_kept_small(one):
+    node, inst = one
+    c = node.cluster(inst.uuid, inst.port)
+    with open(c.log_file, "ab") as f:
+        f.write(b"x" * 1024)
+    assert not pgnode.pg.rotate_log(c, limit=10 ** 9)
+    assert pgnode.pg.rotate_log(c, limit=1000)
+    assert os.path.getsize(c.log_file) == 0 and os.path.getsize(c.log_file + ".1") > 1024
+    # the server goes on writing the truncated file
+    local_sql(node, inst.uuid, inst.port, "SELECT pg_reload_conf()")
+    eventually(lambda: os.path.getsize(c.log_file) > 0, 30, "the server writing its log")
+    with open(c.log_file, "rb") as f:
+        assert not f.read(1).startswith(b"\0")          # not a sparse hole at the start

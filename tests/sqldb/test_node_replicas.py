@@ -118,6 +118,11 @@ def test_failover_promote_follow_rewind(three, caplog):
     write(inst, n1, 4, 5)
     committed = rows(inst, n1)
     n1.kill(inst.uuid, inst.port)
+    # the replicas still run in their role: ACTIVE, saying they stream nothing
+    lone = eventually(lambda: (lambda r: r if r["value"]["streaming_from"] is None else None)(
+        reports([n3], inst)[n3]), 30, "n3 no longer streaming")
+    assert lone["status"] == "ACTIVE" and lone["value"]["role"] == "replica"
+    assert lone["reason"].startswith(f"not streaming from {n1.address}")
     # plan's decision: n2 is the new primary, epoch + 1
     inst.failover(n2)
     result = inst.apply(n2)
