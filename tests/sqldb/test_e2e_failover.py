@@ -3,7 +3,8 @@ sqldb daemon process, and three HW "nodes", each a real agent process (its own r
 prefix, its own loopback address) running the node driver on real PostgreSQL. A 3-node
 instance with one synchronous replica reaches ACTIVE; rows written as a user through the
 endpoint (its name resolved by our DNS daemon) survive the primary's loss (agent and
-postmaster SIGKILLed); the endpoint moves; the old primary comes back as a replica.
+postmaster SIGKILLed); the endpoint moves; the old primary comes back as a replica; a new password makes the user
+ACTIVE once applied, and the old one stops working.
 
 Skipped until the node driver (kind sqldb in capabilities.DRIVERS, appliance/sqldb/node.py)
 is in the tree. Times are printed, never asserted; waits only keep a broken run from
@@ -159,3 +160,15 @@ def test_failover_keeps_every_committed_row(world):
                shown()["node_status"][old]["status"] == "ACTIVE", PATIENCE,
                "the old primary back as a replica")
     print(f"old primary back as a replica {time.monotonic() - killed:.1f} s after the kill")
+
+    # a new password: the user is NEW until the primary applied it, then only it works
+    user = f"{path}/users/{alice['uuid']}"
+    assert admin.put(user, {"password": "password-2"}).status == 200
+    eventually(lambda: admin.get(user).json["status"] == "ACTIVE", PATIENCE,
+               "the new password applied")
+    host = resolve(world, endpoint)
+    assert pgnode.psql(host, world["port"], "alice", "password-2", "SELECT 1",
+                       db="shop") == (0, "1")
+    code, out = pgnode.psql(host, world["port"], "alice", "password-1", "SELECT 1",
+                            db="shop")
+    assert code != 0 and "password authentication failed" in out
