@@ -4,6 +4,7 @@ what it reads and every second (a lost node makes no event).
 """
 
 import logging
+import time
 
 from appliance.agent.targets import View
 from state.collection import utcnow
@@ -18,11 +19,15 @@ log = logging.getLogger("appliance.sqldb")
 class Planner:
     """Keeps what one process remembers between passes: per instance, since when each
     member's row has said `running: false` (a restart forgets it, which only delays a
-    failover)."""
+    failover), and when its members' lsns were last written."""
+
+    # a change of the members' lsns alone is written at most this often
+    lsn_seconds = 30.0
 
     def __init__(self, store, settings, clock=utcnow):
         self.store, self.settings, self.clock = store, settings, clock
         self.down_since = {}
+        self.lsns_written = {}  # instance uuid -> monotonic time of its last node_status write
 
     def pass_once(self):
         """Returns how many records were written."""
@@ -55,9 +60,17 @@ class Planner:
             judged = status.judge(instance, nodes, items, rows, now, limit, waiting,
                                   store.collection(SETS).get(instance["uuid"]))
             primary = instance.get("primary")
-            written += status.write(store, instance, judged, items.get(primary),
-                                    rows.get(primary))
+            due = time.monotonic() >= self.lsns_written.get(instance["uuid"], 0.0) + \
+                self.lsn_seconds
+            done = status.write(store, instance, judged, items.get(primary),
+                                rows.get(primary), lsns_due=due)
+            stored = instances.get(instance["uuid"]) or {}
+            if instance.get("node_status") != judged["node_status"] and \
+                    stored.get("node_status") == judged["node_status"]:
+                self.lsns_written[instance["uuid"]] = time.monotonic()
+            written += done
         for gone in set(self.down_since) - seen:
             self.down_since.pop(gone, None)
+            self.lsns_written.pop(gone, None)
         written += endpoint.sync(store, self.settings["sqldb_zone"])
         return written

@@ -137,12 +137,27 @@ def reported_status(section, name, item, row):
     return ("ACTIVE", None) if said == "ok" else ("ERROR", str(said))
 
 
-def write(store, instance, judged, primary_item, primary_row):
+def only_lsns_moved(instance, judged):
+    """True when the judgement differs from the record in the members' lsns alone."""
+    def without_lsn(node_status):
+        return {u: {k: v for k, v in s.items() if k != "lsn"}
+                for u, s in (node_status or {}).items()}
+    return judged["node_status"] != instance.get("node_status") and \
+        without_lsn(judged["node_status"]) == without_lsn(instance.get("node_status")) and \
+        all(instance.get(k) == v for k, v in judged.items() if k != "node_status")
+
+
+def write(store, instance, judged, primary_item, primary_row, lsns_due=True):
     """Write what changed of the instance, its users and databases (compare-and-set: a
     record written meanwhile is skipped, and that write's change event brings the next
-    pass, which judges it again). Returns how many records were written."""
+    pass, which judges it again). A change of lsns alone is written only when `lsns_due`
+    (the caller spaces them: under write load they move at every report, and each write
+    of the instance wakes every agent's long poll and the compute daemon). Returns how
+    many records were written."""
     written = 0
     changes = {k: v for k, v in judged.items() if instance.get(k) != v}
+    if changes and not lsns_due and only_lsns_moved(instance, judged):
+        changes = {}
     if changes:
         written += len(store.collection(INSTANCES).update_many(
             {instance["uuid"]: (instance["revision"], changes)}))
