@@ -85,6 +85,14 @@ DEFAULTS = {
     # DBaaS (docs/sqldb.md): the node image of the seeded PostgreSQL version ("": the node
     # image's own PostgreSQL)
     "sqldb_image": "",
+    # DBaaS data plane (docs/sqldb-failover.md): PostgreSQL's port on every member; how long
+    # a primary's report may be stale (or say "not running") before a replica is promoted;
+    # the DNS zone of the instances' endpoints; CIDRs (comma-separated) allowed as clients
+    # besides the project's networks
+    "sqldb_port": 5432,
+    "sqldb_failover_seconds": 10.0,
+    "sqldb_zone": "sqldb.appliance.internal",
+    "sqldb_client_networks": "",
     # ---- certificates through ACME DNS-01 (docs/certificates.md) ----
     # the ACME directory and the CA bundle that its TLS is checked with (None: the
     # system's); tests point both at Pebble

@@ -4,7 +4,8 @@ DAEMONS is the one list of them: `appliance up` starts exactly these, and system
 one unit per entry. Kept free of imports so that reading the list costs nothing.
 """
 
-DAEMONS = ["builder", "mirror", "delivery", "compute", "dns", "agent", "backup", "certificates"]
+DAEMONS = ["builder", "mirror", "delivery", "compute", "dns", "agent", "backup", "certificates",
+           "sqldb"]
 
 
 def module_of(name):

@@ -12,6 +12,8 @@ PRODUCERS = {
     "service": "appliance.service.targets:for_node",
     "ssh_key": "appliance.secret.ssh_targets:for_node",
     "lb": "appliance.lb.targets:for_node",
+    # not in MASTERS: its status is sqldb's own (appliance/sqldb/status.py, by its daemon)
+    "sqldb": "appliance.sqldb.targets:for_node",
 }
 
 # kind of target resource -> "module:Class" built as Class(host) on the node

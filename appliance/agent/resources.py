@@ -111,7 +111,7 @@ class Agents(Resource):
                 # no payload at all, not an empty one: the agent keeps what it has
                 raise Conflict(f"the agent's node {agent['node']} no longer exists")
             try:
-                items, digest = items_for(View(store, self.box), node)
+                items, digest = items_for(View(store, self.box, self.api.settings), node)
             except ApiError:
                 raise
             except Exception:
@@ -236,7 +236,7 @@ class TargetResources(Resource):
 
     def collection(self):
         store = self.api.store
-        view = View(store)
+        view = View(store, settings=self.api.settings)
         actual = store.collection(RESOURCES)
         nodes = store.collection(NODES)
         out = []

@@ -31,9 +31,11 @@ TARGET_SCHEMA = {
 class View:
     """Read access to the store for producers (pure functions of what it returns)."""
 
-    def __init__(self, store, secret_box=None):
+    def __init__(self, store, secret_box=None, settings=None):
         self.store = store
         self._box = secret_box
+        # the process's settings, for a producer whose value depends on one (sqldb's port)
+        self.settings = settings
 
     def record(self, kind, uuid):
         return self.store.collection(kind).get(uuid)

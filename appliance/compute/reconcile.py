@@ -36,7 +36,8 @@ log = logging.getLogger("appliance.compute")
 NODES, HYPERVISORS = "compute_nodes", "compute_hypervisors"
 VOLUMES, POLICIES = "compute_volumes", "compute_placement_policies"
 KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, "network_networks",
-         "network_ports", "secret_ssh_keys", "network_lb")
+         "network_ports", "secret_ssh_keys", "network_lb", "sqldb_instances",
+         "sqldb_versions")
 NODE_REF = "/v1/compute/nodes/"
 VOLUME_PREFIX = "appliance-vol-"
 IMAGE_PREFIX = "appliance-image-"
@@ -77,6 +78,15 @@ def _reconcile_lb_sets():
     return reconcile_lb_sets
 
 
+def _reconcile_sqldb_sets():
+    # the node sets of DBaaS instances (appliance/sqldb/sets.py)
+    try:
+        from appliance.sqldb.sets import reconcile_sqldb_sets  # noqa: PLC0415
+    except ImportError:
+        return None
+    return reconcile_sqldb_sets
+
+
 def _network_errors():
     try:
         from appliance.network.networks import NetworkError  # noqa: PLC0415
@@ -102,6 +112,7 @@ class Reconciler:
         self.ports, self.reconcile_networks = _network_api()
         self.reconcile_sets = _reconcile_sets()
         self.reconcile_lb_sets = _reconcile_lb_sets()
+        self.reconcile_sqldb_sets = _reconcile_sqldb_sets()
         self.conns = {}         # hypervisor uuid -> (uri, connection)
         self.accel = {}         # connection uri -> "kvm" | "tcg" | None, detected once
         self.marks = {}         # (hypervisor uuid, domain UUID) -> mark or None (foreign)
@@ -125,6 +136,8 @@ class Reconciler:
         with self._lock:
             if self.reconcile_lb_sets is not None:
                 self.reconcile_lb_sets(self.store, self.settings)
+            if self.reconcile_sqldb_sets is not None:
+                self.reconcile_sqldb_sets(self.store, self.settings)
             if self.reconcile_sets is not None:
                 self.reconcile_sets(self.store, self.settings)
             active = self._hypervisors()

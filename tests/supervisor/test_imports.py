@@ -53,6 +53,8 @@ NEVER = {
     # each ACME order runs in a process of its own (docs/certificates.md, "Memory")
     "certificates": HTTP_SERVER | API | TOKENS | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT | {
         "acme", "josepy", "requests", "OpenSSL"},
+    # DBaaS's control loop reads and writes the store only (docs/sqldb-failover.md)
+    "sqldb": HTTP_SERVER | API | TOKENS | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
 }
 
 

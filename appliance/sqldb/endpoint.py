@@ -1,0 +1,96 @@
+"""Each instance's stable endpoint: an A record `<instance uuid>` in the zone of the
+setting `sqldb_zone`, pointing at the primary's host (docs/sqldb-failover.md, "Endpoint").
+
+The zone is a dns_domains record of the admin project, made here when missing (with its
+SOA, as the DNS API makes it). Our records carry the tag `sqldb`; a record of ours whose
+instance is gone, or has no primary with an address, is deleted. Every change bumps the
+zone's SOA serial, as the DNS API does (appliance/dns/resources.py; kept apart here as in
+appliance/secret/certificates.py: this runs in a daemon without the API).
+"""
+
+from .members import INSTANCES, NODES, host_of
+
+DOMAINS, RECORDS = "dns_domains", "dns_records"
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+TAG = "sqldb"
+# short: a client resolving again after a failover finds the new primary within this
+TTL = 5
+
+
+def ensure_zone(store, name):
+    """The zone record, made (with its SOA) when missing."""
+    domains = store.collection(DOMAINS, unique=[("name",)])
+    zone = domains.find_one(name=name)
+    if zone is not None:
+        return zone
+    zone = domains.insert({"name": name, "project_id": ADMIN_PROJECT, "mirror": None,
+                           "description": "endpoints of DBaaS instances (sqldb)",
+                           "tags": [TAG], "sync_to_ecosystem": False})
+    store.collection(RECORDS).insert({
+        "domain": zone["uuid"], "project_id": ADMIN_PROJECT, "type": "SOA", "ttl": 3600,
+        "prio": None, "disabled": False, "tags": [],
+        "record": {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{name}", "serial": 1,
+                   "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}})
+    return zone
+
+
+def bump_serial(records, zone_uuid):
+    for soa in records.by("domain", zone_uuid):
+        if soa["type"] == "SOA":
+            records.mutate(soa["uuid"], lambda r: {**r, "record": {
+                **r["record"], "serial": (r["record"]["serial"] + 1) % 4294967296}})
+
+
+def wanted(store):
+    """{instance uuid: the primary's host} for every instance whose primary has one."""
+    nodes = store.collection(NODES)
+    out = {}
+    for instance in store.collection(INSTANCES).records():
+        node = nodes.get(instance.get("primary") or "")
+        if node is not None and host_of(node):
+            out[instance["uuid"]] = host_of(node)
+    return out
+
+
+def sync(store, zone_name):
+    """Records and the instances' `endpoint` fields in line; returns how many records
+    were written."""
+    want = wanted(store)
+    instances = store.collection(INSTANCES)
+    if not want and not store.collection(DOMAINS).find_one(name=zone_name):
+        zone = None         # no instance needs the zone yet: it is made with the first
+    else:
+        zone = ensure_zone(store, zone_name)
+    written = 0
+    if zone is not None:
+        records = store.collection(RECORDS)
+        ours = {r["record"]["name"]: r for r in records.by("domain", zone["uuid"])
+                if r["type"] == "A" and TAG in (r.get("tags") or ())}
+        fresh, updates = [], {}
+        for uuid, host in sorted(want.items()):
+            current = ours.get(uuid)
+            if current is None:
+                fresh.append({"domain": zone["uuid"], "project_id": ADMIN_PROJECT,
+                              "type": "A", "ttl": TTL, "prio": None, "disabled": False,
+                              "tags": [TAG], "record": {"kind": "A", "name": uuid,
+                                                        "address": host}})
+            elif current["record"].get("address") != host:
+                updates[current["uuid"]] = (current["revision"], {
+                    "record": {**current["record"], "address": host}})
+        if fresh:
+            records.insert_many(fresh)
+        done = records.update_many(updates) if updates else {}
+        gone = records.delete_where(lambda r: r["domain"] == zone["uuid"] and
+                                    r["type"] == "A" and TAG in (r.get("tags") or ()) and
+                                    r["record"]["name"] not in want)
+        written = len(fresh) + len(done) + len(gone)
+        if written:
+            bump_serial(records, zone["uuid"])
+    endpoints = {}
+    for instance in instances.records():
+        endpoint = f"{instance['uuid']}.{zone_name}" if instance["uuid"] in want else None
+        if instance.get("endpoint") != endpoint:
+            endpoints[instance["uuid"]] = (instance["revision"], {"endpoint": endpoint})
+    if endpoints:
+        instances.update_many(endpoints)
+    return written

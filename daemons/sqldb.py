@@ -1,0 +1,44 @@
+"""DBaaS daemon: the first primary, failover, status and endpoint of every instance
+(appliance/sqldb/reconcile.py, docs/sqldb-failover.md). This is its process shell.
+
+Every watched kind leads to the same whole pass, coalesced: any number of changes while a
+pass runs make one more pass. A pass also runs every second, because a lost primary makes
+no event: its row just stops being written.
+"""
+
+import sys
+
+from appliance.sqldb.reconcile import Planner
+from daemons.base import Daemon, run
+
+# not a store kind: the one name every change is coalesced under
+PASS = "sqldb pass"
+
+
+class Sqldb(Daemon):
+    name = "sqldb"
+    kinds = ("sqldb_instances", "sqldb_users", "sqldb_databases", "sqldb_versions",
+             "ua_resources", "compute_nodes", "compute_sets", "network_networks")
+    tick_seconds = 30.0
+    period_seconds = 1.0
+
+    def start(self):
+        self.planner = Planner(self.store, self.settings)
+        return super().start()
+
+    def schedule_jobs(self, scheduler):
+        scheduler.every(self.period_seconds).seconds.do(self.request, PASS)
+
+    def reconcile(self, kind):
+        if kind == PASS:
+            self.planner.pass_once()
+        else:
+            self.request(PASS)
+
+
+def main():
+    return run(Sqldb)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

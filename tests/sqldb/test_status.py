@@ -1,0 +1,154 @@
+"""Status of instances, users and databases (appliance/sqldb/status.py) as the daemon's
+pass writes it (appliance/sqldb/reconcile.py), from rows written into a real Store as the
+report handler writes them."""
+
+import pytest
+
+from appliance.agent.targets import View
+from appliance.sqldb.members import nodes_of
+from appliance.sqldb.reconcile import Planner
+from appliance.sqldb.targets import items_of
+
+from .planworld import World, at
+
+
+@pytest.fixture
+def world(tmp_path):
+    return World(tmp_path / "state")
+
+
+def hashes(world, instance):
+    instance = world.instance(instance)
+    items = items_of(View(world.store, world.box, world.settings), instance,
+                     nodes_of(world.store, instance))
+    return {uuid: item["hash"] for uuid, item in items.items()}
+
+
+def cluster(world, sync=1):
+    nodes = [world.add_node(i, f"127.0.0.{20 + i}") for i in (1, 2, 3)]
+    instance = world.add_instance(nodes, sync=sync)
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    return nodes, instance, planner
+
+
+def healthy(world, nodes, instance, streaming=(1, 2), **primary_value):
+    h = hashes(world, instance)
+    world.report(nodes[0], instance, hash=h[nodes[0]["uuid"]], role="primary",
+                 lsn="0/30", **primary_value)
+    for i in (1, 2):
+        world.report(nodes[i], instance, hash=h[nodes[i]["uuid"]], lsn="0/30",
+                     streaming_from="127.0.0.21" if i in streaming else None)
+
+
+def test_new_until_a_primary_then_in_progress_until_reports(world):
+    a, b = world.add_node(1, "127.0.0.21"), world.add_node(2)
+    instance = world.add_instance([a, b])
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"], got["primary"]) == \
+        ("NEW", "waiting for the address of node node2", None)
+    world.set_address(b, "127.0.0.22")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["primary"] == a["uuid"] and got["status"] == "IN_PROGRESS"
+    assert got["status_reason"] == "node node1: not reported yet"
+    assert got["ipsv4"] == ["127.0.0.21", "127.0.0.22"]
+    assert got["node_status"][b["uuid"]] == {"role": "replica", "status": "NEW",
+                                             "reason": "not reported yet", "lsn": None}
+
+
+def test_active_when_the_primary_and_enough_replicas_run(world):
+    nodes, instance, planner = cluster(world)
+    healthy(world, nodes, instance)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == ("ACTIVE", None)
+    assert got["node_status"][nodes[0]["uuid"]] == {"role": "primary", "status": "ACTIVE",
+                                                    "reason": None, "lsn": "0/30"}
+    # nothing changed: nothing written
+    revision = got["revision"]
+    planner.pass_once()
+    assert world.instance(instance)["revision"] == revision
+
+
+def test_a_replica_not_streaming_degrades_or_holds_back(world):
+    nodes, instance, planner = cluster(world, sync=1)
+    healthy(world, nodes, instance, streaming=(1,))
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["status"] == "ACTIVE"
+    assert got["status_reason"] == "degraded: node node3 not streaming"
+    world.store.collection("sqldb_instances").update(instance["uuid"],
+                                                     {"sync_replica_number": 2})
+    healthy(world, nodes, instance, streaming=(1,))
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["status"] == "IN_PROGRESS"
+    assert got["status_reason"] == "waiting for replicas: 1 of 2 stream; node node3 not " \
+                                   "streaming"
+
+
+def test_an_old_hash_or_epoch_is_in_progress(world):
+    nodes, instance, planner = cluster(world)
+    healthy(world, nodes, instance)
+    world.report(nodes[0], instance, hash="old", role="primary")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node node1: the agent has not applied it yet")
+    healthy(world, nodes, instance, epoch=5)
+    planner.pass_once()
+    assert world.instance(instance)["status_reason"] == \
+        "node node1: not primary for this epoch yet"
+
+
+def test_a_member_failing_its_current_item_is_an_error(world):
+    nodes, instance, planner = cluster(world)
+    healthy(world, nodes, instance)
+    world.report(nodes[2], instance, hash=hashes(world, instance)[nodes[2]["uuid"]],
+                 status="ERROR", reason="pg_basebackup failed")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("ERROR", "node node3: pg_basebackup failed")
+
+
+def test_a_lost_primary_that_cannot_be_replaced_is_an_error(world):
+    nodes, instance, planner = cluster(world, sync=1)
+    healthy(world, nodes, instance)
+    row = world.row(nodes[2], instance)
+    planner.clock = lambda: at(row, 11)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["primary"] == nodes[0]["uuid"] and got["status"] == "ERROR"
+    assert got["status_reason"].startswith(f"primary node {nodes[0]['uuid']}: no report for more "
+                                         "than 10 s; waiting for fresh reports of 2")
+    assert got["node_status"][nodes[1]["uuid"]]["status"] == "ERROR"
+    assert got["node_status"][nodes[1]["uuid"]]["reason"] == \
+        "lost: no report for more than 10 s"
+
+
+def test_users_and_databases_follow_the_primarys_report(world):
+    nodes, instance, planner = cluster(world)
+    alice = world.add_user(instance, "alice")
+    bob = world.add_user(instance, "bob")
+    carol = world.add_user(instance, "carol")
+    shop = world.add_database(instance, "shop", alice)
+    users = world.store.collection("sqldb_users")
+    healthy(world, nodes, instance, users={"alice": "ok", "bob": "role \"bob\" failed"},
+            databases={"shop": "ok"})
+    planner.pass_once()
+    assert (users.get(alice["uuid"])["status"], users.get(bob["uuid"])["status"],
+            users.get(bob["uuid"])["status_reason"], users.get(carol["uuid"])["status"]) \
+        == ("ACTIVE", "ERROR", "role \"bob\" failed", "NEW")
+    assert world.store.collection("sqldb_databases").get(shop["uuid"])["status"] == "ACTIVE"
+    # a new password (the API sets NEW): NEW until the primary reports the new hash
+    users.update(alice["uuid"], {"password_hash": "SCRAM-SHA-256$4096:bmV3$x:y",
+                                 "status": "NEW"})
+    planner.pass_once()
+    assert users.get(alice["uuid"])["status"] == "NEW"
+    healthy(world, nodes, instance, users={"alice": "ok"})
+    planner.pass_once()
+    assert users.get(alice["uuid"])["status"] == "ACTIVE"
