@@ -22,6 +22,7 @@ DRIVERS = {
     "service": "appliance.service.node:Driver",
     "ssh_key": "appliance.secret.node:Driver",
     "lb": "appliance.lb.node:Driver",
+    "sqldb": "appliance.sqldb.node:Driver",
 }
 
 # kind of target resource -> the store kind of the record it comes from (its "master"),
