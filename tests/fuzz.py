@@ -114,7 +114,12 @@ class Fuzzer:
                                       headers={"Authorization": f"Bearer {self.token}"})
             if listed.status_code != 200 or not listed.json():
                 return None
-            params[match.group(1)] = listed.json()[-1]["uuid"]
+            items = listed.json()
+            if isinstance(items, dict):     # spec 4.4's {"versions": [...]}
+                items = items.get("versions") or []
+            if not items:
+                return None
+            params[match.group(1)] = items[-1]["uuid"]
         return params
 
     def _run_operation(self, operation, mode, examples, derandomize, stats, known=None):

@@ -9,7 +9,7 @@ from appliance.agent.targets import View
 from state.collection import utcnow
 
 from . import endpoint, failover, status
-from .members import INSTANCES, nodes_of, rows_of
+from .members import INSTANCES, SETS, nodes_of, rows_of
 from .targets import items_of
 
 log = logging.getLogger("appliance.sqldb")
@@ -52,7 +52,8 @@ class Planner:
                 view = View(store, settings=self.settings)
             waiting = decision.reason if decision.action == "wait" else None
             items = items_of(view, instance, nodes)
-            judged = status.judge(instance, nodes, items, rows, now, limit, waiting)
+            judged = status.judge(instance, nodes, items, rows, now, limit, waiting,
+                                  store.collection(SETS).get(instance["uuid"]))
             primary = instance.get("primary")
             written += status.write(store, instance, judged, items.get(primary),
                                     rows.get(primary))

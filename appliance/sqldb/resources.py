@@ -96,6 +96,11 @@ DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 USER_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 RESERVED_USER_PREFIXES = ("pg_", "dbaas_")
 RESERVED_USERS = ("postgres",)
+# names PostgreSQL itself refuses for a role ("role name ... is reserved"): refused here,
+# where the caller sees why, rather than as an ERROR from the node
+POSTGRES_RESERVED_ROLES = ("public", "none")
+# databases every cluster has, which the node never creates nor drops
+RESERVED_DATABASES = ("postgres", "template0", "template1")
 PASSWORD_MIN, PASSWORD_MAX = 8, 99
 LIMITS = {"cpu": (1, 128), "ram": (512, 1024 * 1024), "disk_size": (8, 1024),
           "nodes_number": (1, 16), "sync_replica_number": (0, 15)}
@@ -238,6 +243,15 @@ class Versions(SqldbResource):
             raise BadRequest(f"project_id: versions belong to the admin project "
                              f"{ADMIN_PROJECT}")
         return record
+
+    def register(self, api):
+        super().register(api)
+        if self.family.wrap_versions:
+            for route in api.routes:
+                if route.method == "GET" and route.path == self.path:
+                    route.response_schema = {
+                        "type": "object", "required": ["versions"],
+                        "properties": {"versions": route.response_schema}}
 
     def list_handler(self, call):
         listed = super().list_handler(call)
@@ -428,12 +442,22 @@ def check_user_name(name):
     if lowered.startswith(RESERVED_USER_PREFIXES) or lowered in RESERVED_USERS:
         raise BadRequest(f"name: {name!r} is reserved (names starting with pg_ or dbaas_, "
                          "and postgres, are the platform's)")
+    if lowered in POSTGRES_RESERVED_ROLES:
+        raise BadRequest(f"name: {name!r} is reserved by PostgreSQL")
 
 
 def check_password(password):
     if not isinstance(password, str) or not \
             PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
         raise BadRequest(f"password: must be {PASSWORD_MIN} to {PASSWORD_MAX} characters")
+    if "\x00" in password:
+        # no client can send it: libpq's strings end there
+        raise BadRequest("password: cannot hold a NUL character")
+
+
+def instance_field(family):
+    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances"),
+                 create_only=True, description="taken from the path")
 
 
 class Users(InstanceChild):
@@ -450,7 +474,7 @@ class Users(InstanceChild):
                                   "$, at most 63; not pg_*, dbaas_*, postgres; read-only "
                                   "after create"),
                 Field("description", String(255), default="", nullable=False),
-                self_instance(family),
+                instance_field(family),
                 Field("project_id", UUID(), create_only=True, description="the instance's"),
                 Field("password", String(PASSWORD_MAX + 1), write_only=True, omit_unset=True,
                       description="8 to 99 characters; write-only: kept only as its "
@@ -492,11 +516,6 @@ class Users(InstanceChild):
                            "first")
 
 
-def self_instance(family):
-    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances"),
-                 create_only=True, description="taken from the path")
-
-
 class Databases(InstanceChild):
     def __init__(self, family):
         super().__init__(
@@ -509,7 +528,7 @@ class Databases(InstanceChild):
                       description="an SQL identifier: a letter or _, then letters, digits "
                                   "and _, at most 63; read-only after create"),
                 Field("description", String(255), default="", nullable=False),
-                self_instance(family),
+                instance_field(family),
                 Field("project_id", UUID(), create_only=True, description="the instance's"),
                 Field("owner", OwnerRef(USER_REF, family.shown + "/instances/<i>/users"),
                       required=True, description="a user of the same instance"),
@@ -545,6 +564,9 @@ class Databases(InstanceChild):
         check_name("name", record["name"], DATABASE_NAME, "an SQL identifier: it starts "
                    "with a letter or an underscore and holds only letters, digits and "
                    "underscores")
+        if record["name"].lower() in RESERVED_DATABASES:
+            raise BadRequest(f"name: {record['name']!r} is a database every PostgreSQL "
+                             "cluster has already")
         record["owner"] = self.checked_owner(call, record["instance"], record["owner"])
         record.update(status="NEW", status_reason=None)
         return record

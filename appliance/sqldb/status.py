@@ -2,9 +2,11 @@
 (docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `child_status`) and the
 writes of what changed (`write`), with compare-and-set.
 
-An instance is NEW until it has items; IN_PROGRESS while its members apply them; ACTIVE
-when the primary runs as primary for the current epoch and item hash and at least
-sync_replica_number replicas stream from it (the others named in a "degraded" reason);
+An instance is NEW until it has items; IN_PROGRESS while its members apply them (or a
+set's new members are still being made); ACTIVE when the primary runs as primary for the
+current epoch and item hash and at least sync_replica_number replicas stream from it, every
+other member having applied its item (one lost or not streaming is named in a "degraded"
+reason);
 ERROR with "node <name>: <reason>" when a member fails to apply its current item, or when
 the primary is lost and no replica may be promoted.
 
@@ -38,9 +40,11 @@ def node_judgement(node, item, row, now, limit):
     return out
 
 
-def judge(instance, nodes, items, rows, now, limit, lost=None):
+def judge(instance, nodes, items, rows, now, limit, lost=None, node_set=None):
     """{status, status_reason, node_status, ipsv4} of the instance. `lost`: the failover's
-    reason while the primary is lost and nothing may be promoted yet."""
+    reason while the primary is lost and nothing may be promoted yet; `node_set`: its set
+    record (placement node_set), whose own work (new members, bigger disks) is the
+    instance's too."""
     names = {n["uuid"]: n.get("name") or n["uuid"] for n in nodes}
     ipsv4 = [host_of(n) for n in nodes if host_of(n)]
     node_status = {n["uuid"]: node_judgement(n, items.get(n["uuid"]), rows.get(n["uuid"]),
@@ -66,7 +70,7 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
         return {**out, "status": "IN_PROGRESS",
                 "status_reason": f"node {names.get(primary, primary)}: {why}"}
     primary_host = host_of(next(n for n in nodes if n["uuid"] == primary))
-    streaming, behind = [], []
+    streaming, behind, coming = [], [], []
     for node in nodes:
         if node["uuid"] == primary:
             continue
@@ -75,17 +79,46 @@ def judge(instance, nodes, items, rows, now, limit, lost=None):
         if s["status"] == "ACTIVE" and v.get("streaming_from") == primary_host and \
                 v.get("epoch") == epoch:
             streaming.append(node["uuid"])
+        elif s["status"] in ("NEW", "IN_PROGRESS"):
+            # a member still being made or applying: work under way, not a degradation
+            coming.append(f"node {names[node['uuid']]}: {s['reason']}")
         else:
             why = "not streaming" if s["status"] == "ACTIVE" else \
                 f"not streaming ({s['reason'] or s['status']})"
             behind.append(f"node {names[node['uuid']]} {why}")
+    placement = (instance.get("placement") or {}).get("kind", "node_set")
+    want = instance.get("nodes_number") or 1
+    if placement == "node_set" and len(nodes) < want:
+        coming.append(f"waiting for nodes: {len(nodes)} of {want}")
+    set_status = (node_set or {}).get("status")
+    if set_status == "ERROR":
+        # a member's VM failed: the database runs on without it, as with a lost member
+        behind.append(f"node set {node_set['name']}: "
+                      f"{node_set.get('status_reason') or 'ERROR'}")
+    if node_set is not None and not coming and set_behind(instance, node_set):
+        coming.append(f"node set {node_set['name']}: waiting for the resize")
+    if set_status in ("NEW", "IN_PROGRESS") and not coming:
+        coming.append(f"node set {node_set['name']}: "
+                      f"{node_set.get('status_reason') or 'in progress'}")
     k = instance.get("sync_replica_number") or 0
     if len(streaming) < k:
         return {**out, "status": "IN_PROGRESS",
                 "status_reason": f"waiting for replicas: {len(streaming)} of {k} stream; "
-                                 + "; ".join(behind)}
+                                 + "; ".join(coming + behind)}
+    if coming:
+        return {**out, "status": "IN_PROGRESS", "status_reason": "; ".join(coming + behind)}
     return {**out, "status": "ACTIVE",
             "status_reason": ("degraded: " + "; ".join(behind)) if behind else None}
+
+
+def set_behind(instance, node_set):
+    """True while the set does not have the sizes of the instance yet (a PUT the compute
+    daemon has not carried to the set): until then the set's own status says nothing."""
+    disks = (node_set.get("disk_spec") or {}).get("disks") or [{}, {}]
+    data = disks[1] if len(disks) > 1 else {}
+    return (node_set.get("cores"), node_set.get("ram"), data.get("size")) != \
+        (instance.get("cpu"), instance.get("ram"), instance.get("disk_size")) or \
+        (node_set.get("replicas") or 0) < (instance.get("nodes_number") or 1)
 
 
 def reported_status(section, name, item, row):

@@ -6,10 +6,11 @@ everything the node's driver needs, resolved, so that it looks nothing up.
 Pure over the store through `appliance.agent.targets.View`; the sealed passwords are
 opened with `view.box()`, the port and client networks read from `view.settings`.
 
-No item until the instance has a `primary` (its daemon picks the first one). A member
-without an address yet gets no item (the status says it waits for one). While the primary
-itself has no address (its node gone, say), every item is `unavailable`: the agent keeps
-what it runs rather than removing it, and failover picks a new primary.
+No item until the instance has a `primary` (its daemon picks the first one). After that a
+member without an address gets an `unavailable` item, and while the primary itself has no
+address (its node gone, say) every item is `unavailable`: the agent keeps what it runs
+(an item gone would make the driver remove the instance's data), and failover picks a new
+primary.
 """
 
 import ipaddress
@@ -32,6 +33,10 @@ def for_node(view, node):
     for instance in _placed_on(view).get(node["uuid"], ()):
         item = {"uuid": item_uuid(node["uuid"], instance["uuid"]), "kind": KIND,
                 "master": instance["uuid"], "master_kind": MASTER_KIND}
+        if not host_of(node):
+            items.append({**item, "value": None,
+                          "unavailable": "waiting for the node's address"})
+            continue
         shared = _shared(view, instance)
         if "unavailable" in shared:
             items.append({**item, **shared})
@@ -58,8 +63,7 @@ def _placed_on(view):
             if not instance.get("primary"):
                 continue
             for node in nodes_of(view.store, instance):
-                if host_of(node):
-                    cached.setdefault(node["uuid"], []).append(instance)
+                cached.setdefault(node["uuid"], []).append(instance)
         view.__dict__["_sqldb_placed"] = cached
     return cached
 

@@ -10,49 +10,8 @@ from tests.compute.conftest import Member, created, refused
 from tests.iam.helpers import ADMIN_PROJECT
 from tests.lb.helpers import hw_node
 
-INSTANCES = "/v1/sqldb/instances"
-VERSIONS = "/v1/types/sqldb/versions"
-KINDS = ("sqldb_versions", "sqldb_instances", "sqldb_users", "sqldb_databases")
-SIZES = {"cpu": 1, "ram": 512, "disk_size": 8}
-
-
-@pytest.fixture(scope="module")
-def admin(server):
-    from tests.conftest import ADMIN_PASSWORD
-    return server.client(server.login("admin", ADMIN_PASSWORD))
-
-
-def snapshot(server):
-    """Every DBaaS record with its revision: equal before and after a refused write."""
-    return {k: sorted((r["uuid"], r["revision"]) for r in server.store.collection(k).records())
-            for k in KINDS}
-
-
-def refused_unchanged(server, request, status):
-    """Run `request` (a callable) and check it is refused with `status`, changing nothing."""
-    before = snapshot(server)
-    message = refused(request(), status)
-    assert snapshot(server) == before
-    return message
-
-
-def make_instance(client, project=ADMIN_PROJECT, **fields):
-    body = {"name": f"db-{uuid.uuid4().hex[:8]}", "project_id": project,
-            "version": SEED_UUID, **SIZES, **fields}
-    return created(client.post(INSTANCES, body))
-
-
-def users(instance):
-    return f"{INSTANCES}/{instance['uuid']}/users"
-
-
-def databases(instance):
-    return f"{INSTANCES}/{instance['uuid']}/databases"
-
-
-def make_user(client, instance, name=None, password="password-1"):
-    return created(client.post(users(instance), {
-        "name": name or f"u_{uuid.uuid4().hex[:8]}", "password": password}))
+from .helpers import (INSTANCES, SIZES, VERSIONS, databases, make_instance, make_user,
+                      refused_unchanged, users)
 
 
 @pytest.fixture(scope="module")
@@ -183,9 +142,10 @@ def test_deprecated_version_kept_by_existing_refused_for_new(server, admin):
 # ---- database names ---------------------------------------------------------------------
 
 def test_database_name_is_an_sql_identifier(server, admin, instance, user):
-    for good in ("d" * 63, "_x", "A1_b"):
+    for good in ("d" * 63, "_x", "A1_b", "postgres2", "template"):
         created(admin.post(databases(instance), {"name": good, "owner": user["uuid"]}))
-    for bad in ("d" * 64, "1abc", "a-b", "a$b", "a b", "é", ""):
+    for bad in ("d" * 64, "1abc", "a-b", "a$b", "a b", "é", "", "postgres", "template0",
+                "Template1"):
         refused_unchanged(server, lambda: admin.post(databases(instance), {
             "name": bad, "owner": user["uuid"]}), 400)
 
@@ -202,12 +162,12 @@ def test_database_name_is_unique_within_an_instance(server, admin, instance, use
 # ---- user names and passwords -----------------------------------------------------------
 
 def test_user_name_follows_the_role_rules(server, admin, instance):
-    for good in ("u" * 63, "_u", "a$b", "pgx", "postgres1", "dbaasx", "x_pg_"):
+    for good in ("u" * 63, "_u", "a$b", "pgx", "postgres1", "dbaasx", "x_pg_", "publicx"):
         make_user(admin, instance, name=good)
     # reserved names are refused in any case: the node quotes names, and "Pg_x" beside
     # "pg_x" would only confuse
     for bad in ("u" * 64, "1u", "a-b", "pg_x", "Pg_x", "dbaas_x", "DBAAS_x", "postgres",
-                "Postgres", "a b", "", "$a"):
+                "Postgres", "a b", "", "$a", "public", "None"):
         refused_unchanged(server, lambda: admin.post(users(instance), {
             "name": bad, "password": "password-1"}), 400)
 
@@ -228,6 +188,8 @@ def test_password_is_8_to_99_characters(server, admin, instance):
         refused_unchanged(server, lambda: admin.put(f"{users(instance)}/{made['uuid']}", {
             "password": bad}), 400)
     refused_unchanged(server, lambda: admin.post(users(instance), {"name": "nopass"}), 400)
+    refused_unchanged(server, lambda: admin.post(users(instance), {
+        "name": "nul", "password": "pass\x00word"}), 400)
 
 
 def test_user_name_is_read_only(server, admin, instance):

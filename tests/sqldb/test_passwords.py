@@ -3,21 +3,13 @@ admin), never written in clear anywhere under the state directory."""
 
 import os
 
-import pytest
-
 from appliance.sqldb import scram
 from tests.compute.conftest import created, refused
 from tests.conftest import SECRET_VALUES
 
-from .test_api_rules import make_instance, users
+from .helpers import make_instance, users
 
 FIRST, SECOND = "first-Clear-pässword", "second-Clear-password"
-
-
-@pytest.fixture(scope="module")
-def admin(server):
-    from tests.conftest import ADMIN_PASSWORD
-    return server.client(server.login("admin", ADMIN_PASSWORD))
 
 
 def state_files(state_dir):

@@ -2,6 +2,8 @@
 pass writes it (appliance/sqldb/reconcile.py), from rows written into a real Store as the
 report handler writes them."""
 
+import time
+
 import pytest
 
 from appliance.agent.targets import View
@@ -152,3 +154,79 @@ def test_users_and_databases_follow_the_primarys_report(world):
     healthy(world, nodes, instance, users={"alice": "ok"})
     planner.pass_once()
     assert users.get(alice["uuid"])["status"] == "ACTIVE"
+
+
+def test_a_member_still_applying_keeps_it_in_progress(world):
+    nodes, instance, planner = cluster(world, sync=1)
+    healthy(world, nodes, instance)
+    world.report(nodes[2], instance, hash="old")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node node3: the agent has not applied it yet")
+
+
+def test_a_lost_replica_leaves_it_active_and_degraded(tmp_path):
+    world = World(tmp_path / "state", sqldb_failover_seconds=0.3)
+    nodes, instance, planner = cluster(world, sync=1)
+    h = hashes(world, instance)
+    world.report(nodes[2], instance, hash=h[nodes[2]["uuid"]], streaming_from="127.0.0.21")
+    time.sleep(0.4)
+    world.report(nodes[0], instance, hash=h[nodes[0]["uuid"]], role="primary")
+    world.report(nodes[1], instance, hash=h[nodes[1]["uuid"]], streaming_from="127.0.0.21")
+    planner.clock = lambda: at(world.row(nodes[1], instance), 0)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == (
+        "ACTIVE", "degraded: node node3 not streaming (lost: no report for more than 0.3 s)")
+
+
+def test_a_set_short_of_nodes_is_in_progress(world):
+    instance = world.add_instance(nodes_number=2, sync=0)
+    a = world.add_node(1, "127.0.0.21", node_set=instance["uuid"])
+    b = world.add_node(2, "127.0.0.22", node_set=instance["uuid"])
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    h = hashes(world, instance)
+    world.report(a, instance, hash=h[a["uuid"]], role="primary")
+    world.report(b, instance, hash=h[b["uuid"]], streaming_from="127.0.0.21")
+    planner.pass_once()
+    assert world.instance(instance)["status"] == "ACTIVE"
+    # a PUT grows it: the set's third node is not there yet
+    world.store.collection("sqldb_instances").update(instance["uuid"], {"nodes_number": 3})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == ("IN_PROGRESS", "waiting for nodes: 2 of 3")
+
+
+def test_the_sets_work_is_in_progress_and_its_error_a_degradation(world):
+    instance = world.add_instance(nodes_number=1, sync=0)
+    a = world.add_node(1, "127.0.0.21", node_set=instance["uuid"])
+    sets = world.store.collection("compute_sets")
+    sets.insert({"uuid": instance["uuid"], "name": "dbaas-db", "status": "ACTIVE",
+                 "status_reason": None, "sqldb": instance["uuid"], "cores": 2, "ram": 2048,
+                 "replicas": 1, "disk_spec": {"kind": "disks", "disks": [
+                     {"size": 10}, {"size": 10, "label": "sqldb-data"}]}})
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    world.report(a, instance, hash=hashes(world, instance)[a["uuid"]], role="primary")
+    planner.pass_once()
+    assert world.instance(instance)["status"] == "ACTIVE"
+    # a PUT of disk_size: the item (and its hash) stays; before the compute daemon has
+    # carried it to the set, the set is behind; then the set works on it
+    world.store.collection("sqldb_instances").update(instance["uuid"], {"disk_size": 20})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node set dbaas-db: waiting for the resize")
+    sets.update(instance["uuid"], {"status": "IN_PROGRESS", "disk_spec": {
+        "kind": "disks", "disks": [{"size": 10}, {"size": 20, "label": "sqldb-data"}]}})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("IN_PROGRESS", "node set dbaas-db: in progress")
+    sets.update(instance["uuid"], {"status": "ERROR", "status_reason": "dbaas-db-0: no room"})
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == \
+        ("ACTIVE", "degraded: node set dbaas-db: dbaas-db-0: no room")

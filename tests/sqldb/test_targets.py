@@ -67,11 +67,14 @@ def test_every_member_gets_its_item(world):
     assert len({str(strip(i[0]["value"])) for i in items.values()}) == 1
 
 
-def test_a_member_without_an_address_gets_nothing_yet(world):
+def test_a_member_without_an_address_waits_unavailable(world):
+    # unavailable, not absent: an item gone makes the driver remove the instance's data
     a, b = world.add_node(1, "127.0.0.21"), world.add_node(2)
     instance = world.add_instance([a, b], sync=1)
     world.set_primary(instance, a)
-    assert for_node(view(world), b) == []
+    (waiting,) = for_node(view(world), b)
+    assert (waiting["value"], waiting["unavailable"]) == \
+        (None, "waiting for the node's address")
     (item,) = for_node(view(world), a)
     assert [m["node"] for m in item["value"]["members"]] == [a["uuid"]]
 
