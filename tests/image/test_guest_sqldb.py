@@ -11,6 +11,7 @@ the host, with HW nodes on loopback addresses):
   the appliance's DNS server (port 53) to the node's address, and psql as that user
   (SCRAM) through that address writes and reads rows;
 - the postmaster killed with SIGKILL comes back by itself, with the rows;
+- a boot's hand-over of the state to the appliance user leaves the data PostgreSQL's;
 - the instance deleted: its unit, its data directory and its DNS record are gone.
 
 The tests build on each other in file order. Figures are printed (-s), not asserted.
@@ -223,6 +224,24 @@ def test_postgres_killed_with_sigkill_comes_back_with_the_rows(box, placed, inst
     print(f"sqldb in the guest: postmaster SIGKILL -> serving the rows again in "
           f"{seconds:.1f} s (systemd restarts of the unit: {restarts})")
     wait_status(admin, f"{INSTANCES}/{instance['uuid']}", "ACTIVE", "instance ACTIVE again")
+
+
+def test_a_boots_hand_over_leaves_the_data_to_postgresql(box, placed, instance):
+    """Every boot, first boot's hand_over gives the state to the appliance user: the
+    instance's data, under the state directory here, must stay PostgreSQL's (it refuses
+    a data directory that is not its own), and the state directory must stay
+    traversable for it. The boot's step run as it is, then the unit restarted."""
+    _, _, address = placed
+    unit, data = unit_of(instance), f"{BASE}/{instance['uuid']}/data"
+    box.ssh("/opt/appliance/venv/bin/python -P -c 'import pwd; "
+            "from appliance.firstboot import hand_over; u = pwd.getpwnam(\"appliance\"); "
+            "hand_over(\"/var/lib/appliance\", u.pw_uid, u.pw_gid)'")
+    assert box.ssh("stat -c '%U %a' /var/lib/appliance").stdout.split() == ["appliance", "711"]
+    assert box.ssh(f"find {BASE}/{instance['uuid']} ! -user postgres").stdout == ""
+    box.ssh(f"systemctl restart {unit}")
+    eventually(lambda: psql(box, address, "SELECT count(*) FROM t").stdout.strip()
+               == str(ROWS), "PostgreSQL restarted with the rows")
+    assert box.ssh(f"stat -c %U {data}").stdout.strip() == "postgres"
 
 
 def test_delete_removes_the_unit_and_the_data(box, placed, instance):
