@@ -196,7 +196,8 @@ class Driver:
                 # the node is as it should be
                 st = self.states.setdefault(item["uuid"], _State())
                 self._converge(item, st)
-            elif now >= st.next_try and (st.error is not None or not self._running(item)):
+            elif now >= st.next_try and (st.error is not None or not self._running(item)
+                                         or self._diverged(item)):
                 self._converge(item, st)
             result = self._report(item, st)
             key = _key(result)
@@ -261,12 +262,19 @@ class Driver:
                 self._reload(spec, c)
             if spec.role == "primary" and os.path.exists(c.standby_signal):
                 pg.promote(c)
+                # the control file says the new timeline only after a checkpoint: what
+                # pg_rewind of the old primary reads
+                pg.psql(c, "CHECKPOINT;\n")
                 log.info("instance %s: promoted (epoch %s)", spec.instance, spec.epoch)
         if spec.role == "primary":
             self._primary(spec, c, st)
         else:
             st.users, st.databases = {}, {}
-            self._await_streaming(spec, c)
+            if not self._await_streaming(spec, c) and pg.diverged(c):
+                # ahead of the new primary's timeline (WAL it never had): rewound as an
+                # old primary is
+                self._rejoin(spec, c)
+                self._await_streaming(spec, c)
 
     def _configure(self, spec, c):
         """Both config files (and standby.signal for a replica); True when one changed."""
@@ -308,6 +316,9 @@ class Driver:
         if in_recovery:
             raise Failed(f"the primary {spec.primary['host']} is not promoted yet; "
                          "pg_rewind waits for it")
+        # pg_rewind reads the source's timeline from its control file, which a promotion
+        # updates only at its next checkpoint: before it, "no rewind required"
+        pg.source_query(c, source, "CHECKPOINT; SELECT to_json(true);")
         try:
             pg.rewind(c, source, self.basebackup_seconds)
             log.info("instance %s: rejoined by pg_rewind onto %s", spec.instance,
@@ -335,8 +346,11 @@ class Driver:
             except Failed:
                 seen = {}
             if seen.get("streaming_from") == spec.primary["host"]:
-                return
+                return True
+            if pg.diverged(c):
+                return False
             time.sleep(0.2)
+        return False
 
     # ---- the primary's roles and databases ------------------------------------------------------
 
@@ -415,6 +429,13 @@ class Driver:
         try:
             spec = Spec(item.get("value"))
             return pg.postmaster_pid(self._cluster(spec)) is not None
+        except (Failed, PathRefused):
+            return False
+
+    def _diverged(self, item):
+        try:
+            spec = Spec(item.get("value"))
+            return spec.role == "replica" and pg.diverged(self._cluster(spec))
         except (Failed, PathRefused):
             return False
 

@@ -324,7 +324,7 @@ def render_hba(member_hosts, client_cidrs, replicator, admin):
     for s in sources:
         lines.append(f"host    all          {admin}  {s}  scram-sha-256")
     lines.append(f"host    all          {OS_USER},{replicator},{admin}  all  reject")
-    lines.append(f"host    replication  all  all  reject")
+    lines.append("host    replication  all  all  reject")
     for cidr in client_cidrs:
         lines.append(f"host    all          all  {cidr}  scram-sha-256")
     return "\n".join(lines) + "\n"
@@ -380,15 +380,62 @@ def processes_in(c):
     return out
 
 
+def _lock_pid(c):
+    try:
+        with open(os.path.join(c.data, "postmaster.pid")) as f:
+            return int(f.readline().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _zombie(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def wait_gone(c, seconds=15.0):
     """Wait for the processes left in the data directory to end (a killed postmaster's
-    children notice and exit); True when none is left."""
+    children notice and exit, and its parent reaps it); True when none is left. A lock
+    file then left behind names a pid that is no postmaster of this directory (a zombie
+    not reaped in time, or a recycled pid): PostgreSQL would take it for a running
+    server and refuse to start, so it goes."""
     deadline = time.monotonic() + seconds
-    while processes_in(c):
+    while processes_in(c) or _zombie(_lock_pid(c)):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.1)
+    if _lock_pid(c) is not None and postmaster_pid(c) is None:
+        for path in (os.path.join(c.data, "postmaster.pid"),
+                     os.path.join(c.run_dir, f".s.PGSQL.{c.port}.lock"),
+                     os.path.join(c.run_dir, f".s.PGSQL.{c.port}")):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
     return True
+
+
+DIVERGED = ("forked off current database system timeline",
+            "is ahead of the WAL flush position of this server")
+
+
+def diverged(c):
+    """Whether this running replica cannot follow its primary because it holds WAL the
+    primary's timeline does not (its log says so at every retry, every 5 s, and it
+    streams nothing): only pg_rewind (or a new copy) brings it back."""
+    if postmaster_pid(c) is None:
+        return False
+    lines = log_tail(c, 4000).splitlines()
+    recent = [ln for ln in lines[-12:] if any(d in ln for d in DIVERGED)]
+    if not recent:
+        return False
+    try:
+        return observe(c).get("receiver") != "streaming"
+    except Failed:
+        return False
 
 
 def start(c, timeout=START_SECONDS):

@@ -7,7 +7,10 @@ import pytest
 
 from tests.waiting import eventually
 
-from .pgnode import Instance, Node, base, free_port, local_sql, psql, startup_from  # noqa: F401
+from . import pgnode
+from .pgnode import Instance, Node, free_port, local_sql, psql, startup_from
+
+base = pgnode.base
 
 ADDRESS = "127.0.0.20"
 OUTSIDER = "127.0.0.25"          # one of this part's addresses, left out of hba
@@ -15,7 +18,7 @@ CLIENT = "127.0.0.24"            # one in hba (psql's own source is 127.0.0.1, i
 
 
 @pytest.fixture(scope="module")
-def one(base):  # noqa: F811
+def one(base):
     node = Node(base, ADDRESS)
     inst = Instance([node], free_port(ADDRESS, OUTSIDER),
                     hba=["127.0.0.1/32", f"{CLIENT}/32"])
