@@ -335,6 +335,12 @@ def configure(recipe, name, profile, root, info):
     chroot(root, "systemctl", "mask", "--quiet", *recipe["mask"], *profile.get("mask", []))
     for path in profile.get("remove", []):
         remove(os.path.join(root, path))
+    # a certificate's hash link left dangling by the list above (ssl-cert's snakeoil pair:
+    # one private key in every machine made from the image); CA links are absolute
+    for link in glob.glob(os.path.join(root, "etc/ssl/certs/*.0")):
+        target = os.readlink(link) if os.path.islink(link) else "/"
+        if not target.startswith("/") and not os.path.exists(link):
+            os.remove(link)
     # the initramfs of files/common/etc/initramfs-tools (MODULES=list): the rootfs layer's
     # holds most of the kernel's drivers
     with mounted("-t", "proc", "proc", os.path.join(root, "proc")):

@@ -25,6 +25,9 @@ SERVICE_USER = "appliance"
 # TLS key (nginx's master reads it as root); anything the appliance user may write, a
 # compromised API could replace
 ROOT_ONLY = ("ssh", "tls")
+# neither root's nor the service user's: the DBaaS data of an instance placed on the
+# appliance's own node, PostgreSQL's (the agent's sqldb driver, appliance/sqldb/pg.py)
+POSTGRES_ONLY = ("sqldb",)
 
 __all__ = ["Paths", "run"]
 
@@ -58,12 +61,15 @@ def hand_over(state_dir, uid, gid):
     ROOT_ONLY. Only what is not already its own is changed, so a boot costs one walk."""
     for top, dirs, files in os.walk(state_dir):
         if top == state_dir:
-            dirs[:] = [d for d in dirs if d not in ROOT_ONLY and d != "lost+found"]
+            dirs[:] = [d for d in dirs if d not in ROOT_ONLY + POSTGRES_ONLY
+                       and d != "lost+found"]
         for name in [top] + [os.path.join(top, f) for f in dirs + files]:
             st = os.lstat(name)
             if (st.st_uid, st.st_gid) != (uid, gid):
                 os.lchown(name, uid, gid)
-    os.chmod(state_dir, 0o700)
+    # traversable, not listable: PostgreSQL (user postgres) reaches its data under
+    # <state>/sqldb; what the units write here is 0600 or in 0700 folders (UMask=0077)
+    os.chmod(state_dir, 0o711)
 
 
 def mark_done(path):

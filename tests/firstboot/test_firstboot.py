@@ -214,12 +214,30 @@ def test_the_state_is_handed_to_the_service_user_but_keys_stay_roots(tmp_path):
             st = os.lstat(name)
             root_only = os.path.relpath(name, state).split(os.sep)[0] in ("ssh", "tls")
             assert (st.st_uid, st.st_gid) == ((0, 0) if root_only else nobody), name
-    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state.stat().st_mode) == 0o711
     assert stat.S_IMODE((state / "tls").stat().st_mode) == 0o700
     assert stat.S_IMODE((state / "tls/key.pem").stat().st_mode) == 0o600
     assert stat.S_IMODE((state / "ssh/authorized_keys").stat().st_mode) == 0o600
     hand_over(str(state), *nobody)                  # again: nothing left to change
     assert os.lstat(state / "admin-password").st_uid == nobody[0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown needs root")
+def test_the_dbaas_data_keeps_its_owner(tmp_path):
+    """<state>/sqldb is PostgreSQL's (an instance on the appliance's own node): a boot's
+    hand-over must not give it to the service user (PostgreSQL refuses a data directory
+    that is not its own)."""
+    state = tmp_path / "state"
+    data = state / "sqldb" / "i1" / "data"
+    data.mkdir(parents=True)
+    (data / "PG_VERSION").write_text("15\n")
+    os.chown(data, 100, 103)
+    os.chown(data / "PG_VERSION", 100, 103)
+    (state / "store.json").write_text("{}")
+    hand_over(str(state), 65534, 65534)
+    assert os.lstat(state / "store.json").st_uid == 65534
+    assert (os.lstat(data).st_uid, os.lstat(data / "PG_VERSION").st_uid) == (100, 100)
+    assert os.lstat(state / "sqldb").st_uid == 0
 
 
 def test_the_mark_the_api_waits_for_comes_after_the_state_is_ready(tmp_path):
