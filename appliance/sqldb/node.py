@@ -200,7 +200,7 @@ class Driver:
                 st = self.states.setdefault(item["uuid"], _State())
                 self._converge(item, st)
             elif now >= st.next_try and (st.error is not None or not self._running(item)
-                                         or self._diverged(item)):
+                                         or self._stuck(item)):
                 self._converge(item, st)
             self._rotate_log(item)
             result = self._report(item, st)
@@ -274,11 +274,16 @@ class Driver:
             self._primary(spec, c, st)
         else:
             st.users, st.databases = {}, {}
-            if not self._await_streaming(spec, c) and pg.diverged(c):
-                # ahead of the new primary's timeline (WAL it never had): rewound as an
-                # old primary is
-                self._rejoin(spec, c)
-                self._await_streaming(spec, c)
+            if not self._await_streaming(spec, c):
+                why = pg.stuck(c)
+                if why == "diverged":
+                    # ahead of the new primary's timeline (WAL it never had): rewound
+                    # as an old primary is
+                    self._rejoin(spec, c)
+                    self._await_streaming(spec, c)
+                elif why == "behind":
+                    self._copy_anew(spec, c)
+                    self._await_streaming(spec, c)
 
     def _configure(self, spec, c):
         """Both config files (and standby.signal for a replica); True when one changed."""
@@ -330,14 +335,21 @@ class Driver:
                      spec.primary["host"])
         except Failed as e:
             log.warning("instance %s: %s; a new base backup instead", spec.instance, e)
-            aside = c.data + ".old"
-            shutil.rmtree(aside, ignore_errors=True)
-            os.rename(c.data, aside)
-            pg.basebackup(c, self._source(spec, c, replication=True),
-                          self.basebackup_seconds)
-            shutil.rmtree(aside, ignore_errors=True)
-            log.info("instance %s: rejoined by a new base backup from %s", spec.instance,
-                     spec.primary["host"])
+            self._copy_anew(spec, c)
+            return
+        self._configure(spec, c)
+        self._start(spec, c)
+
+    def _copy_anew(self, spec, c):
+        """A new base backup in place of this member's data (kept aside until the copy is
+        whole), then started as the primary's replica."""
+        self._stop(spec, c)
+        aside = c.data + ".old"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(c.data, aside)
+        pg.basebackup(c, self._source(spec, c, replication=True), self.basebackup_seconds)
+        shutil.rmtree(aside, ignore_errors=True)
+        log.info("instance %s: copied anew from %s", spec.instance, spec.primary["host"])
         self._configure(spec, c)
         self._start(spec, c)
 
@@ -352,7 +364,7 @@ class Driver:
                 seen = {}
             if seen.get("streaming_from") == spec.primary["host"]:
                 return True
-            if pg.diverged(c):
+            if pg.stuck(c):
                 return False
             time.sleep(0.2)
         return False
@@ -443,10 +455,10 @@ class Driver:
         except (Failed, PathRefused, OSError):
             pass
 
-    def _diverged(self, item):
+    def _stuck(self, item):
         try:
             spec = Spec(item.get("value"))
-            return spec.role == "replica" and pg.diverged(self._cluster(spec))
+            return spec.role == "replica" and pg.stuck(self._cluster(spec)) is not None
         except (Failed, PathRefused):
             return False
 

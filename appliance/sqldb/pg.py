@@ -47,6 +47,9 @@ DRIVER_PGOPTIONS = ("-c synchronous_commit=local -c client_min_messages=error "
 MAX_CONNECTIONS = 100
 MAX_WAL_SENDERS = 40
 SHARED_BUFFERS_CAP_MB = 8192
+# the WAL a primary keeps for a replica that falls behind (no replication slots: a dead
+# member must never fill the primary's disk); one further behind is copied anew
+WAL_KEEP_SIZE = "512MB"
 NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,63}$")
 
 
@@ -338,7 +341,7 @@ def render_conf(c, *, ram_mb, cpu, sync_names, primary_conninfo):
         ("password_encryption", "'scram-sha-256'"),
         ("wal_level", "'replica'"),
         ("max_wal_senders", str(MAX_WAL_SENDERS)),
-        ("wal_keep_size", "'512MB'"),
+        ("wal_keep_size", conf_literal(WAL_KEEP_SIZE)),
         ("wal_log_hints", "on"),
         ("hot_standby", "on"),
         ("hot_standby_feedback", "on"),
@@ -482,25 +485,32 @@ def wait_gone(c, seconds=15.0):
     return True
 
 
-DIVERGED = ("forked off current database system timeline",
-            "is not a child of this server's history",
-            "is ahead of the WAL flush position of this server")
+# what a replica's log says, at every retry (every 5 s), when it cannot follow its primary
+STUCK = {
+    # it holds WAL its primary's timeline does not: pg_rewind brings it back
+    "diverged": ("forked off current database system timeline",
+                 "is not a child of this server's history",
+                 "is ahead of the WAL flush position of this server"),
+    # the primary no longer has the WAL it needs (behind by more than wal_keep_size):
+    # only a new copy does
+    "behind": ("has already been removed",),
+}
 
 
-def diverged(c):
-    """Whether this running replica cannot follow its primary because it holds WAL the
-    primary's timeline does not (its log says so at every retry, every 5 s, and it
-    streams nothing): only pg_rewind (or a new copy) brings it back."""
+def stuck(c):
+    """"diverged", "behind" or None: why this running replica streams nothing, when its
+    log's last lines say one of STUCK's and its WAL receiver is indeed not streaming."""
     if postmaster_pid(c) is None:
-        return False
-    lines = log_tail(c, 4000).splitlines()
-    recent = [ln for ln in lines[-12:] if any(d in ln for d in DIVERGED)]
-    if not recent:
-        return False
+        return None
+    lines = log_tail(c, 4000).splitlines()[-12:]
+    found = next((kind for kind, said in STUCK.items()
+                  if any(s in ln for ln in lines for s in said)), None)
+    if found is None:
+        return None
     try:
-        return observe(c).get("receiver") != "streaming"
+        return found if observe(c).get("receiver") != "streaming" else None
     except Failed:
-        return False
+        return None
 
 
 def start(c, timeout=START_SECONDS):
