@@ -359,6 +359,13 @@ class Instances(SqldbResource):
             if node is None or node.get("project_id") != record["project_id"]:
                 raise BadRequest(f"placement.nodes.{i}: no node {uuid} in project "
                                  f"{record['project_id']}")
+        # every instance listens on the one port sqldb_port: a node runs one instance
+        for other in call.store.collection(self.kind).records():
+            taken = set((other.get("placement") or {}).get("nodes") or ()) & set(nodes)
+            if taken and other["uuid"] != record.get("uuid"):
+                raise Conflict(f"placement.nodes: node {sorted(taken)[0]} already runs "
+                               f"instance {other['name']!r} ({other['uuid']}); a node runs "
+                               f"one instance")
         return {"kind": "nodes", "nodes": nodes}
 
     def prepare_create(self, call, record):

@@ -255,6 +255,20 @@ def test_placement_on_nodes_needs_exactly_nodes_number_of_the_project(server, ad
     assert admin.put(path, {"cpu": 4}).status == 200
 
 
+def test_a_node_runs_one_instance(server, admin):
+    a, b, c = hw_node(admin), hw_node(admin), hw_node(admin)
+    first = make_instance(admin, nodes_number=2, placement={
+        "kind": "nodes", "nodes": [a["uuid"], b["uuid"]]})
+    message = refused_unchanged(server, lambda: admin.post(INSTANCES, {
+        "name": "x", "project_id": ADMIN_PROJECT, "version": SEED_UUID, **SIZES,
+        "nodes_number": 2, "placement": {"kind": "nodes", "nodes": [c["uuid"], b["uuid"]]}}),
+        409)
+    assert b["uuid"] in message and first["uuid"] in message
+    assert admin.delete(f"{INSTANCES}/{first['uuid']}").status == 204
+    make_instance(admin, nodes_number=2, placement={
+        "kind": "nodes", "nodes": [c["uuid"], b["uuid"]]})
+
+
 # ---- status flows (3.4) -----------------------------------------------------------------
 
 def test_create_is_new_and_a_data_plane_change_in_progress(server, admin):
