@@ -52,7 +52,11 @@ class Planner:
         for gone in set(self.down_since) - seen:
             self.down_since.pop(gone, None)
             self.lsns_written.pop(gone, None)
-        written += endpoint.sync(store, self.settings["sqldb_zone"])
+        try:
+            written += endpoint.sync(store, self.settings["sqldb_zone"])
+        except Exception:
+            log.exception("endpoints")
+            failed.append("endpoints")
         self.failed = failed
         return written
 
