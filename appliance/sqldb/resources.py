@@ -450,6 +450,14 @@ def check_password(password):
     if not isinstance(password, str) or not \
             PASSWORD_MIN <= len(password) <= PASSWORD_MAX:
         raise BadRequest(f"password: must be {PASSWORD_MIN} to {PASSWORD_MAX} characters")
+    if "\x00" in password:
+        # no client can send it: libpq's strings end there
+        raise BadRequest("password: cannot hold a NUL character")
+
+
+def instance_field(family):
+    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances"),
+                 create_only=True, description="taken from the path")
 
 
 class Users(InstanceChild):
@@ -466,7 +474,7 @@ class Users(InstanceChild):
                                   "$, at most 63; not pg_*, dbaas_*, postgres; read-only "
                                   "after create"),
                 Field("description", String(255), default="", nullable=False),
-                self_instance(family),
+                instance_field(family),
                 Field("project_id", UUID(), create_only=True, description="the instance's"),
                 Field("password", String(PASSWORD_MAX + 1), write_only=True, omit_unset=True,
                       description="8 to 99 characters; write-only: kept only as its "
@@ -508,11 +516,6 @@ class Users(InstanceChild):
                            "first")
 
 
-def self_instance(family):
-    return Field("instance", Ref(INSTANCE_REF, family.shown + "/instances"),
-                 create_only=True, description="taken from the path")
-
-
 class Databases(InstanceChild):
     def __init__(self, family):
         super().__init__(
@@ -525,7 +528,7 @@ class Databases(InstanceChild):
                       description="an SQL identifier: a letter or _, then letters, digits "
                                   "and _, at most 63; read-only after create"),
                 Field("description", String(255), default="", nullable=False),
-                self_instance(family),
+                instance_field(family),
                 Field("project_id", UUID(), create_only=True, description="the instance's"),
                 Field("owner", OwnerRef(USER_REF, family.shown + "/instances/<i>/users"),
                       required=True, description="a user of the same instance"),

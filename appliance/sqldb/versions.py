@@ -25,6 +25,7 @@ def seed(store, settings):
             # an administrator made a "15" of their own before the seed first ran: theirs
             return
         versions.insert({
-            "uuid": SEED_UUID, "project_id": ADMIN_PROJECT, "name": SEED_NAME, "major": SEED_MAJOR, "deprecated": False,
+            "uuid": SEED_UUID, "project_id": ADMIN_PROJECT, "name": SEED_NAME,
+            "major": SEED_MAJOR, "deprecated": False,
             "description": "PostgreSQL 15, as the node image carries it",
             "image": settings.get("sqldb_image") or ""})

@@ -119,3 +119,18 @@ def test_help_names_the_commands(cli):
                  ("sqldb", "databases", "add", "--help")):
         result = cli(*argv)
         assert result.code == 0 and "example" in result.stdout, result.stderr
+
+
+def test_placement_on_named_nodes_and_a_wait_that_ends_in_error(logged_in, real_api):
+    nodes = [ok(logged_in("--json", "create", "compute/nodes", f"name=pg-{uuid.uuid4().hex[:6]}",
+                          f"project_id={ADMIN_PROJECT}", "node_type=HW", "cores:=1",
+                          "ram:=1024")) for _ in range(2)]
+    name = f"n-{uuid.uuid4().hex[:6]}"
+    made = make_instance(logged_in, name, "--node", nodes[0]["name"], "--node",
+                         nodes[1]["uuid"])
+    assert made["placement"] == {"kind": "nodes", "nodes": [n["uuid"] for n in nodes]}
+    assert made["nodes_number"] == 2
+    real_api.store.collection("sqldb_instances").update(made["uuid"], {
+        "status": "ERROR", "status_reason": "no PostgreSQL on the nodes"})
+    waited = logged_in("sqldb", "instances", "show", name, "--wait")
+    assert waited.code != 0 and "no PostgreSQL on the nodes" in waited.stderr

@@ -188,6 +188,8 @@ def test_password_is_8_to_99_characters(server, admin, instance):
         refused_unchanged(server, lambda: admin.put(f"{users(instance)}/{made['uuid']}", {
             "password": bad}), 400)
     refused_unchanged(server, lambda: admin.post(users(instance), {"name": "nopass"}), 400)
+    refused_unchanged(server, lambda: admin.post(users(instance), {
+        "name": "nul", "password": "pass\x00word"}), 400)
 
 
 def test_user_name_is_read_only(server, admin, instance):
