@@ -1,14 +1,13 @@
 """The status of instances, users and databases from what the members' agents report
-(docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `child_status`) and the
+(docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `reported_status`) and the
 writes of what changed (`write`), with compare-and-set.
 
 An instance is NEW until it has items; IN_PROGRESS while its members apply them (or a
 set's new members are still being made); ACTIVE when the primary runs as primary for the
 current epoch and item hash and at least sync_replica_number replicas stream from it, every
 other member having applied its item (one lost or not streaming is named in a "degraded"
-reason);
-ERROR with "node <name>: <reason>" when a member fails to apply its current item, or when
-the primary is lost and no replica may be promoted.
+reason); ERROR with "node <name>: <reason>" when a member fails to apply its current
+item, or when the primary is lost and no replica may be promoted.
 
 A user or database is ACTIVE when the primary's report for the current item hash says "ok"
 for its name, ERROR with the message it gives, NEW when that report does not name it. While
