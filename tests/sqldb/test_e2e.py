@@ -11,6 +11,9 @@ import os
 import time
 
 import pytest
+import yaml
+
+from tests.em.conftest import act, element, install
 
 from .world import INSTANCES, PG_BIN, World, eventually, psql
 
@@ -19,6 +22,8 @@ FAILOVER_SECONDS = 5
 USER, DATABASE = "app_user", "app_db"
 PASSWORD, NEW_PASSWORD = "first-Pass-8", "second-Pass-9"
 ROWS = 50
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples",
+                       "pg-cluster-1.0.0.yaml")
 
 pytestmark = pytest.mark.skipif(not os.path.exists(PG_BIN + "/postgres"),
                                 reason="Debian's postgresql-15 is not installed")
@@ -156,3 +161,46 @@ def test_delete_removes_the_instance_everywhere(world, instance):
     assert not store.collection("sqldb_users").by("instance", instance["uuid"])
     assert not store.collection("sqldb_databases").by("instance", instance["uuid"])
     eventually(lambda: world.resolve(endpoint) == [], "the endpoint's record removed")
+
+
+def test_the_example_element_installs_to_active_and_uninstalls(world):
+    """examples/pg-cluster-1.0.0.yaml (the 2.9 shape) through the Element Manager, on the
+    real data plane: placed on this test's three nodes, and its client config delivered to
+    the first one (the example's own client node has no agent here)."""
+    with open(EXAMPLE) as f:
+        manifest = yaml.safe_load(f)
+    resources = manifest["resources"]
+    resources["$dbaas.types.sqldb.instances"]["pg"]["placement"] = {
+        "kind": "nodes", "nodes": [n.uuid for n in world.nodes]}
+    del resources["$core.compute.nodes"]
+    config = resources["$core.config.configs"]["client_env"]
+    config["target"] = {"kind": "node", "node": world.nodes[0].uuid}
+    started = time.monotonic()
+    manifest_uuid = install(world.admin, manifest)
+
+    def active():
+        got = element(world.admin, "pg_cluster")
+        return got if got and got["status"] == "ACTIVE" else None
+    try:
+        elem = eventually(active, "the element ACTIVE")
+    except AssertionError:
+        raise AssertionError(f"element: {element(world.admin, 'pg_cluster')}") from None
+    print(f"\nthe example element installed -> ACTIVE in {time.monotonic() - started:.1f} s")
+    instance = elem["resources"]["types.sqldb.instances.$pg"]["uuid"]
+    got = world.instance(instance)
+    assert got["status"] == "ACTIVE" and sorted(got["ipsv4"]) == sorted(ADDRESSES)
+    # the client config on the node, with the members' addresses and the password that
+    # the user logs in with (SCRAM) through the endpoint
+    env = dict(line.split("=", 1) for line in open(
+        world.nodes[0].agent.root + config["path"]).read().split())
+    assert sorted(env["PGHOSTS"].split(",")) == sorted(ADDRESSES)
+    host = world.resolve(env["PGENDPOINT"])[0]
+    done = psql(host, world.port, "SELECT current_user", env["PGPASSWORD"], env["PGUSER"],
+                env["PGDATABASE"])
+    assert done.returncode == 0 and done.stdout.strip() == "app", done.stderr
+
+    assert act(world.admin, manifest_uuid, "uninstall").status == 200
+    eventually(lambda: element(world.admin, "pg_cluster") is None, "the element gone")
+    for kind in ("sqldb_instances", "sqldb_users", "sqldb_databases", "config_configs"):
+        assert world.api.store.collection(kind).records() == [], kind
+    eventually(lambda: not any(n.data_dirs() for n in world.nodes), "data dirs removed")
