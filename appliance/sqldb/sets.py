@@ -10,15 +10,13 @@ It never shrinks: a member leaving would take a copy of the data with it, and it
 replacement would have to copy it back; nodes_number going down is the API's to refuse.
 """
 
-from appliance.compute.sets import release_volumes
+from appliance.compute.owned_sets import reconcile_owned
 
-from .members import INSTANCES, NODES, SETS, VERSIONS
+from .members import INSTANCES, VERSIONS
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 DATA_MOUNT = "/var/lib/appliance/sqldb"
 ROOT_SIZE = 10
-# what the instance decides about its set; a change of any moves the set to IN_PROGRESS
-OWNED = ("name", "cores", "ram", "replicas", "disk_spec")
 
 
 def image_of(store, instance, settings):
@@ -41,40 +39,13 @@ def set_record(instance, image, current_replicas=0):
             "placement_policies": [], "network": None, "sqldb": instance["uuid"]}
 
 
-def delete_set(store, instance_uuid):
-    """The instance's set and its members, gone; returns how many records went."""
-    gone = store.collection(SETS).delete_where(lambda r: r.get("sqldb") == instance_uuid)
-    members = store.collection(NODES).delete_where(
-        lambda r: r.get("node_set") in {s["uuid"] for s in gone})
-    release_volumes(store, [m["uuid"] for m in members])
-    return len(gone) + len(members)
-
-
 def reconcile_sqldb_sets(store, settings):
     """One pass; returns the number of records written."""
-    sets = store.collection(SETS)
     wanted = {i["uuid"]: i for i in store.collection(INSTANCES).records()
               if (i.get("placement") or {}).get("kind", "node_set") == "node_set"}
-    written = 0
-    for record in [s for s in sets.records() if s.get("sqldb")]:
-        if record["sqldb"] not in wanted:
-            written += delete_set(store, record["sqldb"])
-    updates, fresh = {}, []
-    for instance in wanted.values():
+
+    def desired(instance, current):
         image = image_of(store, instance, settings)
-        if not image:
-            continue        # the instance's status says it waits for its nodes
-        current = sets.get(instance["uuid"])
-        want = set_record(instance, image, (current or {}).get("replicas") or 0)
-        if current is None:
-            fresh.append({**want, "nodes": {}, "status": "NEW", "status_reason": None})
-            continue
-        changes = {k: want[k] for k in OWNED if current.get(k) != want[k]}
-        if changes:
-            changes.update(status="IN_PROGRESS", status_reason=None)
-            updates[current["uuid"]] = (current["revision"], changes)
-    if fresh:
-        sets.insert_many(fresh)
-    # compare-and-set: a set the sets' step wrote meanwhile is resized on the next pass
-    done = sets.update_many(updates) if updates else {}
-    return written + len(fresh) + len(done)
+        return set_record(instance, image, (current or {}).get("replicas") or 0) \
+            if image else None
+    return reconcile_owned(store, "sqldb", wanted, desired)
