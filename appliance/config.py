@@ -76,6 +76,9 @@ DEFAULTS = {
     # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
     # address; several test "nodes" on one host each take their own 127.0.0.x
     "agent_lb_listen": "",
+    # the longest pg_basebackup or pg_rewind of a DBaaS member may take, in seconds
+    # (docs/sqldb-dataplane.md): the agent's other work waits for it meanwhile
+    "agent_sqldb_basebackup_seconds": 900,
     # services (the service part of issue 14, docs/services.md): how long a monopoly
     # service's lease lasts; its agent renews it every third of that
     "service_lease_seconds": 10.0,

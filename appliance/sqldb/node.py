@@ -9,7 +9,7 @@ databases (replicas get them through replication). Each step looks at what is on
 what runs first, so the same item again changes nothing and restarts nothing.
 
 tick() is the heartbeat: a fresh report per item every HEARTBEAT_SECONDS, at once when the
-role, `running` or the status changes; it starts a stopped PostgreSQL again and retries a
+role, `running`, `streaming_from` or the status changes; it starts a stopped PostgreSQL again and retries a
 failed apply with a back-off.
 
 PostgreSQL runs as its own daemon so it outlives the agent: on a node with systemd under a
@@ -135,7 +135,7 @@ class _State:
         self.backoff = RETRY_FIRST
         self.users = {}
         self.databases = {}
-        self.key = None             # (status, role, running) last reported
+        self.key = None             # (status, role, running, streaming_from) reported
         self.reported_at = 0.0
 
 
@@ -174,8 +174,11 @@ class Driver:
         if self.systemd:
             unit = UNIT.format(instance=instance)
             self.host.systemctl("disable", "--now", unit)
-            path = self.host.path(f"{UNIT_DIR}/{unit}")
-            if os.path.exists(path):
+            try:
+                path = self.host.path(f"{UNIT_DIR}/{unit}")
+            except PathRefused:
+                path = None             # refused when applied too: never written
+            if path and os.path.exists(path):
                 os.unlink(path)
                 self.host.systemctl("daemon-reload")
         if os.path.isdir(c.data):
@@ -197,8 +200,9 @@ class Driver:
                 st = self.states.setdefault(item["uuid"], _State())
                 self._converge(item, st)
             elif now >= st.next_try and (st.error is not None or not self._running(item)
-                                         or self._diverged(item)):
+                                         or self._stuck(item)):
                 self._converge(item, st)
+            self._rotate_log(item)
             result = self._report(item, st)
             key = _key(result)
             if key != st.key or time.monotonic() - st.reported_at >= HEARTBEAT_SECONDS - 0.5:
@@ -270,11 +274,16 @@ class Driver:
             self._primary(spec, c, st)
         else:
             st.users, st.databases = {}, {}
-            if not self._await_streaming(spec, c) and pg.diverged(c):
-                # ahead of the new primary's timeline (WAL it never had): rewound as an
-                # old primary is
-                self._rejoin(spec, c)
-                self._await_streaming(spec, c)
+            if not self._await_streaming(spec, c):
+                why = pg.stuck(c)
+                if why == "diverged":
+                    # ahead of the new primary's timeline (WAL it never had): rewound
+                    # as an old primary is
+                    self._rejoin(spec, c)
+                    self._await_streaming(spec, c)
+                elif why == "behind":
+                    self._copy_anew(spec, c)
+                    self._await_streaming(spec, c)
 
     def _configure(self, spec, c):
         """Both config files (and standby.signal for a replica); True when one changed."""
@@ -302,10 +311,11 @@ class Driver:
                            connect_timeout=10, sslmode="prefer")
 
     def _rejoin(self, spec, c):
-        """This node's data is a primary's and the item wants a replica (the old primary
-        back after a failover): stop, pg_rewind onto the new primary (a new base backup
-        when that fails), start as its replica. The new primary must have been promoted:
-        rewinding onto a server still in recovery could leave this one ahead of it."""
+        """This node's data went further than the item's primary (the old primary back
+        after a failover, or a replica ahead of the one promoted): stop, pg_rewind onto
+        the new primary (a new base backup when that fails), start as its replica. The
+        new primary must have been promoted: rewinding onto a server still in recovery
+        could leave this one ahead of it."""
         self._stop(spec, c)
         source = self._source(spec, c, replication=False)
         try:
@@ -325,14 +335,21 @@ class Driver:
                      spec.primary["host"])
         except Failed as e:
             log.warning("instance %s: %s; a new base backup instead", spec.instance, e)
-            aside = c.data + ".old"
-            shutil.rmtree(aside, ignore_errors=True)
-            os.rename(c.data, aside)
-            pg.basebackup(c, self._source(spec, c, replication=True),
-                          self.basebackup_seconds)
-            shutil.rmtree(aside, ignore_errors=True)
-            log.info("instance %s: rejoined by a new base backup from %s", spec.instance,
-                     spec.primary["host"])
+            self._copy_anew(spec, c)
+            return
+        self._configure(spec, c)
+        self._start(spec, c)
+
+    def _copy_anew(self, spec, c):
+        """A new base backup in place of this member's data (kept aside until the copy is
+        whole), then started as the primary's replica."""
+        self._stop(spec, c)
+        aside = c.data + ".old"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.rename(c.data, aside)
+        pg.basebackup(c, self._source(spec, c, replication=True), self.basebackup_seconds)
+        shutil.rmtree(aside, ignore_errors=True)
+        log.info("instance %s: copied anew from %s", spec.instance, spec.primary["host"])
         self._configure(spec, c)
         self._start(spec, c)
 
@@ -347,7 +364,7 @@ class Driver:
                 seen = {}
             if seen.get("streaming_from") == spec.primary["host"]:
                 return True
-            if pg.diverged(c):
+            if pg.stuck(c):
                 return False
             time.sleep(0.2)
         return False
@@ -432,10 +449,16 @@ class Driver:
         except (Failed, PathRefused):
             return False
 
-    def _diverged(self, item):
+    def _rotate_log(self, item):
+        try:
+            pg.rotate_log(self._cluster(Spec(item.get("value"))))
+        except (Failed, PathRefused, OSError):
+            pass
+
+    def _stuck(self, item):
         try:
             spec = Spec(item.get("value"))
-            return spec.role == "replica" and pg.diverged(self._cluster(spec))
+            return spec.role == "replica" and pg.stuck(self._cluster(spec)) is not None
         except (Failed, PathRefused):
             return False
 
@@ -450,10 +473,11 @@ class Driver:
             pg.start(c)
             return
         self._write_unit(spec, c)
+        offset = pg.log_size(c)
         code, out = self.host.systemctl("enable", "--now", self._unit(spec))
         if code != 0:
             raise Failed(f"{self._unit(spec)} did not start: "
-                         f"{pg.log_tail(c, 800) or out[-400:]}")
+                         f"{pg.log_complaint(c, offset) or out[-400:]}")
 
     def _stop(self, spec, c):
         if self.systemd:
@@ -483,6 +507,7 @@ class Driver:
                     return
         except FileNotFoundError:
             pass
+        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "w") as f:
             f.write(text)
@@ -503,10 +528,10 @@ class Driver:
         except (Failed, PathRefused) as e:
             out["checked_at"] = _now_iso()
             return {"status": "ERROR", "reason": st.error or str(e), "value": out}
-        reason = None
+        reason = note = None
         if pg.postmaster_pid(c) is None:
-            reason = "PostgreSQL is not running" + (
-                f": {pg.log_tail(c, 300)}" if c.initialized and pg.log_tail(c, 300) else "")
+            said = pg.log_complaint(c, limit=300) if c.initialized else ""
+            reason = "PostgreSQL is not running" + (f": {said}" if said else "")
         else:
             out["running"] = True
             try:
@@ -521,20 +546,28 @@ class Driver:
                            sync_standbys=seen["sync_standbys"] if not seen["recovery"]
                            else [])
                 reason = _mismatch(spec, seen)
+                note = _not_streaming(spec, seen)
         if out["role"] == "primary" and spec.role == "primary":
             out["users"], out["databases"] = dict(st.users), dict(st.databases)
         out["checked_at"] = _now_iso()
         reason = st.error or reason
-        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason, "value": out}
+        return {"status": "ERROR" if reason else "ACTIVE", "reason": reason or note,
+                "value": out}
 
 
 def _mismatch(spec, seen):
     """Why the running server is not what the item wants, or None."""
     if spec.role == "primary":
         return "still in recovery (a replica)" if seen["recovery"] else None
-    if not seen["recovery"]:
-        return "runs as a primary"
-    if seen["streaming_from"] != spec.primary["host"]:
+    return "runs as a primary" if not seen["recovery"] else None
+
+
+def _not_streaming(spec, seen):
+    """A replica in its role that streams nothing (its primary down or restarting, a
+    timeline it cannot follow): still ACTIVE, as the contract says (it runs in the wanted
+    role); the reason says it and `streaming_from` is null, which plan's status reads."""
+    if spec.role == "replica" and seen["recovery"] and \
+            seen["streaming_from"] != spec.primary["host"]:
         return (f"not streaming from {spec.primary['host']} (WAL receiver: "
                 f"{seen.get('receiver') or 'not running'})")
     return None
@@ -542,7 +575,7 @@ def _mismatch(spec, seen):
 
 def _key(result):
     v = result.get("value") or {}
-    return (result.get("status"), v.get("role"), v.get("running"))
+    return (result.get("status"), v.get("role"), v.get("running"), v.get("streaming_from"))
 
 
 def unit_text(spec, c):

@@ -14,6 +14,7 @@ carries a password or a verifier is never written to the server log.
 Runs on a node from the agent: stdlib only.
 """
 
+import grp
 import ipaddress
 import json
 import os
@@ -21,12 +22,14 @@ import pwd
 import re
 import shutil
 import signal
+import stat
 import time
 
 BASE = "/var/lib/appliance/sqldb"
 BIN = "/usr/lib/postgresql/{major}/bin"
 OS_USER = "postgres"
 LOG_TAIL = 2000
+LOG_ROTATE_BYTES = 64 * 1024 ** 2
 # the kernel's limit on a unix socket's path (sun_path), the terminating NUL left out
 SOCKET_PATH_MAX = 107
 START_SECONDS = 60
@@ -44,6 +47,9 @@ DRIVER_PGOPTIONS = ("-c synchronous_commit=local -c client_min_messages=error "
 MAX_CONNECTIONS = 100
 MAX_WAL_SENDERS = 40
 SHARED_BUFFERS_CAP_MB = 8192
+# the WAL a primary keeps for a replica that falls behind (no replication slots: a dead
+# member must never fill the primary's disk); one further behind is copied anew
+WAL_KEEP_SIZE = "512MB"
 NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,63}$")
 
 
@@ -152,6 +158,29 @@ def prepare_dirs(c):
     for d in (c.base, c.run_dir, c.log_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
         _own(d, user, 0o700)
+    check_reachable(os.path.dirname(c.base), user)
+
+
+def check_reachable(path, user):
+    """Failed when the OS user cannot traverse every directory down to `path` (a test's
+    node prefix inside a private temporary directory, say): initdb would fail with far
+    less clear words."""
+    groups = {g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem} | {user.pw_gid}
+    d = os.path.realpath(path)
+    while True:
+        st = os.stat(d)
+        if st.st_uid == user.pw_uid:
+            ok = st.st_mode & 0o100
+        elif st.st_gid in groups:
+            ok = st.st_mode & 0o010
+        else:
+            ok = st.st_mode & 0o001
+        if not ok:
+            raise Failed(f"the OS user {user.pw_name} cannot reach {path}: {d} is mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}")
+        if d == "/":
+            return
+        d = os.path.dirname(d)
 
 
 def _own(path, user, mode):
@@ -215,6 +244,44 @@ def log_tail(c, limit=LOG_TAIL):
     return "\n".join(lines[1:] if size > limit else lines).strip()
 
 
+def rotate_log(c, limit=LOG_ROTATE_BYTES):
+    """Keep the server's log under `limit`: past it, the log is copied to `.1` (the one
+    before goes) and truncated in place. The postmaster writes it in append mode (pg_ctl's
+    `-l`), so it goes on at the new end; only lines written during the copy are lost."""
+    if log_size(c) <= limit:
+        return False
+    shutil.copyfile(c.log_file, c.log_file + ".1")
+    os.truncate(c.log_file, 0)
+    return True
+
+
+def log_size(c):
+    try:
+        return os.path.getsize(c.log_file)
+    except OSError:
+        return 0
+
+
+def log_complaint(c, offset=None, limit=600):
+    """What the server's log says went wrong since `offset` (its FATAL/PANIC/ERROR lines,
+    else its last lines); with no offset, from its last few kilobytes."""
+    try:
+        with open(c.log_file, "rb") as f:
+            if offset is None:
+                f.seek(0, os.SEEK_END)
+                offset = max(0, f.tell() - 4000)
+            f.seek(offset)
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    bad = [re.sub(r"^\S+ \S+ \S+ \[\d+\] (\S+@\S+ )?", "", ln) for ln in lines
+           if re.search(r"\b(FATAL|PANIC|ERROR):", ln)
+           or re.search(r"\b(LOG|WARNING):\s+could not", ln)]
+    said = "; ".join(dict.fromkeys(bad[-3:])) if bad else "; ".join(lines[-2:])
+    return said[-limit:]
+
+
 def _said(output, limit=600):
     """A tool's complaint: its error/fatal lines, else its last lines."""
     lines = [ln.strip() for ln in (output or "").splitlines() if ln.strip()]
@@ -274,7 +341,7 @@ def render_conf(c, *, ram_mb, cpu, sync_names, primary_conninfo):
         ("password_encryption", "'scram-sha-256'"),
         ("wal_level", "'replica'"),
         ("max_wal_senders", str(MAX_WAL_SENDERS)),
-        ("wal_keep_size", "'512MB'"),
+        ("wal_keep_size", conf_literal(WAL_KEEP_SIZE)),
         ("wal_log_hints", "on"),
         ("hot_standby", "on"),
         ("hot_standby_feedback", "on"),
@@ -418,33 +485,42 @@ def wait_gone(c, seconds=15.0):
     return True
 
 
-DIVERGED = ("forked off current database system timeline",
-            "is ahead of the WAL flush position of this server")
+# what a replica's log says, at every retry (every 5 s), when it cannot follow its primary
+STUCK = {
+    # it holds WAL its primary's timeline does not: pg_rewind brings it back
+    "diverged": ("forked off current database system timeline",
+                 "is not a child of this server's history",
+                 "is ahead of the WAL flush position of this server"),
+    # the primary no longer has the WAL it needs (behind by more than wal_keep_size):
+    # only a new copy does
+    "behind": ("has already been removed",),
+}
 
 
-def diverged(c):
-    """Whether this running replica cannot follow its primary because it holds WAL the
-    primary's timeline does not (its log says so at every retry, every 5 s, and it
-    streams nothing): only pg_rewind (or a new copy) brings it back."""
+def stuck(c):
+    """"diverged", "behind" or None: why this running replica streams nothing, when its
+    log's last lines say one of STUCK's and its WAL receiver is indeed not streaming."""
     if postmaster_pid(c) is None:
-        return False
-    lines = log_tail(c, 4000).splitlines()
-    recent = [ln for ln in lines[-12:] if any(d in ln for d in DIVERGED)]
-    if not recent:
-        return False
+        return None
+    lines = log_tail(c, 4000).splitlines()[-12:]
+    found = next((kind for kind, said in STUCK.items()
+                  if any(s in ln for ln in lines for s in said)), None)
+    if found is None:
+        return None
     try:
-        return observe(c).get("receiver") != "streaming"
+        return found if observe(c).get("receiver") != "streaming" else None
     except Failed:
-        return False
+        return None
 
 
 def start(c, timeout=START_SECONDS):
     """pg_ctl start, waiting at most `timeout` s for the server to accept connections;
     Failed with the log's tail when it does not."""
+    offset = log_size(c)
     code, out = run(c, [c.tool("pg_ctl"), "start", "-D", c.data, "-l", c.log_file, "-w",
                         "-t", str(timeout), "-s"], timeout=timeout + 15)
     if code != 0:
-        said = log_tail(c, 800) or _said(out)
+        said = log_complaint(c, offset) or _said(out)
         raise Failed(f"PostgreSQL did not start: {said}")
 
 
@@ -552,7 +628,7 @@ def promote(c, wait_seconds=60):
                  timeout=wait_seconds + 15)
     if done is not True:
         raise Failed(f"pg_promote did not end recovery within {wait_seconds} s: "
-                     f"{log_tail(c, 600)}")
+                     f"{log_complaint(c)}")
 
 
 # ---- roles and databases ----------------------------------------------------------------------

@@ -1,14 +1,13 @@
 """The status of instances, users and databases from what the members' agents report
-(docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `child_status`) and the
+(docs/sqldb-failover.md, "Status"). Pure judgements (`judge`, `reported_status`) and the
 writes of what changed (`write`), with compare-and-set.
 
 An instance is NEW until it has items; IN_PROGRESS while its members apply them (or a
 set's new members are still being made); ACTIVE when the primary runs as primary for the
 current epoch and item hash and at least sync_replica_number replicas stream from it, every
 other member having applied its item (one lost or not streaming is named in a "degraded"
-reason);
-ERROR with "node <name>: <reason>" when a member fails to apply its current item, or when
-the primary is lost and no replica may be promoted.
+reason); ERROR with "node <name>: <reason>" when a member fails to apply its current
+item, or when the primary is lost and no replica may be promoted.
 
 A user or database is ACTIVE when the primary's report for the current item hash says "ok"
 for its name, ERROR with the message it gives, NEW when that report does not name it. While
@@ -32,7 +31,12 @@ def node_judgement(node, item, row, now, limit):
     elif row is None:
         out["reason"] = "not reported yet"
     elif not is_fresh(row, now, limit):
-        out.update(status="ERROR", reason=f"lost: no report for more than {limit:g} s")
+        if row.get("hash") == item["hash"] and row.get("status") == "ACTIVE":
+            out.update(status="ERROR", reason=f"lost: no report for more than {limit:g} s")
+        else:
+            # quiet while applying (a base backup holds the driver's tick): work under way
+            out.update(status="IN_PROGRESS", reason=f"applying: no report for more than "
+                                                    f"{limit:g} s")
     elif row.get("hash") != item["hash"]:
         out.update(status="IN_PROGRESS", reason="the agent has not applied it yet")
     else:
@@ -132,12 +136,27 @@ def reported_status(section, name, item, row):
     return ("ACTIVE", None) if said == "ok" else ("ERROR", str(said))
 
 
-def write(store, instance, judged, primary_item, primary_row):
+def only_lsns_moved(instance, judged):
+    """True when the judgement differs from the record in the members' lsns alone."""
+    def without_lsn(node_status):
+        return {u: {k: v for k, v in s.items() if k != "lsn"}
+                for u, s in (node_status or {}).items()}
+    return judged["node_status"] != instance.get("node_status") and \
+        without_lsn(judged["node_status"]) == without_lsn(instance.get("node_status")) and \
+        all(instance.get(k) == v for k, v in judged.items() if k != "node_status")
+
+
+def write(store, instance, judged, primary_item, primary_row, lsns_due=True):
     """Write what changed of the instance, its users and databases (compare-and-set: a
     record written meanwhile is skipped, and that write's change event brings the next
-    pass, which judges it again). Returns how many records were written."""
+    pass, which judges it again). A change of lsns alone is written only when `lsns_due`
+    (the caller spaces them: under write load they move at every report, and each write
+    of the instance wakes every agent's long poll and the compute daemon). Returns how
+    many records were written."""
     written = 0
     changes = {k: v for k, v in judged.items() if instance.get(k) != v}
+    if changes and not lsns_due and only_lsns_moved(instance, judged):
+        changes = {}
     if changes:
         written += len(store.collection(INSTANCES).update_many(
             {instance["uuid"]: (instance["revision"], changes)}))

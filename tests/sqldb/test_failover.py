@@ -239,3 +239,14 @@ def test_the_planner_writes_the_first_primary_then_a_failover_once(world):
     world.report(nodes[2], instance, lsn_int=20, epoch=1, role="primary")
     planner.pass_once()
     assert world.instance(instance)["epoch"] == 1
+
+
+def test_a_broken_instance_does_not_hold_back_the_others(world):
+    nodes, instance = three(world, sync=1)
+    broken = world.add_instance([world.add_node(9, "127.0.0.29")], sync=0)
+    # a record no API would write: its step raises
+    world.store.collection("sqldb_instances").update(broken["uuid"], {"nodes_number": "x"})
+    planner = Planner(world.store, world.settings)
+    planner.pass_once()
+    assert planner.failed == [broken["uuid"]]
+    assert world.instance(instance)["primary"] == nodes[0]["uuid"]

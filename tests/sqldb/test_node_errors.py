@@ -3,6 +3,7 @@ help; and removal."""
 
 import os
 import shutil
+import socket
 import subprocess
 import types
 import uuid
@@ -127,3 +128,36 @@ def test_the_unit_is_valid_for_systemd(tmp_path):
     text = path.read_text()
     assert f"PIDFile={c.pid_file}\n" in text and "User=postgres\n" in text
     assert f"-D {c.data} " in text and "WantedBy=multi-user.target" in text
+
+
+def test_a_start_that_fails_says_why_and_is_retried(base):
+    node = Node(base, "127.0.0.28")
+    inst = Instance([node], free_port("127.0.0.28"))
+    taken = socket.socket()
+    taken.bind(("127.0.0.28", inst.port))
+    taken.listen()
+    try:
+        result = inst.apply(node)
+        assert result["status"] == "ERROR"
+        assert result["reason"].startswith("PostgreSQL did not start: ")
+        assert 'could not bind IPv4 address "127.0.0.28": Address already in use' \
+            in result["reason"]
+        assert result["value"]["running"] is False
+        taken.close()
+        eventually(lambda: (node.tick().get(inst.item(node)["uuid"]) or {})
+                   .get("status") == "ACTIVE", 60, "started by a retry of the tick")
+    finally:
+        taken.close()
+        node.remove(inst.item(node))
+
+
+def test_a_prefix_postgres_cannot_reach_is_said_clearly(base):
+    private = os.path.join(base, "p")
+    os.mkdir(private, 0o700)
+    node = Node(private, "127.0.0.26")
+    inst = Instance([node], free_port("127.0.0.26"))
+    result = inst.apply(node)
+    assert result["status"] == "ERROR"
+    assert result["reason"].startswith("the OS user postgres cannot reach "), result
+    assert f"{private} is mode 0700" in result["reason"]
+    node.remove(inst.item(node))

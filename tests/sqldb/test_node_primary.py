@@ -5,6 +5,7 @@ import os
 
 import pytest
 
+from appliance.sqldb.node import Driver
 from tests.waiting import eventually
 
 from . import pgnode
@@ -118,6 +119,7 @@ def test_reserved_and_bad_entries_are_refused_one_by_one(one):
     inst.users["dbaas_admin"] = inst.users["alice"]
     inst.users["pg_monitor"] = inst.users["alice"]
     inst.users["plain"] = "not-a-verifier"
+    inst.set_password("public", "public-password")     # PostgreSQL refuses the name
     inst.databases["template1"] = "alice"
     inst.databases["orphan"] = "nobody"
     try:
@@ -127,12 +129,18 @@ def test_reserved_and_bad_entries_are_refused_one_by_one(one):
         assert users["dbaas_admin"] == users["pg_monitor"] == "a reserved role name"
         assert users["plain"] == "the password is not a SCRAM-SHA-256 verifier"
         assert users["alice"] == "ok"
+        assert users["public"] == 'role name "public" is reserved'
+        # the failed statement carried a verifier: the server logged the error, not it
+        with open(node.cluster(inst.uuid, inst.port).log_file) as f:
+            log = f.read()
+        assert 'role name "public" is reserved' in log
+        assert inst.users["public"] not in log and "STATEMENT" not in log
         assert dbs["template1"] == "a reserved database name"
         assert "nobody" in dbs["orphan"]
         assert "plain" not in local_sql(node, inst.uuid, inst.port,
                                         "SELECT string_agg(rolname, ',') FROM pg_roles")
     finally:
-        for name in ("dbaas_admin", "pg_monitor", "plain"):
+        for name in ("dbaas_admin", "pg_monitor", "plain", "public"):
             del inst.users[name]
         del inst.databases["template1"], inst.databases["orphan"]
 
@@ -216,3 +224,35 @@ def test_heartbeat_and_restart_of_a_stopped_primary(one):
     assert back[0]["value"]["role"] == "primary"
     assert psql(ADDRESS, inst.port, "alice", "alice-password-2", "SELECT count(*) FROM t",
                 db="shop") == (0, "1")
+
+
+def test_an_agent_restart_changes_nothing(one):
+    """A new driver (the agent restarted; PostgreSQL kept running) applies the item once
+    at its first tick: nothing written, nothing restarted, the report is there at once."""
+    node, inst = one
+    item = inst.item(node)
+    assert node.apply(item)["status"] == "ACTIVE"
+    pid = node.postmaster(inst.uuid, inst.port)
+    conf = os.path.join(node.cluster(inst.uuid, inst.port).data, "postgresql.conf")
+    mtime = os.stat(conf).st_mtime_ns
+    node.driver = Driver(node.host)
+    first = node.tick()[item["uuid"]]
+    assert first["status"] == "ACTIVE", first
+    assert first["value"]["users"]["alice"] == "ok"
+    assert node.postmaster(inst.uuid, inst.port) == pid
+    assert os.stat(conf).st_mtime_ns == mtime
+
+
+def test_the_server_log_is_kept_small(one):
+    node, inst = one
+    c = node.cluster(inst.uuid, inst.port)
+    with open(c.log_file, "ab") as f:
+        f.write(b"x" * 1024)
+    assert not pgnode.pg.rotate_log(c, limit=10 ** 9)
+    assert pgnode.pg.rotate_log(c, limit=1000)
+    assert os.path.getsize(c.log_file) == 0 and os.path.getsize(c.log_file + ".1") > 1024
+    # the server goes on writing the truncated file
+    local_sql(node, inst.uuid, inst.port, "SELECT pg_reload_conf()")
+    eventually(lambda: os.path.getsize(c.log_file) > 0, 30, "the server writing its log")
+    with open(c.log_file, "rb") as f:
+        assert not f.read(1).startswith(b"\0")          # not a sparse hole at the start

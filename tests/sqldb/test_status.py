@@ -230,3 +230,44 @@ def test_the_sets_work_is_in_progress_and_its_error_a_degradation(world):
     got = world.instance(instance)
     assert (got["status"], got["status_reason"]) == \
         ("ACTIVE", "degraded: node set dbaas-db: dbaas-db-0: no room")
+
+
+def test_a_member_quiet_while_applying_is_in_progress_not_lost(tmp_path):
+    world = World(tmp_path / "state", sqldb_failover_seconds=0.3)
+    nodes, instance, planner = cluster(world, sync=1)
+    h = hashes(world, instance)
+    # its last word: the base backup failed (the primary was not up yet); then quiet
+    world.report(nodes[2], instance, hash=h[nodes[2]["uuid"]], status="ERROR",
+                 reason="pg_basebackup failed", role="stopped", running=False)
+    time.sleep(0.4)
+    world.report(nodes[0], instance, hash=h[nodes[0]["uuid"]], role="primary")
+    world.report(nodes[1], instance, hash=h[nodes[1]["uuid"]], streaming_from="127.0.0.21")
+    planner.clock = lambda: at(world.row(nodes[1], instance), 0)
+    planner.pass_once()
+    got = world.instance(instance)
+    assert (got["status"], got["status_reason"]) == (
+        "IN_PROGRESS", "node node3: applying: no report for more than 0.3 s")
+
+
+def test_lsns_alone_are_written_at_most_every_lsn_seconds(world):
+    nodes, instance, planner = cluster(world)
+    healthy(world, nodes, instance)
+    planner.pass_once()
+    revision = world.instance(instance)["revision"]
+    h = hashes(world, instance)
+    world.report(nodes[1], instance, hash=h[nodes[1]["uuid"]], lsn="0/40",
+                 streaming_from="127.0.0.21")
+    planner.pass_once()
+    assert world.instance(instance)["revision"] == revision
+    planner.lsn_seconds = 0
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["revision"] == revision + 1
+    assert got["node_status"][nodes[1]["uuid"]]["lsn"] == "0/40"
+    # anything else is written at once
+    planner.lsn_seconds = 3600
+    world.report(nodes[2], instance, hash=h[nodes[2]["uuid"]], lsn="0/50")
+    planner.pass_once()
+    got = world.instance(instance)
+    assert got["status_reason"] == "degraded: node node3 not streaming"
+    assert got["node_status"][nodes[2]["uuid"]]["lsn"] == "0/50"
