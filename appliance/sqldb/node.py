@@ -29,6 +29,7 @@ import shutil
 import time
 
 from appliance.agent.host import PathRefused
+from appliance.agent.runner import write_atomically
 
 from . import pg
 from .pg import Failed
@@ -508,11 +509,7 @@ class Driver:
         except FileNotFoundError:
             pass
         os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        write_atomically(path, text, 0o644)
         self.host.systemctl("daemon-reload")
 
     # ---- the report ---------------------------------------------------------------------------
