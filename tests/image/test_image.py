@@ -10,6 +10,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -21,12 +22,12 @@ BUILD = qemu.BUILD
 LONG = pytest.mark.timeout(3600)
 
 
-def build(*args, user=None):
-    cmd = [sys.executable, BUILD, *args]
+def build(*args, user=None, script=BUILD):
+    cmd = [sys.executable, script, *args]
     if user:
         # Debian's python3: the default interpreter lives in root's home, unreadable to others
         cmd = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups",
-               "/usr/bin/python3", BUILD, *args]
+               "/usr/bin/python3", script, *args]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -57,7 +58,13 @@ def test_bad_input_is_refused_and_nothing_written(args, message):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run the build as another user")
 def test_not_root_is_refused_clearly():
-    proc = build("--profile", "node", user=65534)
+    # the checkout may sit in a directory only root can enter (a clone under `mktemp -d`
+    # is 0700), so the other user runs a copy of image-build/ from a directory it can read
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o755)
+        readable = os.path.join(tmp, "image-build")
+        shutil.copytree(os.path.dirname(BUILD), readable)
+        proc = build("--profile", "node", user=65534, script=os.path.join(readable, "build.py"))
     assert proc.returncode == 1
     assert "must run as root" in proc.stderr
 
