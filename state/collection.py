@@ -184,9 +184,17 @@ class Collection:
         self._set_table({})
         self.full_loads = 0         # how often the base was read (tests, benches)
         self.tail_bytes = 0         # journal bytes read past a loaded state
-        with self.lock:
-            self.storage.remove_stale_temp_files()
-            self.journal.remove_stale_temp_files()
+        # Opening a kind writes nothing unless a writer died half-way: taking the lock
+        # writes the lock file, which wakes whoever watches the kind (the change watch,
+        # the image's path units that start a daemon on first use). A temp file seen
+        # here may be a live writer's; under the lock, that writer has renamed it.
+        if self.storage.temp_files() or self.journal.temp_files():
+            self.lock.acquire(changing=False)
+            try:
+                self.storage.remove_stale_temp_files()
+                self.journal.remove_stale_temp_files()
+            finally:
+                self.lock.release(changed=False)
 
     @property
     def path(self):

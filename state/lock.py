@@ -20,7 +20,12 @@ _HEADER = _GEN.size * 2
 class KindLock:
     def __init__(self, path):
         self.path = path
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        # read-only until this process first changes something under the lock: closing a
+        # descriptor open for writing is an IN_CLOSE_WRITE on the file even if nothing was
+        # written, which the image's path units take for a write (docs/on-demand-daemons.md)
+        self._fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+        self._wfd = None
+        self._changing = False   # the section held sets `pending` (it may change files)
         # flock is held per open file description, which all threads of this process
         # share through _fd: a thread lock serializes them first.
         self._threads = threading.RLock()
@@ -37,11 +42,14 @@ class KindLock:
     def __exit__(self, *exc):
         self.release()
 
-    def acquire(self, blocking=True):
-        """Take the lock; with blocking=False return False at once if another holds it."""
+    def acquire(self, blocking=True, changing=True):
+        """Take the lock; with blocking=False return False at once if another holds it.
+        changing=False: the section only reads (a backup), and the lock file is not
+        written at all."""
         if not self._threads.acquire(blocking):
             return False
-        if self._depth == 0:
+        outermost = self._depth == 0
+        if outermost:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
             except BlockingIOError:
@@ -50,13 +58,19 @@ class KindLock:
             except BaseException:
                 self._threads.release()
                 raise
+            self._bumped = False
+            self._changing = False
+        if changing and not self._changing:
             try:
                 # before any change: readers that see it look at the journal itself
-                os.pwrite(self._fd, _GEN.pack(1), _PENDING)
+                os.pwrite(self._writable(), _GEN.pack(1), _PENDING)
             except BaseException:
-                self._release()
+                if outermost:
+                    self._release()
+                else:
+                    self._threads.release()
                 raise
-            self._bumped = False
+            self._changing = True
         self._depth += 1
         return True
 
@@ -69,13 +83,20 @@ class KindLock:
                 # a section that changed files without a bump (a journal created for a
                 # write that was refused) still moves the generation; a writer killed
                 # inside leaves `pending` set, and readers keep checking the journal
-                if changed and not self._bumped:
-                    self.bump_generation()
-                os.pwrite(self._fd, _GEN.pack(0), _PENDING)
+                if self._changing:
+                    if changed and not self._bumped:
+                        self.bump_generation()
+                    os.pwrite(self._wfd, _GEN.pack(0), _PENDING)
             finally:
+                self._changing = False
                 self._release()
         else:
             self._threads.release()
+
+    def _writable(self):
+        if self._wfd is None:
+            self._wfd = os.open(self.path, os.O_RDWR)
+        return self._wfd
 
     def _release(self):
         fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -110,6 +131,11 @@ class KindLock:
             # pending first: a writer sets it before its change and bumps after
             return _GEN.unpack_from(view, 0)[0], not pending
         raw = os.pread(self._fd, _HEADER, 0)
+        if not raw:
+            # never locked: a writer's first act under the lock is to set `pending`,
+            # before it changes anything, so nothing has been written to the kind yet
+            # (opening a kind does not lock it: Collection.__init__)
+            return 0, True
         if len(raw) != _HEADER:
             return (_GEN.unpack_from(raw)[0] if len(raw) >= _GEN.size else 0), False
         # a shared mapping sees other processes' pwrite at once (one page cache); the
@@ -120,7 +146,7 @@ class KindLock:
     def bump_generation(self):
         """Called by the lock holder after its change is on disk."""
         gen = self.generation() + 1
-        os.pwrite(self._fd, _GEN.pack(gen), 0)
+        os.pwrite(self._writable(), _GEN.pack(gen), 0)
         self._bumped = True
         return gen
 
@@ -132,12 +158,13 @@ class KindLock:
                     view.close()
                 except BufferError:     # a reader is inside unpack_from: GC closes it
                     pass
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            for fd in (self._fd, self._wfd):
+                if fd is not None:
+                    os.close(fd)
+            self._fd = self._wfd = None
 
 
-def acquire_all(locks):
+def acquire_all(locks, changing=True):
     """Take every lock of `locks` without ever waiting while holding one: wait for one,
     try the others; when one is busy, let all go and start again by waiting for that one.
     So no order of nesting elsewhere (a write to one kind under another's lock) can
@@ -146,11 +173,11 @@ def acquire_all(locks):
         return
     first = 0
     while True:
-        locks[first].acquire()
+        locks[first].acquire(changing=changing)
         held, busy = [locks[first]], None
         for i, lock in enumerate(locks):
             if i != first:
-                if not lock.acquire(blocking=False):
+                if not lock.acquire(blocking=False, changing=changing):
                     busy = i
                     break
                 held.append(lock)

@@ -79,12 +79,16 @@ class AtomicJSONStorage(Storage):
         os.replace(tmp, self.path)
         fsync_dir(self.directory)
 
+    def temp_files(self):
+        """Names of this file's temp files: a live writer's, or left by one that died."""
+        prefix = f".{os.path.basename(self.path)}."
+        return [name for name in os.listdir(self.directory)
+                if name.startswith(prefix) and name.endswith(self.TEMP_SUFFIX)]
+
     def remove_stale_temp_files(self):
         """Temp files left by a writer that died. Call only while holding the lock."""
-        prefix = f".{os.path.basename(self.path)}."
-        for name in os.listdir(self.directory):
-            if name.startswith(prefix) and name.endswith(self.TEMP_SUFFIX):
-                try:
-                    os.unlink(os.path.join(self.directory, name))
-                except FileNotFoundError:
-                    pass
+        for name in self.temp_files():
+            try:
+                os.unlink(os.path.join(self.directory, name))
+            except FileNotFoundError:
+                pass

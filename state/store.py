@@ -147,7 +147,7 @@ class Store:
         """Hold the lock of every kind there is (writers wait, readers do not). With
         changed=False the section only reads, and no watcher is woken."""
         locks = [self.collection(kind).lock for kind in self.kinds()]
-        acquire_all(locks)
+        acquire_all(locks, changing=changed)
         try:
             yield
         finally:

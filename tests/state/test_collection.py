@@ -1,3 +1,4 @@
+import os
 import threading
 import time
 
@@ -169,3 +170,86 @@ def test_file_order_is_default_order_even_for_batches(store):
     in_file = TinyDB(store.path_of("things")).table("things").all()
     assert ([r["uuid"] for r in in_file] == [r["uuid"] for r in journal]
             == [r["uuid"] for r in Store(store.directory).collection("things").records()])
+
+
+def test_opening_a_kind_writes_nothing_so_its_watchers_sleep(tmp_path):
+    """The image's path units start a daemon at the first write to its kinds' lock files
+    (docs/on-demand-daemons.md): a process that only opens and reads a kind must not
+    touch them."""
+    first = Store(tmp_path)
+    first.collection("things").insert({"name": "a"})
+    lock = tmp_path / ".locks" / "things.lock"
+    untouched = tmp_path / ".locks" / "others.lock"
+    before = lock.stat().st_mtime_ns, lock.read_bytes()
+    second = Store(tmp_path)
+    assert [r["name"] for r in second.collection("things").records()] == ["a"]
+    assert list(second.collection("others").records()) == []
+    assert (lock.stat().st_mtime_ns, lock.read_bytes()) == before
+    assert untouched.read_bytes() == b""
+    # a kind never written reads as settled at generation 0, and its first write moves it
+    others = second.collection("others")
+    assert others.lock.state() == (0, True)
+    first.collection("others").insert({"name": "b"})
+    assert [r["name"] for r in others.records()] == ["b"]
+    assert others.lock.state()[0] >= 1
+
+
+def lock_files_open_for_writing(directory):
+    """The kinds' lock files under `directory` this process holds open with write access
+    (/proc/self/fdinfo)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            with open(f"/proc/self/fdinfo/{fd}") as f:
+                flags = next(int(line.split()[1], 8) for line in f
+                             if line.startswith("flags:"))
+        except OSError:
+            continue
+        name = os.path.basename(target)
+        if target.startswith(str(directory) + "/.locks/") and name != "in-use.lock" \
+                and flags & os.O_ACCMODE != os.O_RDONLY:
+            found.append(name)
+    return sorted(found)
+
+
+def test_a_process_holds_a_kind_s_lock_file_open_for_writing_only_once_it_wrote(tmp_path):
+    """Closing a file open for writing is an IN_CLOSE_WRITE even when nothing was written:
+    a process that only read a kind must not leave one behind when it exits."""
+    writer = Store(tmp_path)
+    writer.collection("things").insert({"name": "a"})
+    writer.close()
+    reader = Store(tmp_path)
+    assert len(list(reader.collection("things").records())) == 1
+    assert list(reader.collection("others").records()) == []
+    with reader.all_locked(changed=False):
+        pass
+    assert lock_files_open_for_writing(tmp_path) == []
+    reader.collection("others").insert({"name": "b"})
+    assert lock_files_open_for_writing(tmp_path) == ["others.lock"]
+    reader.close()
+    assert lock_files_open_for_writing(tmp_path) == []
+
+
+def test_a_read_only_whole_state_section_writes_no_lock_file(tmp_path):
+    store = Store(tmp_path)
+    store.collection("things").insert({"name": "a"})
+    lock = tmp_path / ".locks" / "things.lock"
+    before = lock.stat().st_mtime_ns, lock.read_bytes()
+    time.sleep(0.01)
+    with Store(tmp_path).all_locked(changed=False):
+        pass
+    assert (lock.stat().st_mtime_ns, lock.read_bytes()) == before
+
+
+def test_opening_a_kind_removes_the_temp_files_of_a_writer_that_died(tmp_path):
+    store = Store(tmp_path)
+    store.collection("things").insert({"name": "a"})
+    for name in (".things.json.1234.tmp", ".things.journal.1234.tmp"):
+        (tmp_path / name).write_bytes(b"half a write")
+    (tmp_path / ".other.json.1.tmp").write_bytes(b"another kind's")
+    reopened = Store(tmp_path)
+    assert [r["name"] for r in reopened.collection("things").records()] == ["a"]
+    assert not (tmp_path / ".things.json.1234.tmp").exists()
+    assert not (tmp_path / ".things.journal.1234.tmp").exists()
+    assert (tmp_path / ".other.json.1.tmp").exists()
