@@ -327,7 +327,7 @@ def configure(recipe, name, profile, root, info):
     units = sorted(os.listdir(os.path.join(ROOT, "systemd"))) if profile["units"] == "all" \
         else profile["units"]
     for unit in units:
-        if unit.endswith((".service", ".target", ".timer", ".mount")):
+        if unit.endswith((".service", ".target", ".timer", ".mount", ".path")):
             shutil.copy2(os.path.join(ROOT, "systemd", unit),
                          os.path.join(root, "etc/systemd/system", unit))
     chroot(root, "systemctl", "enable", "--quiet", *profile["enable"])

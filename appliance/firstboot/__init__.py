@@ -15,7 +15,7 @@ from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
 
-from . import backup_timer, banner, nginx, register, sources, ssh, tls
+from . import backup_timer, banner, nginx, ondemand, register, sources, ssh, tls
 from .paths import Paths
 
 log = logging.getLogger("appliance.firstboot")
@@ -93,7 +93,7 @@ def service_user():
 def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     """Do the whole first boot. `owner` = (uid, gid) of the state directory's owner
     (default: the appliance user when it exists); `systemctl(*args)` reloads and starts
-    units (a fake in tests). Returns the banner's text."""
+    units (the backup timer, the on-demand daemons with work; a fake in tests). Returns the banner's text."""
     paths = paths or Paths()
     state_dir = settings["state_dir"]
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -119,13 +119,19 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
         with open(cert_path, "rb") as f:
             store.write_private(API_CA_FILE, f.read())
         register_node(store, paths, settings)
+        # after first boot's last write; nothing else writes before the mark
+        ondemand.prepare(store)
+        with_work = ondemand.wanted(store)
     finally:
         store.close()
     owner = owner or service_user()
     if owner is not None:
         hand_over(state_dir, *owner)
+    if not ondemand.watch(systemctl):
+        with_work = list(ondemand.ON_DEMAND)
     mark_done(paths.done_mark)
     backup_timer.apply(settings, paths.systemd_runtime, systemctl)
+    ondemand.start(with_work, systemctl)
     text = banner.text(address, tls.fingerprint(cert), password_line,
                        banner.version(paths.build_info))
     banner.show(paths, text)

@@ -43,8 +43,10 @@ def make_paths(tmp_path, fw=None, user_data=None, seed=True):
     return Paths(root=str(root), seed_dir=str(seed_dir) if seed else None)
 
 
-def boot(tmp_path, paths, owner=None):
-    return run(settings_for(tmp_path / "state"), paths, owner=owner)
+def boot(tmp_path, paths, owner=None, systemctl=lambda *args: None):
+    """First boot with systemctl a no-op (no systemd runs here): test_ondemand.py checks
+    what it is asked."""
+    return run(settings_for(tmp_path / "state"), paths, owner=owner, systemctl=systemctl)
 
 
 def password_file(tmp_path):

@@ -9,7 +9,8 @@ import pytest
 
 from appliance import config
 from appliance.firstboot import Paths
-from daemons import DAEMONS, module_of
+from daemons import DAEMONS, ON_DEMAND, module_of
+from state.collection import LOCK_DIR
 
 SYSTEMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "systemd")
@@ -41,6 +42,9 @@ def test_every_process_unit_is_hardened_and_ordered(name, module):
     assert service["User"] == service["Group"] == "appliance"
     if name == "backup":
         assert service["Type"] == "oneshot" and "Install" not in u
+    elif name in ON_DEMAND:
+        # started by its path unit or by first boot, never by the target (test below)
+        assert service["Restart"] == "on-failure" and "Install" not in u
     else:
         assert service["Restart"] == "on-failure"
         assert u["Install"]["WantedBy"] == "appliance.target"
@@ -65,10 +69,35 @@ def test_every_process_unit_is_hardened_and_ordered(name, module):
     assert service.get("AmbientCapabilities", "") == caps
 
 
-def test_the_target_wants_first_boot_nginx_and_every_process():
+def test_the_target_wants_first_boot_nginx_and_every_process_but_those_on_demand():
     wanted = set(words(unit("appliance.target"), "Unit", "Wants"))
     assert wanted == ({"appliance-firstboot.service", "nginx.service"}
-                      | {f"appliance-{name}.service" for name, _ in LONG_RUNNING})
+                      | {f"appliance-{name}.service" for name, _ in LONG_RUNNING
+                         if name not in ON_DEMAND})
+
+
+@pytest.mark.parametrize("name", sorted(ON_DEMAND))
+def test_an_on_demand_daemon_s_path_unit_watches_its_kinds_and_first_boot_starts_it(name):
+    u = unit(f"appliance-{name}.path")
+    # configparser keeps the last of repeated keys: read the PathModified= lines directly
+    with open(os.path.join(SYSTEMD, f"appliance-{name}.path")) as f:
+        watched = [line.split("=", 1)[1].strip() for line in f
+                   if line.startswith("PathModified=")]
+    assert watched == [os.path.join("/var/lib/appliance", LOCK_DIR, f"{kind}.lock")
+                       for kind in ON_DEMAND[name]]
+    assert u["Path"]["Unit"] == f"appliance-{name}.service"
+    assert u["Unit"]["RequiresMountsFor"] == "/var/lib/appliance"
+    assert u["Unit"]["PartOf"] == "appliance.target"
+    # first boot starts it and waits for it (appliance/firstboot/ondemand.py): neither
+    # wanted by the target nor ordered after first boot, which would wait forever
+    assert "Install" not in u
+    assert "appliance-firstboot.service" not in words(u, "Unit", "After")
+
+
+def test_only_on_demand_daemons_have_path_units():
+    paths = {f[len("appliance-"):-len(".path")] for f in os.listdir(SYSTEMD)
+             if f.endswith(".path")}
+    assert paths == set(ON_DEMAND)
 
 
 def test_the_agent_runs_as_root_on_enrolled_nodes_only():

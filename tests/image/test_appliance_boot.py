@@ -27,6 +27,7 @@ import dns.rcode
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
+from daemons import ON_DEMAND
 from tests.apiserver import TOKEN_PATH
 from tests.image.guest import FW_PASSWORD, PASSWORD, Box, listening_tcp, wait_status
 from tests.image.qemu import APPLIANCE_UNITS, VM, build_image, unit_memory
@@ -41,7 +42,13 @@ MARKER_VERSION = 9000           # tests/image/migrations/9000_upgrade_test_marke
 # every process the appliance runs as the appliance user (the agent runs as root: its own
 # check below); backups are a timer's oneshot, not a process
 DAEMON_UNITS = [u for u in APPLIANCE_UNITS if u != "appliance-agent"]
-UNITS = ["appliance-firstboot", *DAEMON_UNITS, "nginx", "ssh"]
+# the daemons that run once they have work (daemons.ON_DEMAND) and their path units
+ON_DEMAND_UNITS = [f"appliance-{name}" for name in ON_DEMAND]
+PATH_UNITS = [f"{u}.path" for u in ON_DEMAND_UNITS]
+# what runs from the start on every boot
+UNITS = ["appliance-firstboot", *[u for u in DAEMON_UNITS if u not in ON_DEMAND_UNITS],
+         *PATH_UNITS, "nginx", "ssh"]
+FIRST_USE_SECONDS = 120         # a path unit's start of a daemon: a Python start under TCG
 RESTART_BOUND_SECONDS = 60      # "back within seconds": RestartSec=1 + a Python start on TCG, on a busy host
 API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL test)
 LIBVIRT_FIRST_SECONDS = 900     # libvirtd's first start probes QEMU (see the libvirt test)
@@ -111,13 +118,21 @@ def test_dns_answers_a_record_made_through_the_api(box, made):
     assert box.guest_udp_answer(made["name"]) == [made["address"]]
 
 
-def test_every_unit_is_active_and_hardened(box):
+def is_active(box, unit):
+    return box.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
+
+
+def test_every_unit_is_active_and_hardened(box, made):
     res = box.ssh("systemctl is-active " + " ".join(UNITS), check=False)
     assert res.stdout.split() == ["active"] * len(UNITS), res.stdout
     assert box.ssh("systemctl is-active appliance.target").stdout.strip() == "active"
     failed = box.ssh("systemctl list-units --failed --plain --no-legend").stdout
     assert "appliance" not in failed and "nginx" not in failed, failed
+    # `made` wrote a secret (delivery's work) and a DNS domain (a write the mirror's path
+    # unit sees): those two on-demand daemons run by now, the others wait for theirs
     for unit in DAEMON_UNITS:
+        if unit in ON_DEMAND_UNITS and unit not in ("appliance-delivery", "appliance-mirror"):
+            continue
         user = box.ssh(f"stat -c %U /proc/{box.main_pid(unit)}").stdout.strip()
         assert user == "appliance", unit
         assert box.ssh(f"systemctl show -p NRestarts --value {unit}").stdout.strip() == "0"
@@ -140,6 +155,30 @@ def test_every_unit_is_active_and_hardened(box):
     assert ("127.0.0.1", 11010) in listening, listening
     assert {port for _, port in listening} & {80, 11010} == {11010}, listening
     assert [a for a, port in listening if port == 11010] == ["127.0.0.1"], listening
+
+
+def test_an_on_demand_daemon_starts_at_the_first_write_to_its_kinds(box, made):
+    """Idle, the builder, certificate and DBaaS daemons do not run (docs/on-demand-daemons.md);
+    a repository written through the API starts the builder through its path unit, and the
+    builder's first pass takes the repository out of NEW (ERROR here: nothing listens on
+    the discard port)."""
+    for unit in ("appliance-builder", "appliance-certificates", "appliance-sqldb"):
+        assert is_active(box, unit) == "inactive", unit
+        assert is_active(box, unit + ".path") == "active", unit
+    assert is_active(box, "appliance-delivery") == "active"
+    admin = box.admin()
+    started = time.monotonic()
+    repo = admin.post("/v1/repo/repositories", {
+        "name": "on-demand", "project_id": ADMIN_PROJECT, "sync_mode": "lazy",
+        "driver_spec": {"kind": "nginx", "url": "http://127.0.0.1:9/"}})
+    assert repo.status == 201, repo
+    wait_status(admin, f"/v1/repo/repositories/{repo.json['uuid']}", "ERROR",
+                timeout=FIRST_USE_SECONDS)
+    print(f"\nbuilder: started by its first repository, which it took to ERROR in "
+          f"{time.monotonic() - started:.1f} s")
+    assert is_active(box, "appliance-builder") == "active"
+    assert box.ssh("systemctl show -p NRestarts --value appliance-builder").stdout.strip() \
+        == "0"
 
 
 def test_libvirt_answers_the_appliance_user(box):
@@ -214,6 +253,10 @@ def test_a_daemon_killed_with_sigkill_is_back_within_seconds(box, made):
     seconds = sigkill_and_wait(box, "appliance-api", API_BACK_SECONDS)
     assert box.client.get("/v1/health").status == 200
     print(f"appliance-api: SIGKILL -> serving again in {seconds:.1f} s")
+    # a process that opened every kind and died, then one that opened them again, wrote
+    # nothing: the daemons started on first use still wait for their first write
+    for unit in ("appliance-certificates", "appliance-sqldb"):
+        assert is_active(box, unit) == "inactive", unit
 
 
 def test_idle_memory_of_the_appliance_processes(box):
@@ -241,6 +284,11 @@ def test_a_reboot_keeps_the_state(box, made):
     rebooted = Box(box.vm, box.workdir, box.ssh_key, box.known_hosts, since=mark)
     assert rebooted.fingerprint == box.fingerprint
     assert_state_kept(rebooted, made)
+    # first boot started the on-demand daemons whose kinds hold work (a secret; the
+    # repository of the test above), not the mirror: the domain made is not synced
+    for unit, wanted in (("appliance-delivery", "active"), ("appliance-builder", "active"),
+                         ("appliance-mirror", "inactive")):
+        assert is_active(rebooted, unit) == wanted, unit
     assert rebooted.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout == host_key
     # registration is idempotent: the same hypervisor and node records, no new ones
     after = compute_records(rebooted)
