@@ -14,9 +14,10 @@ import json
 import logging
 import os
 import random
-import tempfile
 import threading
 import time
+
+from appliance.files import write_atomically
 
 from . import capabilities
 from .client import Refused, Unreachable
@@ -36,29 +37,6 @@ def read_state(state_dir):
             return json.load(f)
     except FileNotFoundError:
         return None
-
-
-def write_atomically(path, data, mode=0o600, sync=True):
-    """Temporary file and rename: a reader sees the old content or the new, never part.
-    sync=False skips the fsync: still whole after a crash of the process, only a power
-    loss may bring the previous version back."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-            if sync:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def actual_of(entry):

@@ -5,6 +5,8 @@ nginx listens on nothing else: plain HTTP stays on loopback, served by the API i
 
 import os
 
+from appliance.files import write_atomically
+
 SITE_FILE = "appliance"
 # Debian's default site listens on port 80 on every address
 DEBIAN_DEFAULT_SITE = "default"
@@ -65,13 +67,8 @@ def site(cert_path, key_path, upstream, max_body_bytes, listen=("443 ssl",)):
 
 def write(sites_dir, text):
     """Write the site and drop Debian's default one. Returns the site's path."""
-    os.makedirs(sites_dir, exist_ok=True)
     path = os.path.join(sites_dir, SITE_FILE)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    write_atomically(path, text, 0o644, dir_mode=0o755)
     try:
         os.unlink(os.path.join(sites_dir, DEBIAN_DEFAULT_SITE))
     except FileNotFoundError:

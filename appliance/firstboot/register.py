@@ -168,7 +168,7 @@ def enroll_self(store, node, settings, path):
     except (OSError, ValueError, AttributeError):
         pass
     cred = issue_credential(store, node["uuid"], name="appliance")
-    from appliance.agent.runner import write_atomically  # noqa: PLC0415 (stdlib only)
+    from appliance.files import write_atomically  # noqa: PLC0415 (stdlib only)
     write_atomically(path, json.dumps({"endpoint": local_endpoint(settings), **cred},
                                       indent=1) + "\n")
     log.info("this appliance's node agent %s enrolled (%s)", cred["agent"], path)

@@ -11,6 +11,8 @@ import os
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
+from appliance.files import write_atomically
+
 log = logging.getLogger("appliance.firstboot")
 
 AUTHORIZED_KEYS = "authorized_keys"
@@ -18,15 +20,6 @@ HOST_KEYS = {
     "ed25519": lambda: ed25519.Ed25519PrivateKey.generate(),
     "ecdsa": lambda: ec.generate_private_key(ec.SECP256R1()),
 }
-
-
-def _write(path, data, mode):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def _read(path):
@@ -56,11 +49,11 @@ def host_keys(kept_dir, etc_ssh):
             public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                    serialization.PublicFormat.OpenSSH)
             public += b" root@appliance\n"
-            _write(kept + ".pub", public, 0o644)
-            _write(kept, private, 0o600)
+            write_atomically(kept + ".pub", public, 0o644)
+            write_atomically(kept, private, 0o600)
             log.info("made the SSH host key %s", name)
-        _write(os.path.join(etc_ssh, name), private, 0o600)
-        _write(os.path.join(etc_ssh, name + ".pub"), public, 0o644)
+        write_atomically(os.path.join(etc_ssh, name), private, 0o600)
+        write_atomically(os.path.join(etc_ssh, name + ".pub"), public, 0o644)
     for entry in os.listdir(etc_ssh):
         if entry.startswith("ssh_host_") and entry not in names:
             os.unlink(os.path.join(etc_ssh, entry))
@@ -77,11 +70,11 @@ def authorized_keys(kept_dir, root_ssh, given):
             kept.append(key)
     if not kept:
         return 0
-    _write(kept_path, "".join(k + "\n" for k in kept).encode(), 0o600)
+    write_atomically(kept_path, "".join(k + "\n" for k in kept).encode(), 0o600)
     os.makedirs(root_ssh, mode=0o700, exist_ok=True)
     os.chmod(root_ssh, 0o700)
     path = os.path.join(root_ssh, AUTHORIZED_KEYS)
     lines = (_read(path) or b"").decode().splitlines()
     lines += [k for k in kept if k not in lines]
-    _write(path, "".join(line + "\n" for line in lines).encode(), 0o600)
+    write_atomically(path, "".join(line + "\n" for line in lines).encode(), 0o600)
     return len(kept)

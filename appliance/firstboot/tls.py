@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from appliance.files import write_atomically
+
 log = logging.getLogger("appliance.firstboot")
 
 VALID_DAYS = 3650
@@ -79,20 +81,9 @@ def ensure(directory, hostname, addresses=()):
     cert = _load(cert_path, key_path)
     if cert is None:
         cert, key = make(hostname, addresses)
-        _write(key_path, key.private_bytes(serialization.Encoding.PEM,
+        write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM,
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()), 0o600)
-        _write(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         log.info("made a TLS certificate for %s", hostname)
     return cert_path, key_path, cert
-
-
-def _write(path, data, mode):
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)

@@ -34,6 +34,8 @@ import subprocess
 import tarfile
 import time
 
+from appliance.files import write_atomically
+
 from . import nginx
 
 CONF_DIR = "/etc/appliance/lb"
@@ -568,21 +570,8 @@ def _untar(tar, dest, url):
 # ---- files --------------------------------------------------------------------------------
 
 def _write(path, data, mode):
-    """A new file with exactly `mode` from its creation (a key is never readable by
-    others, not even for a moment), written whole then renamed into place."""
-    os.makedirs(os.path.dirname(path), mode=0o700 if mode == 0o600 else 0o755,
-                exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    # keys (0600) in folders only their owner enters; the rest readable, for nginx's workers
+    write_atomically(path, data, mode, dir_mode=0o700 if mode == 0o600 else 0o755)
 
 
 def _copy(src, dst, mode):

@@ -29,7 +29,7 @@ import shutil
 import time
 
 from appliance.agent.host import PathRefused
-from appliance.agent.runner import write_atomically
+from appliance.files import write_atomically
 
 from . import pg
 from .pg import Failed

@@ -25,6 +25,8 @@ import signal
 import stat
 import time
 
+from appliance.files import write_atomically
+
 BASE = "/var/lib/appliance/sqldb"
 BIN = "/usr/lib/postgresql/{major}/bin"
 OS_USER = "postgres"
@@ -198,18 +200,7 @@ def write_file(path, text, mode=0o600):
     except FileNotFoundError:
         pass
     user = os_user()
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        os.fchmod(fd, mode)
-        os.fchown(fd, user.pw_uid, user.pw_gid)
-        data = memoryview(text.encode())
-        while data:
-            data = data[os.write(fd, data):]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    write_atomically(path, text, mode, owner=(user.pw_uid, user.pw_gid))
     return True
 
 
