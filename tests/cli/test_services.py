@@ -74,8 +74,15 @@ def test_wait_follows_the_status_to_active(logged_in, real_api):
                     "--command", "true", "--node", "svc-d").json()
 
     def agent():
-        time.sleep(0.5)
-        real_api.store.collection("em_services").update(svc["uuid"], {"status": "ACTIVE"})
+        # as an agent would: once the restart is recorded (a busy machine may take longer
+        # than any fixed sleep to get the CLI there), it reports the service running
+        services = real_api.store.collection("em_services")
+        deadline = time.monotonic() + 30
+        while (services.get(svc["uuid"]) or {}).get("restart_counter", 0) < 1 \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)             # the CLI has seen NEW by now: --wait follows a change
+        services.update(svc["uuid"], {"status": "ACTIVE"})
     threading.Thread(target=agent, daemon=True).start()
     result = logged_in("--json", "services", "restart", "w", "--wait", "--wait-timeout", "30")
     assert result.code == 0, result.stderr
