@@ -16,6 +16,7 @@ from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldTyp
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
+from appliance.tenancy import is_platform
 
 from . import disks
 from .sets import release_volumes
@@ -52,14 +53,6 @@ class Number(FieldType):
             return float(text)
         except ValueError:
             raise FilterError("must be a number") from None
-
-
-def is_platform(principal):
-    """A caller acting for the platform, not for one project: no principal (in-process),
-    an unscoped token, or one scoped to the admin project. A project owner's token is
-    scoped to its project, so `compute.*.*` from the owner role never reaches the
-    platform's hypervisors nor file:// images."""
-    return principal is None or principal.project_id in (None, ADMIN_PROJECT)
 
 
 def artifact_lookup(artifacts, call, project_id):

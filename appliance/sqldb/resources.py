@@ -29,7 +29,7 @@ from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType
                                   Integer, List, Object, String)
 from appliance.api.resource import ADMIN_PROJECT, Resource
 from appliance.api.routing import PUBLIC
-from appliance.compute.resources import is_platform
+from appliance.tenancy import is_platform
 
 from . import scram
 
