@@ -14,10 +14,8 @@ No proxy is ever used (a proxy would connect on our behalf, unchecked).
 Stdlib only: the node agent imports this module.
 """
 
-import http.client
 import os
 import socket
-import ssl
 import time
 import urllib.parse
 
@@ -135,30 +133,43 @@ def check_url(url, reach, resolve=None):
     checked_addresses(url, reach, resolve)
 
 
-class _PinnedHTTP(http.client.HTTPConnection):
-    """An HTTP connection to one checked address, speaking to the name."""
-
-    def __init__(self, host, port, address, timeout):
-        super().__init__(host, port, timeout=timeout)
-        self.address = address
-
-    def connect(self):
-        self.sock = socket.create_connection((self.address, self.port), self.timeout)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+_classes = {}
 
 
-class _PinnedHTTPS(http.client.HTTPSConnection):
-    """An HTTPS connection to one checked address; SNI and the certificate check use
-    the name."""
+def _connection_classes():
+    """(HTTP, HTTPS) connection classes to one checked address that speak to the name
+    (Host header, SNI and the certificate check). Made on first use: http.client and
+    ssl (a few MB of libssl) are loaded only by a process that fetches."""
+    if _classes:
+        return _classes["http"], _classes["https"]
+    import http.client  # noqa: PLC0415
 
-    def __init__(self, host, port, address, timeout, context):
-        super().__init__(host, port, timeout=timeout, context=context)
-        self.address = address
+    class PinnedHTTP(http.client.HTTPConnection):
+        def __init__(self, host, port, address, timeout):
+            super().__init__(host, port, timeout=timeout)
+            self.address = address
 
-    def connect(self):
-        sock = socket.create_connection((self.address, self.port), self.timeout)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+        def connect(self):
+            self.sock = socket.create_connection((self.address, self.port), self.timeout)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    class PinnedHTTPS(http.client.HTTPSConnection):
+        def __init__(self, host, port, address, timeout, context):
+            super().__init__(host, port, timeout=timeout, context=context)
+            self.address = address
+
+        def connect(self):
+            sock = socket.create_connection((self.address, self.port), self.timeout)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = self._context.wrap_socket(sock, server_hostname=self.host)
+
+    _classes.update(http=PinnedHTTP, https=PinnedHTTPS)
+    return PinnedHTTP, PinnedHTTPS
+
+
+def _errors():
+    import http.client  # noqa: PLC0415
+    return (OSError, http.client.HTTPException)
 
 
 class Response:
@@ -184,7 +195,7 @@ class Response:
             n = min(n, self.max_bytes - self.read_bytes + 1)
         try:
             data = self._body.read(n) if n != -1 else self._body.read()
-        except (OSError, http.client.HTTPException) as e:
+        except _errors() as e:
             raise FetchError(f"{_shown(self.url)}: {e or type(e).__name__}") from None
         self.read_bytes += len(data)
         if self.max_bytes and self.read_bytes > self.max_bytes:
@@ -257,18 +268,20 @@ def _request(url, scheme, host, port, parts, found, headers, deadline, timeout, 
         if remaining <= 0:
             raise FetchError(f"{_shown(url)}: took longer than its time limit")
         wait = min(timeout, remaining)
+        pinned_http, pinned_https = _connection_classes()
         if scheme == "https":
-            conn = _PinnedHTTPS(host, port, address, wait,
+            import ssl  # noqa: PLC0415
+            conn = pinned_https(host, port, address, wait,
                                 context or ssl.create_default_context())
         else:
-            conn = _PinnedHTTP(host, port, address, wait)
+            conn = pinned_http(host, port, address, wait)
         try:
             conn.putrequest("GET", path, skip_accept_encoding=True)
             for name, value in headers.items():
                 conn.putheader(name, value)
             conn.endheaders()
             return conn, conn.getresponse()
-        except (OSError, http.client.HTTPException) as e:
+        except _errors() as e:
             conn.close()
             last = e
     reason = getattr(last, "strerror", None) or last or "no address"
