@@ -181,6 +181,13 @@ def for_project(store, settings, project_id):
             denied.append((net["cidr"], "in the platform's network"))
         else:
             denied.append((net["cidr"], "in another project's network"))
+    # the platform's nodes (the appliance's own node among them) are the platform's,
+    # whatever network they sit on
+    for node in store.collection("compute_nodes").records():
+        ipv4 = (node.get("default_network") or {}).get("ipv4")
+        if ipv4 and node.get("project_id") == ADMIN_PROJECT and parse_address(ipv4):
+            denied.append((ipv4 + "/32", "the address of a platform node (the "
+                                          "appliance's own node among them)"))
     return Reach(project_id=project_id, own=own, denied=denied,
                  outside=parse_networks(settings.get(SETTING)))
 

@@ -79,7 +79,7 @@ def split_url(url, reach=PLATFORM):
             raise Refused(url, "file:// URLs are for the platform only")
         return scheme, None, None, parts
     if scheme not in ("http", "https"):
-        raise Refused(url, f"scheme {scheme or '(none)'!r}: only http and https")
+        raise Refused(url, f"unsupported URL scheme {scheme!r}: only http and https")
     if not parts.hostname:
         raise FetchError(f"{_shown(url)}: no host")
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80), parts
@@ -196,6 +196,9 @@ class Response:
         try:
             data = self._body.read(n) if n != -1 else self._body.read()
         except _errors() as e:
+            if time.monotonic() >= self.deadline:
+                raise FetchError(f"{_shown(self.url)}: took longer than its time "
+                                 "limit") from None
             raise FetchError(f"{_shown(self.url)}: {e or type(e).__name__}") from None
         self.read_bytes += len(data)
         if self.max_bytes and self.read_bytes > self.max_bytes:
@@ -285,7 +288,7 @@ def _request(url, scheme, host, port, parts, found, headers, deadline, timeout, 
             conn.close()
             last = e
     reason = getattr(last, "strerror", None) or last or "no address"
-    raise FetchError(f"{_shown(url)}: cannot connect: {reason}")
+    raise FetchError(f"{_shown(url)}: cannot download: cannot connect: {reason}")
 
 
 def _open_file(url, parts, max_bytes, deadline, timeout):
