@@ -7,6 +7,7 @@ variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
 import os
 
 DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
+OUTSIDE = "allowed_outside_networks"
 
 DEFAULTS = {
     "state_dir": "./var",
@@ -96,6 +97,11 @@ DEFAULTS = {
     "sqldb_failover_seconds": 10.0,
     "sqldb_zone": "sqldb.appliance.internal",
     "sqldb_client_networks": "",
+    # tenant isolation (docs/security.md, "Addresses a project may reach"): networks
+    # outside every project network that projects' LB pools and fetches (image,
+    # repository and archive URLs) may reach; a YAML list or comma-separated CIDRs.
+    # Other projects' networks and the appliance's addresses on its networks stay refused
+    "allowed_outside_networks": "",
     # ---- certificates through ACME DNS-01 (docs/certificates.md) ----
     # the ACME directory and the CA bundle that its TLS is checked with (None: the
     # system's); tests point both at Pebble
@@ -157,6 +163,8 @@ def load(config_file=None, environ=None, overrides=None):
         if unknown:
             raise ConfigError(f"unknown keys in {path}: {', '.join(unknown)}")
         settings.update(loaded)
+    if isinstance(settings.get(OUTSIDE), (list, tuple)):
+        settings[OUTSIDE] = ",".join(str(n) for n in settings[OUTSIDE])
     for key in DEFAULTS:
         var = "APPLIANCE_" + key.upper()
         if environ.get(var) not in (None, ""):
@@ -168,7 +176,17 @@ def load(config_file=None, environ=None, overrides=None):
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
     _check_backup(settings)
     _check_network(settings)
+    _check_outside(settings)
     return settings
+
+
+def _check_outside(settings):
+    from appliance.tenancy.addresses import parse_networks  # noqa: PLC0415 (small, pure)
+    try:
+        nets = parse_networks(settings[OUTSIDE])
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    settings[OUTSIDE] = ",".join(str(n) for n in nets)
 
 
 def _check_network(settings):

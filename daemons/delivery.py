@@ -5,6 +5,7 @@ agents apply (appliance.agent.status). This is their process shell."""
 import sys
 
 from appliance.agent import capabilities, status
+from appliance.agent.targets import View
 from appliance.dataplane import DataPlane
 from appliance.secret.delivery import SecretDelivery
 from daemons.base import Daemon, run
@@ -31,7 +32,10 @@ class Delivery(Daemon):
     def reconcile(self, kind):
         if kind == AGENT_STATUS:
             for master_kind in capabilities.MASTERS.values():
-                status.aggregate(self.store, master_kind)
+                # with the settings, as the API's payload has them: an item's value may
+                # depend on one (an LB's address rule, a DBaaS port), and so its hash
+                status.aggregate(self.store, master_kind,
+                                 View(self.store, settings=self.settings))
             return
         if kind in SecretDelivery.kinds:
             retry_in = self.secrets.reconcile(kind)

@@ -7,6 +7,7 @@ import urllib.parse
 
 from appliance.api.errors import BadRequest, Forbidden
 from appliance.api.validation import Validator
+from appliance.tenancy import fetch
 
 from . import images
 
@@ -54,11 +55,13 @@ FIELD_SCHEMA = {"type": "object", "required": ["kind"],
 _BY_KIND = {"root_disk": Validator(ROOT_DISK), "disks": Validator(DISKS)}
 
 
-def check_image(where, image, platform, artifact=None):
+def check_image(where, image, platform, artifact=None, reach=None):
     """http(s) URLs for everyone; `file://` (a path on the hypervisor) only for platform
     callers, since it reads any file the daemon can read; or a repository artifact of
     category `images` by its path, `/v1/repo/artifacts/<uuid>`, which `artifact(uuid)`
-    returns when the caller may see it (None otherwise)."""
+    returns when the caller may see it (None otherwise). `reach` (the caller's
+    addresses.Reach): an http(s) URL whose host is an address it refuses is a 400; a
+    name is judged by the compute daemon when it downloads."""
     if images.artifact_uuid(image) is not None:
         record = artifact(images.artifact_uuid(image)) if artifact else None
         if record is None:
@@ -75,6 +78,9 @@ def check_image(where, image, platform, artifact=None):
     if scheme in ("http", "https"):
         if not parts.netloc:
             raise BadRequest(f"{where}: must be an http(s) URL with a host")
+        why = fetch.literal_refusal(image, reach) if reach is not None else None
+        if why:
+            raise BadRequest(f"{where}: {why}")
         return
     if scheme == "file":
         if not platform:
@@ -84,20 +90,20 @@ def check_image(where, image, platform, artifact=None):
                      f"({images.ARTIFACT_PREFIX}<uuid>), or file:// for administrators")
 
 
-def normalize(spec, platform, artifact=None):
+def normalize(spec, platform, artifact=None, reach=None):
     """The spec checked, with the reference's defaults filled in; 400/403 otherwise.
-    `artifact`: as check_image takes it."""
+    `artifact`, `reach`: as check_image takes them."""
     _BY_KIND[spec["kind"]].check_at(spec, "disk_spec")
     if spec["kind"] == "root_disk":
         spec = {**DEFAULTS, "size": 10, **spec}
-        check_image("disk_spec.image", spec["image"], platform, artifact)
+        check_image("disk_spec.image", spec["image"], platform, artifact, reach)
         return spec
     disks = [{**DEFAULTS, **disk} for disk in spec["disks"]]
     labels, mounts = set(), set()
     for i, disk in enumerate(disks):
         where = f"disk_spec.disks[{i}]"
         if disk.get("image") is not None:
-            check_image(f"{where}.image", disk["image"], platform, artifact)
+            check_image(f"{where}.image", disk["image"], platform, artifact, reach)
         if disk.get("mount_point") is not None:
             if disk["mount_point"] in mounts:
                 raise BadRequest(f"{where}.mount_point: {disk['mount_point']} is used twice")

@@ -22,6 +22,9 @@ import threading
 import time
 import urllib.parse
 
+from appliance.tenancy import addresses, fetch
+from appliance.tenancy.addresses import PLATFORM
+
 QCOW2_MAGIC = b"QFI\xfb"
 CHUNK = 1 << 20
 
@@ -60,6 +63,25 @@ def resolve(store, image):
     return record["uri"]
 
 
+def reach_for(store, settings, node, image):
+    """The addresses.Reach a node's image is fetched with: the platform's for what only
+    the platform chooses (file://, which only platform callers may write; the images the
+    settings lb_image and sqldb_image name; a platform repository's artifact), else the
+    rule of the project that owns the choice (the artifact's, or the node's)."""
+    uuid = artifact_uuid(image)
+    if uuid is not None:
+        record = store.collection("repo_artifacts").get(uuid) or {}
+        project = record.get("project_id") or node.get("project_id")
+        return addresses.for_project(store, settings, project)
+    if urllib.parse.urlsplit(image).scheme.lower() == "file":
+        return PLATFORM
+    if image in (settings.get("lb_image"), settings.get("sqldb_image")):
+        return PLATFORM
+    if any(v.get("image") == image for v in store.collection("sqldb_versions").records()):
+        return PLATFORM
+    return addresses.for_project(store, settings, node.get("project_id"))
+
+
 class ImageCache:
     def __init__(self, directory, read_timeout=30.0, deadline=1800.0):
         self.directory = directory
@@ -80,8 +102,15 @@ class ImageCache:
             return None
         return meta if os.path.exists(meta.get("path", "")) else None
 
-    def get(self, url):
-        """The cached image of `url`, downloading it first if needed."""
+    def get(self, url, reach=PLATFORM):
+        """The cached image of `url`, downloading it first if needed. `reach` (the
+        addresses.Reach the node's project has for this URL, see `reach_for`) is checked
+        first, also for a URL cached already: a project must not receive, from the
+        cache, the disk of a URL it may not fetch."""
+        try:
+            fetch.check_url(url, reach)
+        except fetch.FetchError as e:
+            raise ImageError(f"image {e}") from None
         meta = self.cached(url)
         if meta is not None:
             return meta
@@ -89,15 +118,15 @@ class ImageCache:
             lock = self._locks.setdefault(url, threading.Lock())
         with lock:
             meta = self.cached(url)
-            return meta if meta is not None else self._download(url)
+            return meta if meta is not None else self._download(url, reach)
 
-    def _download(self, url):
+    def _download(self, url, reach):
         os.makedirs(self.directory, mode=0o755, exist_ok=True)
         key = self.key(url)
         part = os.path.join(self.directory, key + ".part")
         path_only = urllib.parse.urlsplit(url).path.lower()
         try:
-            self._fetch(url, path_only, part)
+            self._fetch(url, path_only, part, reach)
             fmt = _check(part, path_only, url)
             digest = _sha256(part)
             final = os.path.join(self.directory, f"{key}.{fmt}")
@@ -114,22 +143,16 @@ class ImageCache:
         os.replace(tmp, os.path.join(self.directory, key + ".json"))
         return meta
 
-    def _fetch(self, url, path_only, part):
-        scheme = urllib.parse.urlsplit(url).scheme
-        if scheme not in ("http", "https", "file"):
-            raise ImageError(f"image {url}: unsupported URL scheme {scheme!r}")
-        # imported on the first download: urllib.request brings http.client and ssl (a few
-        # MB of libssl), which an idle compute daemon need not hold (tests/supervisor)
-        from urllib.error import HTTPError, URLError
-        from urllib.request import urlopen
+    def _fetch(self, url, path_only, part, reach):
         started = time.monotonic()
         try:
-            response = urlopen(url, timeout=self.read_timeout)  # noqa: S310
-        except HTTPError as e:
-            raise ImageError(f"image {url}: HTTP {e.code} {e.reason}") from None
-        except (URLError, OSError, ValueError) as e:
-            reason = getattr(e, "reason", None) or e
-            raise ImageError(f"image {url}: cannot download: {reason}") from None
+            # the guarded fetcher: resolved once, checked, connected to the checked
+            # address, bounded in time (the size of an image is not bounded here: its
+            # hypervisor's disk is)
+            response = fetch.open_url(url, reach, 0, self.deadline,
+                                      timeout=self.read_timeout)
+        except fetch.FetchError as e:
+            raise ImageError(f"image {e}") from None
         try:
             with response, open(part, "wb") as out:
                 if path_only.endswith(".zst"):
@@ -138,6 +161,8 @@ class ImageCache:
                     src = gzip.GzipFile(fileobj=response) if path_only.endswith(".gz") \
                         else response
                     self._copy(src, out, url, started)
+        except fetch.FetchError as e:
+            raise ImageError(f"image {e}") from None
         except (OSError, EOFError) as e:    # BadGzipFile and socket timeouts are OSErrors
             raise ImageError(f"image {url}: download or decompression failed: {e}") from None
 

@@ -23,7 +23,7 @@ from html import escape  # xml.sax.saxutils would bring urllib.request and ssl a
 from appliance.agent.credentials import vm_credential
 
 from . import cloudinit, domain_xml, placement
-from .images import ImageCache, ImageError
+from .images import ImageCache, ImageError, reach_for
 from .images import resolve as resolve_image
 
 try:
@@ -369,7 +369,9 @@ class Reconciler:
                                                        != (images[0] if images else None)):
             node = self._write(nodes, node, status="IN_PROGRESS", status_reason=None) or node
         self.step("images", node["uuid"])
-        cached = {url: self.images.get(resolve_image(self.store, url)) for url in images}
+        cached = {url: self.images.get(resolve_image(self.store, url),
+                                       reach_for(self.store, self.settings, node, url))
+                  for url in images}
         root_url = images[0] if images else None
         if dom is not None and mark.get("image") != root_url:
             log.info("node %s: image changed to %s; replacing its root disk", node["uuid"],

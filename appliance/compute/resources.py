@@ -16,7 +16,7 @@ from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldTyp
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
-from appliance.tenancy import is_platform
+from appliance.tenancy import addresses, is_platform
 
 from . import disks
 from .sets import release_volumes
@@ -127,6 +127,11 @@ class ComputeResource(Resource):
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None
         return changes
 
+    def reach(self, call, project_id):
+        """The caller's address rule for images of `project_id` (tenancy/addresses)."""
+        return addresses.for_caller(call.store, self.api.settings, call.principal,
+                                    project_id)
+
     def check_disk_spec(self, call, record, node_type, project_id, current=None):
         spec = record.get("disk_spec")
         if node_type == "HW":
@@ -136,7 +141,8 @@ class ComputeResource(Resource):
         if spec is None:
             raise BadRequest("disk_spec: required for node_type VM")
         spec = disks.normalize(spec, is_platform(call.principal),
-                               self.artifacts(call, project_id))
+                               self.artifacts(call, project_id),
+                               self.reach(call, project_id))
         if current is not None:
             disks.check_change(current, spec)
         return spec
@@ -472,7 +478,9 @@ class Volumes(ComputeResource):
     def prepare_create(self, call, record):
         if record.get("image") is not None:
             disks.check_image("image", record["image"], is_platform(call.principal),
-                              self.artifacts(call, record["project_id"]))
+                              self.artifacts(call, record["project_id"]),
+                              addresses.for_caller(call.store, self.api.settings,
+                                                   call.principal, record["project_id"]))
         if record.get("node") is not None:
             self.attachable_node(call, record["project_id"], record["node"])
         record.update(status="NEW", status_reason=None)
@@ -481,7 +489,9 @@ class Volumes(ComputeResource):
     def prepare_update(self, call, current, changes):
         if changes.get("image") is not None:
             disks.check_image("image", changes["image"], is_platform(call.principal),
-                              self.artifacts(call, current["project_id"]))
+                              self.artifacts(call, current["project_id"]),
+                              addresses.for_caller(call.store, self.api.settings,
+                                                   call.principal, current["project_id"]))
         if changes.get("size", current["size"]) < current["size"]:
             raise BadRequest(f"size: a volume cannot shrink (from {current['size']} GB)")
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None

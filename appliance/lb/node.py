@@ -35,6 +35,7 @@ import tarfile
 import time
 
 from appliance.files import write_atomically
+from appliance.tenancy import addresses, fetch
 
 from . import nginx
 
@@ -50,6 +51,7 @@ GEN = re.compile(r"^gen-(\d+)$")
 LB_FILE = re.compile(r"^lb-([0-9a-f-]{36})\.(http|stream)\.conf$")
 SETTING_LISTEN = "agent_lb_listen"
 DOWNLOAD_TIMEOUT = 60
+DOWNLOAD_DEADLINE = 1800                # seconds for one archive, all of it
 DOWNLOAD_LIMIT = 2 * 1024 ** 3          # bytes of an archive, and of what it unpacks to
 
 
@@ -148,7 +150,7 @@ class Driver:
             return {"status": "ERROR", "reason": f"not rendered: {e}",
                     "value": {"nginx_check": None, "applied_at": None}}
         try:
-            dirs = self.fetch_downloads(lb, wanted)
+            dirs = self.fetch_downloads(lb, wanted, item.get("value"))
             rendered = nginx.render_lb(item.get("value"), listen=self.listen,
                                        local_root=self.host.root, download_dirs=dirs)
         except nginx.RenderError as e:
@@ -164,6 +166,12 @@ class Driver:
         except Failed as e:
             return {"status": "ERROR", "reason": str(e),
                     "value": {"nginx_check": tail(e.output) or None, "applied_at": None}}
+        refused = (item.get("value") or {}).get("refused")
+        if refused:
+            # served without them, but not as the owner asked: the LB says why
+            return {"status": "ERROR", "reason": "; ".join(str(r) for r in refused),
+                    "value": {"nginx_check": tail(check) or None,
+                              "applied_at": _now_iso()}}
         return {"status": "ACTIVE", "reason": None,
                 "value": {"nginx_check": tail(check) or None, "applied_at": _now_iso()}}
 
@@ -188,12 +196,21 @@ class Driver:
     def download_root(self, lb):
         return os.path.join(self.run_dir, "downloads", lb)
 
-    def fetch_downloads(self, lb, wanted):
+    def fetch_downloads(self, lb, wanted, value=None):
         """{route: directory} holding each wanted archive unpacked. A directory is named
         by its route and URL and appears whole (renamed into place when complete), so an
         unchanged URL is not fetched again and the live config keeps its own until the
-        new one is shipped."""
+        new one is shipped. Every fetch goes through the guarded fetcher with the address
+        rule the platform sent for the LB's project (`reach`; none sent: nothing is
+        fetched), and an archive already here is kept only while its URL still passes."""
         dirs = {}
+        reach = None
+        if wanted:
+            try:
+                reach = addresses.Reach.from_dict((value or {}).get("reach"))
+            except ValueError as e:
+                raise Failed(f"local_dir_download: no address rule from the platform "
+                             f"({e}); nothing is fetched") from None
         for route, url in sorted(wanted.items()):
             if not isinstance(url, str) or not url.startswith(("http://", "https://")) \
                     or not url.endswith((".tar.gz", ".tar.zst")):
@@ -201,8 +218,12 @@ class Driver:
                              ".tar.zst is needed")
             tag = hashlib.sha256(url.encode()).hexdigest()[:16]
             final = os.path.join(self.download_root(lb), f"{route}-{tag}")
+            try:
+                fetch.check_url(url, reach)
+            except fetch.FetchError as e:
+                raise Failed(f"local_dir_download {e}") from None
             if not os.path.isdir(final):
-                unpack_url(url, final)
+                unpack_url(url, final, reach)
             dirs[route] = final
         return dirs
 
@@ -472,18 +493,19 @@ class Driver:
 
 # ---- archives -----------------------------------------------------------------------------
 
-def unpack_url(url, final):
-    """Fetch a .tar.gz/.tar.zst and unpack it into `final` (made whole or not at all).
-    Only directories and regular files are taken, each inside `final`: an archive with
-    an absolute name, `..`, a link or a device is refused as a whole."""
-    import urllib.request
+def unpack_url(url, final, reach):
+    """Fetch a .tar.gz/.tar.zst through the guarded fetcher for `reach` and unpack it
+    into `final` (made whole or not at all). Only directories and regular files are
+    taken, each inside `final`: an archive with an absolute name, `..`, a link or a
+    device is refused as a whole."""
     parent = os.path.dirname(final)
     os.makedirs(parent, mode=0o755, exist_ok=True)
     tmp = f"{final}.{os.getpid()}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.mkdir(tmp, 0o755)
     try:
-        with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT) as resp:
+        with fetch.open_url(url, reach, DOWNLOAD_LIMIT, DOWNLOAD_DEADLINE,
+                            timeout=DOWNLOAD_TIMEOUT) as resp:
             if url.endswith(".tar.zst"):
                 zstd = shutil.which("zstd")
                 if zstd is None:
@@ -504,6 +526,9 @@ def unpack_url(url, final):
     except Failed:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    except fetch.FetchError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise Failed(f"local_dir_download {e}") from None
     except (OSError, tarfile.TarError, EOFError) as e:
         shutil.rmtree(tmp, ignore_errors=True)
         raise Failed(f"local_dir_download {url}: {e}") from None
@@ -528,7 +553,7 @@ def _feed(resp, pipe):
         source = _Limited(resp)
         while chunk := source.read(1 << 20):
             pipe.write(chunk)
-    except (OSError, Failed):
+    except (OSError, Failed, fetch.FetchError):
         pass
     finally:
         try:

@@ -17,6 +17,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Obj
                                   Reference, String, Tags, UUID_RE)
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
+from appliance.tenancy import addresses, fetch, is_platform
 
 from . import conditions, placement
 
@@ -550,6 +551,7 @@ class Routes(LbChild):
             if pool is None or pool.get("lb") != lb["uuid"]:
                 raise BadRequest(f"condition: backend pool {uuid} is not a pool of this LB")
         check_writable_placement(lb, condition)
+        check_download_urls(call, self.api.settings, lb, condition)
         return condition
 
     def prepare_create(self, call, record):
@@ -567,6 +569,20 @@ class Routes(LbChild):
             changes["condition"] = self.checked(call, self.lb_of(current), vhost,
                                                 changes["condition"])
         return changes
+
+
+def check_download_urls(call, settings, lb, condition):
+    """A local_dir_download URL whose host is an address the LB's project may not reach
+    is a 400 now; a name is judged by the node's agent when it fetches (docs/security.md)."""
+    urls = [a["url"] for a in condition.get("actions") or ()
+            if a.get("kind") == "local_dir_download"]
+    if not urls:
+        return
+    reach = addresses.for_caller(call.store, settings, call.principal, lb["project_id"])
+    for url in urls:
+        why = fetch.literal_refusal(url, reach)
+        if why:
+            raise BadRequest(f"condition.actions.0.url: {why}")
 
 
 # ---- backend pools --------------------------------------------------------------------
@@ -588,19 +604,30 @@ class BackendPools(LbChild):
                                   "node, node, port, weight} | {kind: node_set, node_set, "
                                   "port, weight}] (nodes and sets of the project)"),
                 Field("balance", Enum("roundrobin"), default="roundrobin", nullable=False),
+                # a platform caller's endpoints are not judged by the project's address
+                # rule, here nor when the LB is rendered (targets.py)
+                Field("platform_endpoints", Boolean(), hidden=True),
             ])
 
     def checked(self, call, lb, endpoints):
+        """The endpoints as stored, or 400. A `host` of a project's LB must be an address
+        the project may reach (tenancy/addresses); nodes and sets the LB project's own."""
         if not endpoints:
             raise BadRequest("No endpoints defined")
         if len(endpoints) > 256:
             raise BadRequest("endpoints: at most 256")
         out = []
+        reach = None
         for i, endpoint in enumerate(endpoints):
             where = f"endpoints.{i}"
             endpoint = {"port": 80, "weight": 1,
                         **kind_checked(where, endpoint, _ENDPOINT_CHECK)}
             kind = endpoint["kind"]
+            if kind == "host":
+                if reach is None:
+                    reach = addresses.for_caller(call.store, self.api.settings,
+                                                 call.principal, lb["project_id"])
+                check_host_endpoint(f"{where}.host", endpoint["host"], reach)
             if kind in ("node", "node_set"):
                 uuid = uuid_of(f"{where}.{kind}", endpoint[kind])
                 found = call.store.collection(NODES if kind == "node" else SETS).get(uuid)
@@ -616,11 +643,13 @@ class BackendPools(LbChild):
         self.own_project(record, lb)
         record["status"] = "ACTIVE"
         record["endpoints"] = self.checked(call, lb, record.get("endpoints"))
+        record["platform_endpoints"] = is_platform(call.principal)
         return record
 
     def prepare_update(self, call, current, changes):
         if "endpoints" in changes:
             changes["endpoints"] = self.checked(call, self.lb_of(current), changes["endpoints"])
+            changes["platform_endpoints"] = is_platform(call.principal)
         return changes
 
     def check_delete(self, call, record):
@@ -629,6 +658,20 @@ class BackendPools(LbChild):
             if record["uuid"] in conditions.pools(route["condition"]):
                 raise Conflict(f"Backend pool in use, remove route first (route "
                                f"{route['uuid']})")
+
+
+def check_host_endpoint(where, host, reach):
+    """400 unless `host` may be reached by the LB: for a project, an IP address its
+    rule allows (a name is refused: nginx would resolve it later, unchecked)."""
+    if reach.platform:
+        return
+    if addresses.parse_address(host) is None:
+        raise BadRequest(f"{where}: {host!r} is a name; a project's load balancer takes "
+                         "an IP address of one of the project's networks (or a node or "
+                         "node set endpoint), since a name could later resolve anywhere")
+    why = reach.refusal(host)
+    if why:
+        raise BadRequest(f"{where}: {why}")
 
 
 def all_resources():

@@ -8,9 +8,15 @@ become the nodes' current addresses and a vhost's certificate its PEM, so a node
 address or a renewed certificate changes the item's hash and the agent renders again.
 """
 
-from appliance.agent.protocol import target_uuid
+import logging
 
-from . import conditions, placement
+from appliance import config
+from appliance.agent.protocol import target_uuid
+from appliance.tenancy import addresses
+
+from . import conditions, nginx, placement
+
+log = logging.getLogger(__name__)
 
 KIND, MASTER_KIND = "lb", "network_lb"
 VHOSTS, ROUTES = "network_lb_vhosts", "network_lb_routes"
@@ -77,13 +83,41 @@ def value(view, lb):
             "redirect_http": bool(vhost.get("redirect_http")),
             "proxy_protocol_from": vhost.get("proxy_protocol_from"),
             "routes": [{"uuid": r["uuid"], "condition": r["condition"]} for r in routes]})
-    pools = {}
+    pools, refused = {}, []
     for uuid in sorted(set(named)):
         pool = store.collection(POOLS).get(uuid)
         if pool is not None:
+            reach = addresses.PLATFORM if pool.get("platform_endpoints") else \
+                reach_of(view, lb["project_id"])
+            kept = []
+            for endpoint in endpoints(view, pool["endpoints"]):
+                why = reach.refusal(endpoint["host"])
+                if why:
+                    refused.append(f"pool {uuid}: endpoint {endpoint['host']}:"
+                                   f"{endpoint['port']} left out: {why}")
+                    continue
+                kept.append(endpoint)
             pools[uuid] = {"balance": pool.get("balance") or "roundrobin",
-                           "endpoints": endpoints(view, pool["endpoints"])}
-    return {"lb": lb["uuid"], "vhosts": vhosts, "pools": pools}
+                           "endpoints": kept}
+    out = {"lb": lb["uuid"], "vhosts": vhosts, "pools": pools}
+    if refused:
+        # the address rule again at render: a network may have changed hands since the
+        # pool was written (docs/security.md); the node serves the rest and reports these
+        log.warning("load balancer %s: %s", lb["uuid"], "; ".join(refused))
+        out["refused"] = refused
+    if nginx.downloads(out):
+        # the node's agent fetches the archives for the LB's project, by this rule
+        out["reach"] = reach_of(view, lb["project_id"]).as_dict()
+    return out
+
+
+def reach_of(view, project_id):
+    """The project's addresses.Reach, worked out once per view."""
+    cached = view.__dict__.setdefault("_lb_reach", {})
+    if project_id not in cached:
+        settings = getattr(view, "settings", None) or config.DEFAULTS
+        cached[project_id] = addresses.for_project(view.store, settings, project_id)
+    return cached[project_id]
 
 
 def tls(view, vhost):

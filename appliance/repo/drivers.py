@@ -8,17 +8,18 @@ a spec of another kind refuses it (ValueError): the choice is by kind, never by 
 import base64
 import json
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
 
 import yaml
 
 from appliance.api import bodies, yaml_bodies
+from appliance.tenancy import fetch
 
 from . import inventory
 
 TIMEOUT = 15
+DEADLINE = 60                       # seconds for one file of a repository, all of it
+MAX_BYTES = 32 * 1024 * 1024        # an inventory or a manifest is far smaller
 MANIFEST_SUFFIXES = (".yaml", ".yml")
 
 
@@ -30,12 +31,15 @@ class Driver:
     kind = None
     can_upload = False
 
-    def __init__(self, spec, stored_elements=()):
+    def __init__(self, spec, stored_elements=(), reach=None):
         if spec.get("kind") != self.kind:
             raise ValueError(f"driver {self.kind} refuses a repository of kind "
                              f"{spec.get('kind')}")
         self.spec = spec
         self.stored = list(stored_elements)   # the repository's RepoElements, for some kinds
+        # the address rule of the repository's project (tenancy/addresses); None: this
+        # driver may not fetch at all
+        self.reach = reach
 
     def uri(self):
         return f"{self.kind}:"
@@ -60,22 +64,20 @@ class NginxDriver(Driver):
         return self.spec["url"].rstrip("/")
 
     def _get(self, path):
+        """The body of <url>/<path>, through the guarded fetcher (resolved once,
+        checked by the repository project's address rule, bounded; no proxy)."""
         url = f"{self.uri()}/{path}"
-        request = urllib.request.Request(url, headers={"Accept": "application/json, */*"})
+        if self.reach is None:
+            raise DriverError(f"GET {url}: no address rule given; nothing is fetched")
+        headers = {"Accept": "application/json, */*"}
         if self.spec.get("username"):
             pair = f"{self.spec['username']}:{self.spec.get('password') or ''}"
-            request.add_header("Authorization", "Basic " + base64.b64encode(
-                pair.encode()).decode())
-        # no proxies: a repository is fetched directly
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         try:
-            with opener.open(request, timeout=TIMEOUT) as response:
-                return response.read()
-        except urllib.error.HTTPError as e:
-            raise DriverError(f"GET {url}: HTTP {e.code}") from None
-        except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
-            raise DriverError(f"GET {url}: {reason}") from None
+            return fetch.fetch_bytes(url, self.reach, MAX_BYTES, DEADLINE, timeout=TIMEOUT,
+                                     headers=headers)
+        except fetch.FetchError as e:
+            raise DriverError(f"GET {e}") from None
 
     def inventory(self):
         raw = self._get("inventory.json")
@@ -178,8 +180,10 @@ DRIVERS = {d.kind: d for d in (NginxDriver, BootstrapDriver, DummyMigrationDrive
                                DatabaseDriver)}
 
 
-def driver_for(spec, stored_elements=()):
+def driver_for(spec, stored_elements=(), reach=None):
+    """The driver of `spec`; `reach` (addresses.Reach of the repository's project) lets
+    a fetching driver fetch."""
     cls = DRIVERS.get((spec or {}).get("kind"))
     if cls is None:
         raise ValueError(f"no driver of kind {(spec or {}).get('kind')}")
-    return cls(spec, stored_elements)
+    return cls(spec, stored_elements, reach)

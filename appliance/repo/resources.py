@@ -8,7 +8,7 @@ elements to the Element Manager).
 
 
 from appliance import versions
-from appliance.api.errors import ApiError, BadRequest, Conflict, Unauthorized
+from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden, Unauthorized
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, Integer, Object,
                                   Reference, String, Tags, Text)
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
@@ -16,6 +16,7 @@ from appliance.api.routing import UPLOAD
 from appliance.api.validation import Validator
 from appliance.em.manifest import build_plan
 from appliance.secret.crypto import SecretBox
+from appliance.tenancy import addresses, fetch, is_platform
 from state import DuplicateKey, format_time, utcnow
 
 from . import install, inventory
@@ -127,8 +128,23 @@ class Repositories(Resource):
         shown["driver_spec"] = spec
         return super().render(shown, only)
 
+    def check_reach(self, call, spec, project_id):
+        """What a project's repository may name: an nginx url whose host is not an
+        address the project may not reach (a name is judged when the builder fetches),
+        and no bootstrap directory (a path on the appliance: the platform's only)."""
+        if spec["kind"] == "bootstrap" and not is_platform(call.principal):
+            raise Forbidden("driver_spec.kind: a bootstrap repository reads a directory of "
+                            "the appliance; it is for administrators only")
+        if spec["kind"] == "nginx":
+            reach = addresses.for_caller(call.store, self.api.settings, call.principal,
+                                         project_id)
+            why = fetch.literal_refusal(spec["url"], reach)
+            if why:
+                raise BadRequest(f"driver_spec.url: {why}")
+
     def prepare_create(self, call, record):
         record["driver_spec"] = self._driver_spec(record["driver_spec"])
+        self.check_reach(call, record["driver_spec"], record["project_id"])
         record.update(status="NEW", status_reason=None, next_refresh=now_text(),
                       synced_at=None)
         return record
@@ -137,6 +153,7 @@ class Repositories(Resource):
         if "driver_spec" in changes:
             changes["driver_spec"] = self._driver_spec(changes["driver_spec"],
                                                        current["driver_spec"])
+            self.check_reach(call, changes["driver_spec"], current["project_id"])
             if changes["driver_spec"] != current["driver_spec"]:
                 changes.update(status="NEW", status_reason=None, next_refresh=now_text())
         if changes.get("sync_mode", current["sync_mode"]) != current["sync_mode"]:
@@ -296,7 +313,10 @@ class RepoElements(Resource):
         repository = self.repository(record)
         spec = self.api.resources["/v1/repo/repositories"].opened_spec(repository)
         stored = self.collection().by("repository", repository["uuid"])
-        manifest, entry = driver_for(spec, stored).element(record["name"], record["version"])
+        reach = addresses.for_project(self.api.store, self.api.settings,
+                                      repository["project_id"])
+        manifest, entry = driver_for(spec, stored, reach).element(record["name"],
+                                                                  record["version"])
         updated = self.collection().update(record["uuid"], {
             "manifest": manifest, "inventory": entry,
             "description": record.get("description") or manifest.get("description")})

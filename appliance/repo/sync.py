@@ -11,6 +11,7 @@ back-off that doubles up to the refresh rate (or an hour).
 
 import datetime
 
+from appliance.tenancy import addresses
 from state import format_time, parse_time, utcnow
 
 from .drivers import DriverError, NginxDriver, BootstrapDriver, driver_for
@@ -79,7 +80,9 @@ class RepositorySync:
     def _read(self, repo):
         elements = self.store.collection("repo_elements")
         stored = list(elements.by("repository", repo["uuid"]))
-        driver = driver_for(self.repositories.opened_spec(repo), stored)
+        driver = driver_for(self.repositories.opened_spec(repo), stored,
+                            addresses.for_project(self.store, self.api.settings,
+                                                  repo["project_id"]))
         found = driver.inventory()
         existing = {(e["name"], e["version"]): e for e in stored}
         new_records = []

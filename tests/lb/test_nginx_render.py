@@ -7,6 +7,7 @@ import pytest
 
 from appliance.lb import nginx
 from appliance.lb.nginx import RenderError, render_lb, render_main
+from appliance.tenancy.addresses import PLATFORM
 from tests.lb.nginxnode import (backends, get, lb_value, new_uuid, node, pool, route,  # noqa: F401
                                 vhost)
 
@@ -243,6 +244,8 @@ def test_local_dir_download(node):
                                                "url": archives.url("/v1.tar.gz"),
                                                "is_spa": True}])
         value = lb_value([vhost("http", port, [r])], {})
+        # the archives are on loopback: a platform LB's rule (tests/tenancy: a project's)
+        value["reach"] = PLATFORM.as_dict()
         result = node.apply(value)
         assert result["status"] == "ACTIVE", result
         assert get(node.address, port, "/app/js/app.js")[2] == b"code"

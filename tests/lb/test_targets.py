@@ -13,6 +13,7 @@ import pytest
 from appliance.agent.protocol import target_uuid
 from appliance.agent.targets import View
 from appliance.lb import targets
+from appliance.tenancy.addresses import PLATFORM
 from tests.compute.conftest import created
 from tests.iam.helpers import ADMIN_PROJECT
 
@@ -124,7 +125,9 @@ FIXTURES = {
                     "modifiers": [{"kind": "auto_header", "headers": AUTO_HEADERS}]}},
             ]}],
         "pools": {_uuid("4c", 1): {"balance": "roundrobin", "endpoints": [
-            {"host": "localhost", "port": 443, "weight": 1}]}}}),
+            {"host": "localhost", "port": 443, "weight": 1}]}},
+        # the address rule the agent fetches the archive by: the LB is the platform's
+        "reach": PLATFORM.as_dict()}),
     # L4: a tcp vhost (PROXY protocol accepted from a network) and a udp vhost, raw routes
     # to a pool that names a node (resolved to its address)
     "raw": _item("raw", {

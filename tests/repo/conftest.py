@@ -13,10 +13,19 @@ R = "/v1/repo/repositories"
 E = "/v1/repo/elements"
 
 
+# the test repositories are served on loopback, also for projects' repositories: the
+# admin's setting allows it, as it would allow an outside repository server
+# (tenancy/addresses; tests/tenancy shows the refusal without it)
+LOOPBACK_ALLOWED = {"allowed_outside_networks": "127.0.0.0/8"}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
-    builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
+    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD,
+                    **LOOPBACK_ALLOWED).start()
+    builder = DaemonProcess("builder", srv.settings["state_dir"], env={
+        "APPLIANCE_ALLOWED_OUTSIDE_NETWORKS": LOOPBACK_ALLOWED["allowed_outside_networks"]
+    }).start()
     yield srv
     builder.stop()
     srv.stop()
