@@ -104,7 +104,7 @@ def a_record(name):
     return {"type": "A", "record": {"kind": "A", "name": name, "address": "192.0.2.1"}}
 
 
-# ---- each quota ---------------------------------------------------------------------------
+# ---- each quota -----------------------------------------------------------------------------
 
 def over_nodes(server, m):
     for _ in range(3):
@@ -229,7 +229,7 @@ def test_the_admin_project_is_the_platforms_and_has_no_limits(server, admin):
     assert usage["nodes"]["use"] >= 4 and usage["nodes"]["limit"] is None
 
 
-# ---- what hidden sets and sets charge ----------------------------------------------------------
+# ---- what hidden sets and sets charge -------------------------------------------------------
 
 def usage(client, project):
     resp = client.get(f"/v1/iam/projects/{project}/actions/quotas")
@@ -279,7 +279,7 @@ def test_hw_nodes_count_as_nodes_but_take_no_hypervisor_cores_ram_or_disk(server
         1, 0, 0, 0)
 
 
-# ---- updates --------------------------------------------------------------------------------------
+# ---- updates --------------------------------------------------------------------------------
 
 def refused_update(server, member, path, body, quota, use, more, limit):
     before = member.client.get(path).json
@@ -304,6 +304,17 @@ def test_an_update_that_grows_past_a_limit_is_refused_and_changes_nothing(server
 
     v = created(member.client.post(V, {"name": "v", "project_id": member.project, "size": 5}))
     refused_update(server, member, f"{V}/{v['uuid']}", {"size": 81}, "disk", 25, 76, 100)
+
+
+def test_growing_an_lb_or_a_dbaas_instance_past_a_limit_is_refused(server, member):
+    lb = created(member.client.post(LB, {"name": "edge", "project_id": member.project,
+                                         "type": {"kind": "core", "cpu": 2, "ram": 512,
+                                                  "disk_size": 10, "nodes_number": 1}}))
+    grown = {**lb["type"], "nodes_number": 5}
+    refused_update(server, member, f"{LB}/{lb['uuid']}", {"type": grown}, "nodes", 1, 4, 3)
+    db = make_instance(member.client, member.project, cpu=2)
+    refused_update(server, member, f"/v1/sqldb/instances/{db['uuid']}", {"cpu": 7}, "cores",
+                   4, 5, 8)
 
 
 def test_a_config_update_that_grows_a_nodes_payload_is_refused(server, member):
@@ -337,7 +348,7 @@ def test_an_update_that_grows_nothing_passes_even_above_a_lowered_limit(server, 
         server.api.settings["quota_nodes"] = LIMITS["quota_nodes"]
 
 
-# ---- settings ---------------------------------------------------------------------------------------
+# ---- settings -------------------------------------------------------------------------------
 
 def test_a_setting_or_its_variable_changes_a_limit():
     assert config.load(environ={})["quota_nodes"] == 200
@@ -368,7 +379,7 @@ def test_a_server_started_with_another_limit_holds_to_it(tmp_path):
         srv.stop()
 
 
-# ---- concurrency -------------------------------------------------------------------------------------
+# ---- concurrency ----------------------------------------------------------------------------
 
 def race(requests):
     """Run the callables at once (a barrier), each in its own thread; their responses."""
@@ -418,7 +429,7 @@ def test_concurrent_configs_on_one_node_never_exceed_its_payload_limit(server, m
     assert quotas.largest_payload(server.store, member.project) <= 32 * KIB
 
 
-# ---- reading use ----------------------------------------------------------------------------------------
+# ---- reading use ----------------------------------------------------------------------------
 
 def test_admin_reads_each_quotas_use_and_limit(server, admin, member):
     n = node(member.client, member.project, cores=2, ram=2048)
@@ -463,7 +474,7 @@ def test_a_user_without_rights_reads_no_use(server, admin, member):
     assert resp.status == 403, resp
 
 
-# ---- the payload bound -------------------------------------------------------------------------------
+# ---- the payload bound ----------------------------------------------------------------------
 
 def test_the_config_quotas_bound_a_nodes_payload(server, member):
     """A project fills one node as far as it may, directly and through the node's set;
