@@ -6,6 +6,8 @@ variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
 
 import os
 
+from appliance.tenancy.quotas import setting_defaults as quota_defaults
+
 DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
 OUTSIDE = "allowed_outside_networks"
 
@@ -114,6 +116,9 @@ DEFAULTS = {
     # allows 5 failed validations per name and hour)
     "acme_retry_first_seconds": 60.0,
     "acme_retry_max_seconds": 21600.0,
+    # ---- quotas per project (docs/quotas.md): quota_<name>, declared with what each
+    # counts and why in appliance/tenancy/quotas.py; a negative value is no limit ----
+    **quota_defaults(),
 }
 
 

@@ -8,6 +8,8 @@ Capabilities subclass `Resource` and override the hooks (`prepare_create`,
 
 import uuid as uuidlib
 
+from appliance.tenancy import quotas
+
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_RE, DateTime, Field, UUID
@@ -364,7 +366,10 @@ class Resource:
         record = {f.name: None for f in self.fields if not f.omit_unset}
         record.update(body)
         record = self.prepare_create(call, record)
-        created = self.collection().insert(record)
+        # the project's quotas: checked and written under one lock (tenancy/quotas.py)
+        with quotas.guard(self.api.store, self.kind, record.get("project_id")):
+            quotas.check(self.api.store, self.api.settings, self.kind, None, record)
+            created = self.collection().insert(record)
         self.after_create(call, created)
         return created
 
@@ -387,11 +392,16 @@ class Resource:
             changes = self._normalize(body, current)
             self.update_validator.check(changes)
             changes = self.prepare_update(call, current, changes)
+            quotas.check(self.api.store, self.api.settings, self.kind, current,
+                         {**current, **changes})
             return current, self.collection().update(current["uuid"], changes,
                                                      expect_revision=current["revision"])
 
-        # prepare_update hooks only read, so the last attempt may hold the kind's lock
-        current, updated = retry_conflicts(attempt, last_under=self.collection().lock)
+        # prepare_update hooks only read, so the last attempt may hold the kind's lock;
+        # the quota lock is a named one, taken before it (project_id never changes)
+        project_id = self.load_visible(call, uuid).get("project_id")
+        with quotas.guard(self.api.store, self.kind, project_id):
+            current, updated = retry_conflicts(attempt, last_under=self.collection().lock)
         self.after_update(call, current, updated)
         return updated
 

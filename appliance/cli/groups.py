@@ -11,7 +11,7 @@ import re
 import time
 
 from . import CliError, UsageError
-from .common import add_list_arguments, build_body, emit, session_client
+from .common import add_list_arguments, build_body, emit, option, session_client
 
 UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -25,6 +25,9 @@ GROUPS = {
             "collections": ["users", "organizations", "projects", "roles", "permissions",
                             "permission_bindings", "role_bindings", "clients"],
             "name_field": {"users": "username"},
+            # word -> (GET action of an item, summary)
+            "item_reads": {"projects": {"quotas": (
+                "quotas", "each quota's use and limit in the project")}},
             "create_example": {"projects": "name=demo",
                                "users": "username=alice password=s3cret-pass"}},
     "vs": {"help": "values store: profiles, variables, values",
@@ -212,6 +215,24 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
     verb("update", f"change fields of one of {name}", _run(None, item=True, method="PUT"),
          item=True, fields=True)
     verb("delete", f"delete one of {name}", _run(handlers["delete"], item=True), item=True)
+    for word, (action, summary) in spec.get("item_reads", {}).get(name, {}).items():
+        verb(word, summary, _read_action(action), item=True)
+
+
+def _read_action(action):
+    """`GET <item>/actions/<action>`; a mapping of objects ({quota: {use, limit}}) is a
+    table for people, one row per key."""
+    def handler(args, env):
+        client = session_client(args, env)
+        item = resolve(client, f"/v1/{args.group_path}/", args.ref, args.name_field)
+        path = f"{item}/actions/{action}"
+        data = client.request("GET", path).payload()
+        if not option(args, "json") and isinstance(data, dict) and data and all(
+                isinstance(v, dict) for v in data.values()):
+            data = [{"name": key, **value} for key, value in data.items()]
+        emit(args, env, data, path)
+        return 0
+    return handler
 
 
 def _run(generic, item=False, method=None):

@@ -1,11 +1,12 @@
 """IAM resources: users, organizations, projects, roles, permissions, the two kinds of
 binding, and clients."""
 
-from appliance.api.errors import BadRequest, Conflict, Forbidden
+from appliance.api.errors import BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.fields import Boolean, Enum, Field, Integer, Reference, String, Tags, Text
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import AUTHENTICATED
 from appliance.api.validation import Validator
+from appliance.tenancy import is_platform, quotas
 
 from . import builtin, lockout, passwords
 from .permissions import NAME_PATTERN
@@ -135,7 +136,22 @@ class Projects(Resource):
                       default=builtin.DEFAULT_ORGANIZATION, nullable=False),
                 Field("status", Enum("ACTIVE"), read_only=True),
                 Field("tags", Tags()),
-            ])
+            ],
+            actions=[Action("quotas", self.quota_usage, method="GET", permission=AUTHENTICATED,
+                            summary="The project's use and limit of each quota (platform "
+                                    "callers: any project; a project's members: their own)",
+                            response_schema=quotas.USAGE_SCHEMA)])
+
+    def quota_usage(self, call, record):
+        principal = call.principal
+        if is_platform(principal):
+            if principal is not None and not principal.allows("iam.project.read"):
+                raise Forbidden("permission iam.project.read is required")
+        elif getattr(principal, "project_id", None) != record["uuid"] or \
+                not getattr(principal, "permissions", None):
+            # another tenant's project: it is not there for this caller
+            raise NotFound(f"Project {record['uuid']} not found")
+        return quotas.usage(call.store, call.api.settings, record["uuid"])
 
     def prepare_create(self, call, record):
         _require(call.api, "iam_organizations", record["organization"], "organization")

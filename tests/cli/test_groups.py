@@ -129,3 +129,17 @@ def test_secret_values_are_hidden_from_people_unless_asked(cli):
     table = cli("secret", "ssh-keys", "show", "quiet-key").stdout
     assert "OPENSSH PRIVATE KEY" not in table and "(hidden)" in table
     assert key["public_key"].split()[0] in table
+
+
+def test_project_quotas_by_name_as_json_and_as_a_table(cli):
+    made = cli("--json", "iam", "projects", "create", "name=quota-cli")
+    assert made.code == 0, made.stderr
+    usage = cli("--json", "iam", "projects", "quotas", "quota-cli")
+    assert usage.code == 0, usage.stderr
+    assert usage.json()["nodes"] == {"use": 0, "limit": 200, "unit": "nodes",
+                                     "setting": "quota_nodes"}
+    table = cli("iam", "projects", "quotas", made.json()["uuid"])
+    assert table.code == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert ["config_bytes_per_node", "0", "4194304", "bytes",
+            "quota_config_bytes_per_node"] in rows, table.stdout

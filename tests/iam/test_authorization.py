@@ -139,9 +139,11 @@ def test_self_service_routes_touch_only_the_callers_token(world):
     assert sorted(r.path.rsplit("/actions/", 1)[1] for r in routes) == [
         "introspect", "logout/invoke", "me"]
     # every other route open to any token is an action on one record that checks the
-    # caller itself (change_password: one's own, or with the permission)
-    assert [r.path for r in guarded_routes(world)
-            if r.permission == AUTHENTICATED and not self_service(r)] == [
+    # caller itself (change_password: one's own, or with the permission; quotas: one's
+    # own project, or a platform caller with iam.project.read)
+    assert sorted(r.path for r in guarded_routes(world)
+                  if r.permission == AUTHENTICATED and not self_service(r)) == [
+        "/v1/iam/projects/<uuid>/actions/quotas",
         "/v1/iam/users/<uuid>/actions/change_password/invoke"]
     seen = world["owner_a"].get("/v1/iam/clients/default/actions/introspect").json
     assert seen["project_id"] == world["a"]
