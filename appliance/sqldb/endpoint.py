@@ -5,8 +5,9 @@ The zone is a dns_domains record of the admin project, made here when missing (w
 SOA, as the DNS API makes it). It is found by name *and* the admin project: a zone of that
 name in another project (left from before zones had one owner, docs/security.md) is never
 written into, nor is the zone made beside another owner's parent or child zone; the
-instances then get no endpoint, and the reason is logged, until an admin removes it. Our records carry the tag `sqldb`; a record of ours whose
-instance is gone, or has no primary with an address, is deleted. Every change bumps the
+instances then get no endpoint, and the reason is logged, until an admin removes it.
+Our records carry the tag `sqldb`; a record of ours whose instance is gone, or has no
+primary with an address, is deleted. Every change bumps the
 zone's SOA serial, as the DNS API does (appliance/dns/resources.py; kept apart here as in
 appliance/secret/certificates.py: this runs in a daemon without the API).
 """
