@@ -155,6 +155,29 @@ def test_a_top_level_zone_needs_an_unscoped_admin(world):
     assert answers(world) == before_answers
 
 
+def test_a_token_scoped_to_the_admin_project_is_not_an_unscoped_admin(world):
+    """The platform, but acting inside a project: a whole TLD is not its decision."""
+    srv, admin = world["srv"], world["admin"]
+    user, name, password = make_user(admin)
+    bind(admin, user, "admin", ADMIN_PROJECT)
+    scoped = srv.client(srv.login(name, password, scope=f"project:{ADMIN_PROJECT}"))
+    before = zone_names(world)
+    resp = scoped.post(D, {"name": "scoped", "project_id": ADMIN_PROJECT})
+    assert resp.status == 409 and "unscoped admin" in resp.json["message"], resp
+    # it is still a platform caller: a refusal names the other owner's zone
+    resp = scoped.post(D, {"name": "x.a-zone.test", "project_id": ADMIN_PROJECT})
+    assert resp.status == 409 and "a-zone.test of project" in resp.json["message"], resp
+    assert zone_names(world) == before
+
+
+def test_a_zone_name_cannot_be_changed(world):
+    """Names are create-only: no update can move a zone under another owner's."""
+    zone = create(world["owner_b"], "movable.b-zone.test", world["b"])
+    resp = world["owner_b"].put(f"{D}/{zone['uuid']}", {"name": "www.a-zone.test"})
+    assert resp.status in (400, 403), resp
+    assert world["admin"].get(f"{D}/{zone['uuid']}").json["name"] == "movable.b-zone.test"
+
+
 def test_the_same_project_may_nest_its_own_zones(world):
     inner = create(world["owner_a"], "shop.a-zone.test", world["a"])
     add_a(world["owner_a"], inner, "@", "10.32.1.12")
@@ -230,3 +253,21 @@ def test_the_rule_in_plain_terms():
     assert zone_rule.foreign_cover("b.test", a, zones, wildcard=True)["name"] == "srv.b.test"
     legacy = zones + [{"name": "sqldb.appliance.internal", "project_id": b}]
     assert zone_rule.platform_zone(SQLDB_ZONE, legacy) is None
+
+
+def test_the_server_log_names_nested_zones_of_two_owners():
+    """Zones made before the rule are still served (the most specific answers), and each
+    build of the index names them for an admin."""
+    from appliance.dns.zones import ZoneIndex
+
+    def soa(uuid, name, project):
+        return ({"uuid": uuid, "name": name, "project_id": project},
+                {"uuid": uuid + "-soa", "domain": uuid, "type": "SOA", "ttl": 60,
+                 "record": {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{name}",
+                            "serial": 1, "refresh": 1, "retry": 1, "expire": 1, "ttl": 1}})
+    parts = [soa("d1", "a.test", "pa"), soa("d2", "www.a.test", "pb"),
+             soa("d3", "shop.a.test", "pa")]
+    index = ZoneIndex.build([d for d, _ in parts], [r for _, r in parts])
+    nested = [p for p in index.problems if "one owner" in p]
+    assert len(nested) == 1 and "www.a.test" in nested[0] and "pb" in nested[0]
+    assert len(index.zones) == 3
