@@ -133,20 +133,21 @@ class Mirror(Daemon):
                 st = self.domains[uuid] = DomainState(
                     dnsmirror.FilterMemo.from_mirror(domain.get("mirror")))
             local = [dict(r) for r in records.by("domain", uuid)]
-            fp = fingerprint(domain, local)
+            others = zone_rule.others_nested(domain["name"], domain.get("project_id"), every)
+            # another owner's nested zone coming or going changes what a pass does
+            fp = (fingerprint(domain, local), tuple(sorted(o["uuid"] for o in others)))
             now = time.monotonic()
             if now >= st.next_at or (fp != st.fingerprint and now >= st.backoff_until):
-                self.sync_one(dict(domain), local, fp, st, every)
+                self.sync_one(dict(domain), local, fp, st, others)
             wait = st.next_at - time.monotonic()
             soonest = wait if soonest is None else min(soonest, wait)
         for gone in set(self.domains) - live:
             del self.domains[gone]
         return None if soonest is None else max(soonest, 0.05)
 
-    def sync_one(self, domain, local, fp, st, every=()):
+    def sync_one(self, domain, local, fp, st, others=()):
         name = domain["name"]
         result = dnsmirror.Result()
-        others = zone_rule.others_nested(name, domain.get("project_id"), every)
         if others:
             # left from before zones had one owner: which owner's records the realm would
             # get is not for the mirror to decide (docs/security.md)
