@@ -40,6 +40,9 @@ DEFAULTS = {
     # tags on DNS records: full (stored, filterable with q=tags:"..."), no_filter (stored,
     # q refused: an older upstream), none (no tags at all)
     "dns_tags": "full",
+    # zones (comma-separated) reserved for the platform besides sqldb_zone: no project may
+    # create them, nor a parent or child of them (docs/security.md, "DNS zones have one owner")
+    "platform_zones": "",
     "log_level": "INFO",
     # false: the API process leaves the state's preparation (migrations, seeds) to whoever
     # ran bootstrap before it, and only refuses a state not at its schema version; the

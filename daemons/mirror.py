@@ -14,7 +14,9 @@ run it and shows its outcome in the domain's read-only `mirror` field:
   does not hold up the others;
 - the `mirror` field is written by compare-and-set on the domain's revision, only the
   `mirror` key, and only when what it shows changed;
-- without mirror_url or realm_uuid it logs that once and does nothing.
+- without mirror_url or realm_uuid it logs that once and does nothing;
+- a local domain nested with another project's zone (possible only in data from before
+  zones had one owner) is not mirrored: ERROR, until an admin removes one of them.
 
 Tuning (seconds; a setting of that name, else the APPLIANCE_<NAME> variable):
 mirror_resync_seconds, mirror_retry_max_seconds, mirror_filter_retry_seconds (the hour
@@ -28,6 +30,7 @@ import sys
 import time
 
 from appliance.dns import mirror as dnsmirror
+from appliance.tenancy import zones as zone_rule
 from daemons.base import Daemon, run
 from state import NotFound, RevisionConflict
 
@@ -119,7 +122,8 @@ class Mirror(Daemon):
         """Sync every due domain; the seconds until the next one is due (None: none)."""
         records = self.store.collection("dns_records")
         live, soonest = set(), None
-        for domain in self.store.collection("dns_domains").records():
+        every = self.store.collection("dns_domains").records()
+        for domain in every:
             if not domain.get("sync_to_ecosystem"):
                 continue
             uuid = domain["uuid"]
@@ -129,19 +133,33 @@ class Mirror(Daemon):
                 st = self.domains[uuid] = DomainState(
                     dnsmirror.FilterMemo.from_mirror(domain.get("mirror")))
             local = [dict(r) for r in records.by("domain", uuid)]
-            fp = fingerprint(domain, local)
+            others = zone_rule.others_nested(domain["name"], domain.get("project_id"), every)
+            # another owner's nested zone coming or going changes what a pass does
+            fp = (fingerprint(domain, local), tuple(sorted(o["uuid"] for o in others)))
             now = time.monotonic()
             if now >= st.next_at or (fp != st.fingerprint and now >= st.backoff_until):
-                self.sync_one(dict(domain), local, fp, st)
+                self.sync_one(dict(domain), local, fp, st, others)
             wait = st.next_at - time.monotonic()
             soonest = wait if soonest is None else min(soonest, wait)
         for gone in set(self.domains) - live:
             del self.domains[gone]
         return None if soonest is None else max(soonest, 0.05)
 
-    def sync_one(self, domain, local, fp, st):
+    def sync_one(self, domain, local, fp, st, others=()):
         name = domain["name"]
         result = dnsmirror.Result()
+        if others:
+            # left from before zones had one owner: which owner's records the realm would
+            # get is not for the mirror to decide (docs/security.md)
+            error = (f"not mirrored: {zone_rule.ANOTHER_OWNER} (a parent or child zone of "
+                     "another project); an admin must remove one of the two")
+            st.fingerprint, st.next_at = fp, time.monotonic() + self.resync_seconds
+            if error != st.last_error:
+                self.log.warning("domain %s: %s", name, error)
+            st.last_error = error
+            self.publish(domain["uuid"], lambda old: self.outcome(old, "ERROR", error,
+                                                                  result, st.memo))
+            return
 
         def on_plan(steps):
             # nothing to show when the only work is another try of what was skipped last

@@ -8,7 +8,9 @@ expires and once more on a 401, JSON bodies both ways.
 `sync_domain` brings the upstream domain of the same name in line with one local domain:
 
 - the upstream domain is looked up by name and created when missing (in the token's
-  project, else the admin project); local SOA records are never mirrored;
+  project, else the admin project); one of that name in another project is never written
+  into (a zone has one owner, docs/security.md), and the upstream's refusal to create it
+  (its own zone rule) is the pass's error; local SOA records are never mirrored;
 - reading: `q=tags:"realm:<realm_uuid>"` (rule 7); a 400 to that query is a refusal: the
   whole zone is read instead and ownership is still checked by tags when the records carry
   them (rule 6), and the filter is tried again after FILTER_RETRY_SECONDS. Any other error
@@ -248,9 +250,21 @@ class Upstream:
     # -- DNS ---------------------------------------------------------------------------
 
     def find_domain(self, name):
+        """The upstream domain `name` of the mirror's own project, or None. One of
+        another project (an admin's credentials see every project's) is never written
+        into: UpstreamError 409. An upstream that shows no project_id cannot tell."""
         found = self.call("GET", DOMAINS + "/", query={"name": name})
         for domain in found or ():
+            if not isinstance(domain, dict):
+                continue
             if str(domain.get("name", "")).rstrip(".").lower() == name:
+                owner = domain.get("project_id")
+                if owner is not None and self.project_id is not None and \
+                        owner != self.project_id:
+                    raise UpstreamError(
+                        f"the upstream domain {name} belongs to project {owner}, not to "
+                        f"the mirror's project {self.project_id}: a zone has one owner, "
+                        "so the mirror does not write into it", 409)
                 return domain
         return None
 
@@ -266,10 +280,13 @@ class Upstream:
         except UpstreamError as e:
             if e.status != 409:
                 raise
+            refused = e
         domain = self.find_domain(name)      # created meanwhile by someone else
         if domain is None:
-            raise UpstreamError(f"domain {name} exists at the upstream but the mirror's "
-                                f"credentials cannot see it", 409)
+            # the upstream's own zone rule (a zone of another owner covers the name), or
+            # a domain of that name the mirror's credentials cannot see
+            raise UpstreamError(f"the upstream refused domain {name}: {refused.detail}",
+                                409, refused.body)
         return domain, False
 
     def records_path(self, domain_uuid):

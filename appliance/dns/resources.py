@@ -16,6 +16,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, R
 from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
 from appliance.dns.adopt import REQUEST_SCHEMA as ADOPT_SCHEMA
+from appliance.tenancy import zones as zone_rule
 
 TYPES = ("A", "NS", "SOA", "TXT")
 LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
@@ -51,7 +52,8 @@ def default_soa(domain_name):
 
 
 class Domains(Resource):
-    def __init__(self):
+    def __init__(self, settings=None):
+        self.settings = settings or {}
         super().__init__(
             name="Domain", path="/v1/dns/domains", kind="dns_domains", service="dns",
             policy="domain", project_scoped=True, unique=[("name",)],
@@ -74,9 +76,19 @@ class Domains(Resource):
         from appliance.dns.adopt import adopt  # noqa: PLC0415 - needs the mirror client
         return adopt(self.api, call, record)
 
+    def create_record(self, call, body):
+        # the ownership check and the insert as one step under the kind's lock (it spans
+        # processes: the DBaaS daemon makes its zone under it too), so that two concurrent
+        # creations of nested zones by two owners cannot both pass the check
+        with self.collection().lock:
+            return super().create_record(call, body)
+
     def prepare_create(self, call, record):
         record["name"] = record["name"].rstrip(".").lower()
         record["mirror"] = None
+        # names are create-only, so the rule is needed here only (appliance/tenancy/zones.py)
+        zone_rule.check_create(record["name"], record["project_id"],
+                               self.collection().records(), self.settings, call.principal)
         return record
 
     def after_create(self, call, record):
@@ -198,4 +210,4 @@ class Records(Resource):
 
 
 def all_resources(settings):
-    return [Domains(), Records(settings.get("dns_tags", "full"))]
+    return [Domains(settings), Records(settings.get("dns_tags", "full"))]

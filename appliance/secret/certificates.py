@@ -4,7 +4,11 @@ method dns_core are issued through ACME DNS-01 on our own DNS, and renewed.
 Level-triggered: each pass looks at every certificate and
 - issues one whose `cert` is missing, is not for its `domains`, or is due for renewal
   (docs/certificates.md, "Renewal"): its domains' zones are found among our DNS domains of
-  its project (a domain in none: ERROR naming it, and no ACME call), the challenges'
+  its project (a domain in none: ERROR naming it, and no ACME call); every zone that
+  covers a domain must be the certificate's project's (the platform's for a platform
+  certificate), else ERROR and no ACME call: a zone of another owner around or inside
+  the name would otherwise let one project prove control of another's names
+  (appliance/tenancy/zones.py); the challenges'
   `_acme-challenge` TXT records go into those zones through the store (ttl 0, the zone's
   serial bumped, as the DNS API does), the order goes on once our DNS server answers them,
   and the records are removed in every case;
@@ -25,6 +29,8 @@ import sys
 import time
 
 from state.collection import format_time
+
+from appliance.tenancy import zones as zone_rule
 
 from .crypto import SecretBox
 
@@ -218,15 +224,27 @@ class CertificateWork:
         return None
 
     def _issue(self, record, why):
-        zones = self.store.collection(DOMAINS).records()
-        zones = [z for z in zones if z["project_id"] == record["project_id"]]
-        found, missing = {}, []
+        every = self.store.collection(DOMAINS).records()
+        zones = [z for z in every if z["project_id"] == record["project_id"]]
+        found, missing, foreign = {}, [], []
         for domain in record["domains"]:
+            if zone_rule.foreign_cover(base_name(domain), record["project_id"], every,
+                                       wildcard=is_wildcard(domain)):
+                foreign.append(domain)
+                continue
             zone = zone_of(base_name(domain), zones)
             if zone is None:
                 missing.append(domain)
             else:
                 found[base_name(domain)] = zone
+        if foreign:
+            # the other zone is not named: the certificate's project may not see it
+            reason = (f"{', '.join(foreign)}: {zone_rule.ANOTHER_OWNER}; a certificate "
+                      f"is issued only for names whose zones all belong to project "
+                      f"{record['project_id']}")
+            if self._set(record, "ERROR", reason) is not record:
+                self.log.warning("certificate %s: %s", record["uuid"], reason)
+            return None
         if missing:
             # no ACME call and no retry timer: a change of the DNS domains brings a pass
             reason = (f"{', '.join(missing)}: in none of the DNS zones of project "

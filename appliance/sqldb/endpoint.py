@@ -2,11 +2,19 @@
 setting `sqldb_zone`, pointing at the primary's host (docs/sqldb-failover.md, "Endpoint").
 
 The zone is a dns_domains record of the admin project, made here when missing (with its
-SOA, as the DNS API makes it). Our records carry the tag `sqldb`; a record of ours whose
-instance is gone, or has no primary with an address, is deleted. Every change bumps the
+SOA, as the DNS API makes it). It is found by name *and* the admin project: a zone of that
+name in another project (left from before zones had one owner, docs/security.md) is never
+written into, nor is the zone made beside another owner's parent or child zone; the
+instances then get no endpoint, and the reason is logged, until an admin removes it.
+Our records carry the tag `sqldb`; a record of ours whose instance is gone, or has no
+primary with an address, is deleted. Every change bumps the
 zone's SOA serial, as the DNS API does (appliance/dns/resources.py; kept apart here as in
 appliance/secret/certificates.py: this runs in a daemon without the API).
 """
+
+import logging
+
+from appliance.tenancy import zones as zone_rule
 
 from .members import INSTANCES, NODES, host_of
 
@@ -16,21 +24,38 @@ TAG = "sqldb"
 # short: a client resolving again after a failover finds the new primary within this
 TTL = 5
 
+log = logging.getLogger("appliance.sqldb.endpoint")
+_reported = set()       # refusals already logged (the planner passes every second)
+
+
+class ZoneTaken(Exception):
+    """The DBaaS zone cannot be the platform's: another owner's zone has its name, or is
+    its parent or child."""
+
 
 def ensure_zone(store, name):
-    """The zone record, made (with its SOA) when missing."""
+    """The platform's zone record `name`, made (with its SOA) when missing; ZoneTaken when
+    another owner's zone stands in the way. Under the kind's lock, as the DNS API's
+    creation, so that no project's zone slips in between the check and the insert."""
     domains = store.collection(DOMAINS, unique=[("name",)])
-    zone = domains.find_one(name=name)
-    if zone is not None:
-        return zone
-    zone = domains.insert({"name": name, "project_id": ADMIN_PROJECT, "mirror": None,
-                           "description": "endpoints of DBaaS instances (sqldb)",
-                           "tags": [TAG], "sync_to_ecosystem": False})
-    store.collection(RECORDS).insert({
-        "domain": zone["uuid"], "project_id": ADMIN_PROJECT, "type": "SOA", "ttl": 3600,
-        "prio": None, "disabled": False, "tags": [],
-        "record": {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{name}", "serial": 1,
-                   "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}})
+    with domains.lock:
+        every = domains.records()
+        zone = zone_rule.platform_zone(name, every)
+        if zone is not None:
+            return zone
+        why = zone_rule.refusal(name, ADMIN_PROJECT, every, {}, None)
+        if why is not None:
+            raise ZoneTaken(f"the DBaaS zone is not made: {why[0]}; endpoints are "
+                            "withheld until an admin deletes that zone")
+        zone = domains.insert({"name": name, "project_id": ADMIN_PROJECT, "mirror": None,
+                               "description": "endpoints of DBaaS instances (sqldb)",
+                               "tags": [TAG], "sync_to_ecosystem": False})
+        store.collection(RECORDS).insert({
+            "domain": zone["uuid"], "project_id": ADMIN_PROJECT, "type": "SOA",
+            "ttl": 3600, "prio": None, "disabled": False, "tags": [],
+            "record": {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{name}",
+                       "serial": 1, "refresh": 10800, "retry": 3600, "expire": 604800,
+                       "ttl": 3600}})
     return zone
 
 
@@ -57,10 +82,18 @@ def sync(store, zone_name):
     were written."""
     want = wanted(store)
     instances = store.collection(INSTANCES)
-    if not want and not store.collection(DOMAINS).find_one(name=zone_name):
+    if not want and not zone_rule.platform_zone(zone_name, store.collection(DOMAINS).records()):
         zone = None         # no instance needs the zone yet: it is made with the first
     else:
-        zone = ensure_zone(store, zone_name)
+        try:
+            zone = ensure_zone(store, zone_name)
+            _reported.clear()
+        except ZoneTaken as e:
+            # a name in another owner's zone would resolve to that owner's records
+            if str(e) not in _reported:
+                _reported.add(str(e))
+                log.error("%s", e)
+            zone, want = None, {}
     written = 0
     if zone is not None:
         records = store.collection(RECORDS)

@@ -847,3 +847,79 @@ def test_the_mirror_password_is_never_logged(full, no_filter, no_tags):
         text = env.daemon.log()
         assert "started" in text and MIRROR_PASSWORD not in text
         assert env.daemon.alive()
+
+
+# ---- a zone has one owner, at the upstream and here (docs/security.md) --------------------
+
+def scoped_mirror(up, url):
+    """An upstream owner of a project of its own, and the mirror client scoped to it."""
+    project = make_project(up)
+    password = "scoped-" + uuidlib.uuid4().hex
+    SECRET_VALUES.add(password)
+    user, username, _ = make_user(up, None, password)
+    bind(up, user, "owner", project)
+    return project, dnsmirror.Upstream(url, username, password, scope=f"project:{project}")
+
+
+def test_the_mirror_never_writes_into_an_upstream_domain_of_another_project(full_upstream):
+    """The mirror's admin credentials see every upstream project's domains: one named like
+    the local domain but of another project is refused, never written into."""
+    up = full_upstream.client(full_upstream.login("admin", ADMIN_PASSWORD))
+    other = make_project(up)
+    name = f"o{uuidlib.uuid4().hex[:8]}.test"
+    theirs = up.post(D, {"name": name, "project_id": other}).json
+    before = up.get(f"{D}/{theirs['uuid']}/records").json
+    upstream = dnsmirror.Upstream(full_upstream.url, "mirror", MIRROR_PASSWORD)
+    with pytest.raises(dnsmirror.UpstreamError) as refused:
+        dnsmirror.sync_domain(upstream, str(uuidlib.uuid4()), {"name": name},
+                              [local_record("a")], dnsmirror.FilterMemo())
+    assert refused.value.status == 409 and "does not write into it" in refused.value.message
+    assert up.get(f"{D}/{theirs['uuid']}/records").json == before
+
+
+def test_the_upstream_zone_rule_refuses_a_mirrored_zone_inside_another_owners(
+        full_upstream):
+    """A mirror scoped to one upstream project cannot plant a zone inside another upstream
+    project's zone: the upstream's own rule refuses it and the pass fails with its words."""
+    from appliance.tenancy.zones import ANOTHER_OWNER
+    up = full_upstream.client(full_upstream.login("admin", ADMIN_PASSWORD))
+    victim = make_project(up)
+    parent = f"v{uuidlib.uuid4().hex[:8]}.test"
+    up.post(D, {"name": parent, "project_id": victim})
+    _, upstream = scoped_mirror(up, full_upstream.url)
+    with pytest.raises(dnsmirror.UpstreamError) as refused:
+        dnsmirror.sync_domain(upstream, str(uuidlib.uuid4()), {"name": f"www.{parent}"},
+                              [local_record("a")], dnsmirror.FilterMemo())
+    assert refused.value.status == 409 and ANOTHER_OWNER in refused.value.message
+    assert parent not in refused.value.message.replace(f"www.{parent}", "")
+    assert up.get(D, query={"name": f"www.{parent}"}).json == []
+
+
+def test_a_local_zone_nested_in_another_owners_is_not_mirrored(tmp_path, full):
+    """Data from before zones had one owner: two local projects' nested zones. Which
+    owner's records the realm would get is not the mirror's to decide: ERROR, nothing
+    sent upstream, for as long as both exist."""
+    local = ApiServer(str(tmp_path / "local"), ADMIN_PASSWORD).start()
+    try:
+        admin = local.client(local.login("admin", ADMIN_PASSWORD))
+        a, b = make_project(admin), make_project(admin)
+        name = f"n{uuidlib.uuid4().hex[:8]}.test"
+        outer = admin.post(D, {"name": name, "project_id": a}).json
+        inner = local.store.collection("dns_domains").insert({
+            "name": f"www.{name}", "project_id": b, "description": "", "tags": [],
+            "mirror": None, "sync_to_ecosystem": True})
+        settings = dict(config.DEFAULTS, state_dir=local.settings["state_dir"],
+                        realm_uuid=str(uuidlib.uuid4()), mirror_url=full.upstream.url,
+                        mirror_username="mirror", mirror_password=MIRROR_PASSWORD)
+        daemon = Mirror(settings, Store(settings["state_dir"]))
+        daemon.reconcile("dns_domains")
+        mirror = admin.get(f"{D}/{inner['uuid']}").json["mirror"]
+        assert mirror["status"] == "ERROR" and "another owner" in mirror["last_error"]
+        assert full.up.get(D, query={"name": f"www.{name}"}).json == []
+        # once the nesting is gone the zone is mirrored like any other
+        admin.delete(f"{D}/{outer['uuid']}")
+        daemon.reconcile("dns_domains")
+        assert admin.get(f"{D}/{inner['uuid']}").json["mirror"]["status"] == "ACTIVE"
+        assert len(full.up.get(D, query={"name": f"www.{name}"}).json) == 1
+    finally:
+        local.stop()

@@ -254,3 +254,30 @@ def test_status_moves_new_in_progress_active(admin, server):
     # NEW is written by the action, IN_PROGRESS by the builder as it starts
     assert seen[0] in ("NEW", "IN_PROGRESS")
     assert "IN_PROGRESS" in seen       # 30 resources take far longer than the 1 ms polling
+
+
+def test_an_element_zone_follows_the_one_owner_rule(admin):
+    """An element's zone goes through the DNS API's creation, so the rule holds for the
+    project it declares: inside another project's zone it is refused, the element is
+    ERROR with the reason, and nothing is created."""
+    victim = admin.post("/v1/iam/projects", {"name": f"v{uuid.uuid4().hex[:8]}"}).json["uuid"]
+    intruder = admin.post("/v1/iam/projects",
+                          {"name": f"i{uuid.uuid4().hex[:8]}"}).json["uuid"]
+    assert admin.post("/v1/dns/domains", {"name": "owned-em.test",
+                                          "project_id": victim}).status == 201
+    before = sorted(d["uuid"] for d in admin.get("/v1/dns/domains").json)
+    manifest = {"name": "squatter", "version": "1.0.0", "resources": {
+        "$core.dns.domains": {"zone": {"name": "www.owned-em.test", "project_id": intruder}},
+        "$core.dns.domains.$zone.records": {
+            "www": {"type": "A", "record": {"kind": "A", "name": "@",
+                                            "address": "10.32.9.9"}}}}}
+    install(admin, manifest)
+    elem = wait_element(admin, "squatter", status="ERROR")
+    assert "one owner" in elem["status_reason"], elem["status_reason"]
+    assert sorted(d["uuid"] for d in admin.get("/v1/dns/domains").json) == before
+    # in its own project's zone, an element's zone is made as before
+    assert admin.post("/v1/dns/domains", {"name": "mine-em.test",
+                                          "project_id": intruder}).status == 201
+    install(admin, {**manifest, "name": "nester", "resources": {
+        "$core.dns.domains": {"zone": {"name": "www.mine-em.test", "project_id": intruder}}}})
+    wait_element(admin, "nester")

@@ -63,3 +63,43 @@ def test_a_directory_with_an_untrusted_certificate_is_error(world):
     world.daemon.extra_env.pop("APPLIANCE_ACME_CA_BUNDLE")
     world.daemon.start()
     fails(world, ["www.err.test"], ["TLS"])
+
+
+def test_a_name_in_another_owners_zone_is_error_without_an_acme_call(world):
+    """Project B holds a zone inside project A's (data from before zones had one owner:
+    the API refuses it today) and asks for a certificate of A's name; so does a wildcard
+    of A's that would also match B's zone. Neither reaches ACME; A's own name does."""
+    from appliance.tenancy.zones import ANOTHER_OWNER
+    from tests.iam.helpers import make_project
+
+    admin = world.admin()
+    a, b = make_project(admin), make_project(admin)
+    world.zone(admin, "victim.test", project_id=a)
+    store = world.server.store
+    legacy = store.collection("dns_domains").insert({
+        "name": "www.victim.test", "project_id": b, "description": "", "tags": [],
+        "mirror": None, "sync_to_ecosystem": False})
+    store.collection("dns_records").insert({
+        "domain": legacy["uuid"], "project_id": b, "type": "SOA", "ttl": 3600, "prio": None,
+        "disabled": False, "tags": [], "record": {
+            "kind": "SOA", "name": "@", "primary_dns": "ns1.www.victim.test", "serial": 1,
+            "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}})
+    orders = world.pebble.orders()
+    for project, domains in ((b, ["www.victim.test"]), (b, ["api.www.victim.test"]),
+                             (a, ["*.victim.test"])):
+        cert = world.certificate(admin, domains, project_id=project)
+        failed = world.wait_status(admin, cert["uuid"], "ERROR")
+        reason = failed["status_reason"]
+        assert ANOTHER_OWNER in reason and domains[0] in reason, reason
+        assert project in reason, reason
+        # the other project's zone is not named to the certificate's project
+        other = a if project == b else b
+        assert other not in reason
+        if project == a:
+            assert "www.victim.test" not in reason
+    assert world.pebble.orders() == orders
+    assert world.challenge_records() == []
+    # A's own name, in no zone of another owner, is issued as before
+    cert = world.certificate(admin, ["shop.victim.test"], project_id=a)
+    world.wait_status(admin, cert["uuid"], "ACTIVE")
+    assert world.challenge_records() == []

@@ -87,3 +87,60 @@ def test_the_record_follows_the_primary_and_goes_with_the_instance(world, resolv
             if r["type"] == "A"] == []
     assert eventually(lambda: (ask(resolver, name) or (None,))[0] == dns.rcode.NXDOMAIN,
                       10, "the endpoint is gone")
+
+
+# ---- the zone is the platform's: found by ownership, never by name alone --------------
+
+PROJECT = "11111111-2222-3333-4444-555555555555"
+
+
+def project_zone(world, name, wildcard_to):
+    """A zone of a project, as data from before zones had one owner holds it (the API
+    refuses it today): with its SOA and a wildcard A that answers every name in it."""
+    zone = world.store.collection("dns_domains").insert({
+        "name": name, "project_id": PROJECT, "description": "", "tags": [], "mirror": None,
+        "sync_to_ecosystem": False})
+    records = world.store.collection("dns_records")
+    for rtype, data in (("SOA", {"primary_dns": f"ns1.{name}", "serial": 1, "refresh": 10800,
+                                 "retry": 3600, "expire": 604800, "ttl": 3600}),
+                        ("A", {"address": wildcard_to})):
+        records.insert({"domain": zone["uuid"], "project_id": PROJECT, "type": rtype,
+                        "ttl": 5, "prio": None, "disabled": False, "tags": [],
+                        "record": {"kind": rtype, "name": "@" if rtype == "SOA" else "*",
+                                   **data}})
+    return zone
+
+
+@pytest.mark.parametrize("squatted", [ZONE, "appliance.internal", f"x.{ZONE}"],
+                         ids=["same name", "parent", "child"])
+def test_a_project_zone_named_like_the_dbaas_zone_is_never_written_into(world, resolver,
+                                                                          squatted):
+    intruder = project_zone(world, squatted, "10.66.6.6")
+    before = sorted((r["uuid"], r["revision"]) for r in
+                    world.store.collection("dns_records").records())
+    nodes = [world.add_node(1, "127.0.0.21")]
+    instance = world.add_instance(nodes)
+    Planner(world.store, world.settings).pass_once()
+    # nothing written into any zone, no zone of the platform made beside it
+    assert sorted((r["uuid"], r["revision"]) for r in
+                  world.store.collection("dns_records").records()) == before
+    assert [z["uuid"] for z in world.store.collection("dns_domains").records()] == \
+        [intruder["uuid"]]
+    # no endpoint handed out: it would resolve to the project's records
+    assert world.instance(instance)["endpoint"] is None
+    with pytest.raises(endpoint.ZoneTaken):
+        endpoint.ensure_zone(world.store, ZONE)
+    # what the daemon answers for the instance's name is the intruder's, not ours: the
+    # reason no endpoint is given
+    name = f"{instance['uuid']}.{ZONE}"
+    if squatted != f"x.{ZONE}":
+        assert eventually(lambda: ask(resolver, name) == (dns.rcode.NOERROR, ["10.66.6.6"]),
+                          10, "the daemon serves the project's zone")
+    # once an admin removes the project's zone, the platform's is made and used
+    world.store.collection("dns_domains").delete(intruder["uuid"])
+    Planner(world.store, world.settings).pass_once()
+    (zone,) = world.store.collection("dns_domains").records()
+    assert zone["project_id"] == "00000000-0000-0000-0000-000000000000"
+    assert world.instance(instance)["endpoint"] == name
+    assert eventually(lambda: ask(resolver, name) == (dns.rcode.NOERROR, ["127.0.0.21"]),
+                      10, "the endpoint answers from the platform's zone")
