@@ -23,8 +23,18 @@ DEFAULTS = {
     "admin_password": None,
     "max_body_bytes": 1024 * 1024,
     "max_upload_bytes": 32 * 1024 * 1024,
+    # YAML bodies (manifests): checked before parsing; PyYAML's pure-Python parser
+    # takes seconds a MiB (docs/validation.md)
+    "max_yaml_bytes": 1024 * 1024,
     "token_ttl": 3600,
     "refresh_token_ttl": 86400,
+    # password login throttling (docs/iam.md): failures free per key, then a wait that
+    # doubles from 1 s up to the key's bound; failures are forgotten after the memory
+    "login_free_failures_address": 20,
+    "login_free_failures_user": 5,
+    "login_max_delay_address": 900.0,
+    "login_max_delay_user": 60.0,
+    "login_failure_memory": 3600.0,
     "realm_uuid": None,
     "mirror_url": None,
     "mirror_username": None,
