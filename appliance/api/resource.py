@@ -10,7 +10,7 @@ import uuid as uuidlib
 
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
-from .fields import UUID_RE, DateTime, Field, UUID
+from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
 from .listing import check_project_filter, matches, parse_filters, sort_and_page
 from .routing import Reply
 from .validation import Validator
@@ -99,7 +99,7 @@ class Resource:
 
     def create_schema(self):
         writable = [f for f in self.fields if not f.read_only and not f.hidden]
-        props = {"uuid": {"type": "string", "format": "uuid", "pattern": UUID_RE.pattern}}
+        props = {"uuid": {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}}
         props.update({f.name: f.input_schema() for f in writable})
         return {"type": "object", "properties": props, "additionalProperties": False,
                 "required": [f.name for f in writable if f.required]}
