@@ -4,8 +4,8 @@ and per username (docs/iam.md, "Login throttling").
 Why two keys: the per-address throttle stops one client from guessing at the speed of the
 KDF; the per-user throttle stops many addresses from sharing the guessing of one account.
 Each key gets `free` failures without a wait; from then on the key waits
-`2 ** (failures - free)` seconds (1, 2, 4, ...) after its last failure before the next
-attempt, up to a bound. A request during the wait is answered 429 with Retry-After before any password is
+`first_delay * 2 ** (failures - free)` seconds (1, 2, 4, ... by default) after its last
+failure before the next attempt, up to a bound. A request during the wait is answered 429 with Retry-After before any password is
 checked, and is not counted.
 
 Nobody is locked out for good, the last admin included: the per-user wait is bounded and
@@ -21,15 +21,22 @@ it succeeds), so that a burst of parallel guesses cannot all pass before the fir
 the wait runs from the failure's answer.
 
 State lives in the API process's memory (the API is one process): a restart forgets it.
-It is bounded: past MAX_KEYS entries, forgotten ones are dropped first, then the oldest.
+It is bounded: past MAX_KEYS entries, forgotten ones are dropped first, then the oldest;
+usernames are kept as 16-byte digests, whatever their length.
 """
 
+import hashlib
 import math
 import threading
 import time
 
 MAX_KEYS = 100_000
-FIRST_DELAY = 1.0
+
+
+def _user_key(username):
+    """A fixed-size key: a username sent may be as long as a body, and the table holds
+    many of them."""
+    return hashlib.blake2b(username.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
 class Throttled(Exception):
@@ -41,18 +48,19 @@ class Throttled(Exception):
 class _Counts:
     """failures and the time of the last one, per key."""
 
-    def __init__(self, free, max_delay, memory):
-        self.free, self.max_delay, self.memory = free, max_delay, memory
+    def __init__(self, free, first_delay, max_delay, memory):
+        self.free, self.first_delay = free, first_delay
+        self.max_delay, self.memory = max_delay, memory
         self.entries = {}           # key -> [failures, time of the last]
 
     def delay(self, failures):
-        """The wait after `failures` failures: none for the first `free`, then 1 s
-        doubling up to max_delay."""
+        """The wait after `failures` failures: none for the first `free`, then
+        first_delay doubling up to max_delay."""
         extra = failures - self.free
         if extra < 0:
             return 0.0
         # the exponent is capped so that a huge count cannot overflow the float
-        return min(FIRST_DELAY * 2.0 ** min(extra, 64), self.max_delay)
+        return min(self.first_delay * 2.0 ** min(extra, 64), self.max_delay)
 
     def wait(self, key, now):
         entry = self.entries.get(key)
@@ -102,9 +110,10 @@ class _Counts:
 class LoginThrottle:
     def __init__(self, settings, clock=time.monotonic):
         memory = float(settings["login_failure_memory"])
-        self.addresses = _Counts(int(settings["login_free_failures_address"]),
+        first = float(settings["login_first_delay"])
+        self.addresses = _Counts(int(settings["login_free_failures_address"]), first,
                                  float(settings["login_max_delay_address"]), memory)
-        self.users = _Counts(int(settings["login_free_failures_user"]),
+        self.users = _Counts(int(settings["login_free_failures_user"]), first,
                              float(settings["login_max_delay_user"]), memory)
         # (username, address) -> time of the last successful login from there
         self.known = {}
@@ -115,6 +124,7 @@ class LoginThrottle:
     def begin(self, username, address):
         """Before the password is checked: raises Throttled while either key must wait,
         else counts the attempt as a failure until `succeeded` says otherwise."""
+        username = _user_key(username)
         with self._lock:
             now = self.clock()
             waits = [self.addresses.wait(address, now)]
@@ -129,12 +139,14 @@ class LoginThrottle:
     def failed(self, username, address):
         """The attempt did fail: its wait runs from now, when the answer leaves (the
         password check may have taken a while)."""
+        username = _user_key(username)
         with self._lock:
             now = self.clock()
             self.addresses.touch(address, now)
             self.users.touch(username, now)
 
     def succeeded(self, username, address):
+        username = _user_key(username)
         with self._lock:
             self.addresses.undo(address)
             self.users.clear(username)
