@@ -252,3 +252,55 @@ def test_a_success_clears_the_users_count_but_not_the_addresses():
     fail(t, "carl", "10.0.0.1")
     assert wait_of(t, "dora", "10.0.0.1") >= 1
     assert wait_of(t, "ada", "10.0.0.2") == 0
+
+
+# ---- behind the image's nginx: the client address from X-Forwarded-For -----------------
+
+PROXY_ADJUSTMENTS = ("trusted_proxy", "trusted_proxy_headers", "trusted_proxy_count",
+                     "clear_untrusted_proxy_headers")
+
+
+class ProxiedServer(ApiServer):
+    """ApiServer with the production server's proxy adjustments (waitress_settings)."""
+
+    def start(self):
+        from appliance.api.server_errors import body_limit, json_errors
+        from appliance.app import create_app
+        from appliance.bootstrap import bootstrap
+        from appliance.server import waitress_settings
+        from tests.wsgiserver import LoopbackServer
+        bootstrap(self.settings)
+        self.app, self.api = create_app(self.settings)
+        production = waitress_settings(self.settings)
+        self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=4,
+                                   max_request_body_size=body_limit(self.settings),
+                                   **{k: production[k] for k in PROXY_ADJUSTMENTS})
+        json_errors(self.loop.server)
+        self.loop.start()
+        self.port = self.loop.port
+        return self
+
+
+def forwarded_login(srv, source, forwarded_for):
+    body = {"grant_type": "password", "username": f"u{uuid.uuid4().hex[:8]}",
+            "password": "guess-guess"}
+    return srv.client(source=source).post(TOKEN_PATH, body,
+                                          headers={"X-Forwarded-For": forwarded_for})
+
+
+def test_behind_nginx_the_forwarded_address_is_the_key(tmp_path):
+    srv = ProxiedServer(str(tmp_path / "state"), ADMIN_PASSWORD, **LIMITS).start()
+    try:
+        # nginx (on 127.0.0.1) appends the client's address: its last entry counts
+        for _ in range(ADDRESS_FREE):
+            assert_wrong(forwarded_login(srv, "127.0.0.1", "10.9.9.9, 198.51.100.7"))
+        assert_throttled(forwarded_login(srv, "127.0.0.1", "198.51.100.7"))
+        # another client behind the same nginx is not held back
+        assert_wrong(forwarded_login(srv, "127.0.0.1", "198.51.100.8"))
+        # a client that is not the proxy cannot choose its address with the header
+        attacker = address()
+        for i in range(ADDRESS_FREE):
+            assert_wrong(forwarded_login(srv, attacker, f"203.0.113.{i}"))
+        assert_throttled(forwarded_login(srv, attacker, "203.0.113.200"))
+    finally:
+        srv.stop()
