@@ -12,8 +12,8 @@ from appliance import __version__
 from appliance.migrations import latest
 from state import backup as archive
 
-_DAILY = re.compile(r"^daily at ([01]\d|2[0-3]):([0-5]\d)$")
-_EVERY = re.compile(r"^every ([1-9]\d{0,5}) (minute|hour)s?$")
+_DAILY = re.compile(r"^daily at ([01]\d|2[0-3]):([0-5]\d)\Z")
+_EVERY = re.compile(r"^every ([1-9]\d{0,5}) (minute|hour)s?\Z")
 SCHEDULE_HELP = "'daily at HH:MM', 'every N minutes' or 'every N hours'"
 
 

@@ -26,8 +26,20 @@ DEFAULTS = {
     "admin_password": None,
     "max_body_bytes": 1024 * 1024,
     "max_upload_bytes": 32 * 1024 * 1024,
+    # YAML bodies (manifests): checked before parsing; PyYAML's pure-Python parser
+    # takes seconds a MiB (docs/validation.md)
+    "max_yaml_bytes": 1024 * 1024,
     "token_ttl": 3600,
     "refresh_token_ttl": 86400,
+    # password login throttling (docs/iam.md): failures free per key, then a wait that
+    # doubles from login_first_delay up to the key's bound; failures are forgotten after
+    # login_failure_memory seconds without one
+    "login_free_failures_address": 20,
+    "login_free_failures_user": 5,
+    "login_first_delay": 1.0,
+    "login_max_delay_address": 900.0,
+    "login_max_delay_user": 60.0,
+    "login_failure_memory": 3600.0,
     "realm_uuid": None,
     "mirror_url": None,
     "mirror_username": None,

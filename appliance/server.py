@@ -53,6 +53,10 @@ def waitress_settings(settings, descriptors=None):
         "threads": settings["api_threads"], "ident": "appliance",
         "max_request_body_size": body_limit(settings),
         "clear_untrusted_proxy_headers": True,
+        # the image's nginx on loopback appends the client's address to X-Forwarded-For:
+        # its last entry becomes REMOTE_ADDR, which login throttling keys on (docs/iam.md)
+        "trusted_proxy": "127.0.0.1", "trusted_proxy_headers": {"x-forwarded-for"},
+        "trusted_proxy_count": 1,
         "connection_limit": limit,
         "channel_timeout": timeout,
         "cleanup_interval": max(1, round(timeout * CLEANUP_FRACTION)),

@@ -45,11 +45,14 @@ class Response:
 
 
 class Client:
-    """`ssl_context` set: HTTPS (the image's nginx) instead of plain HTTP."""
+    """`ssl_context` set: HTTPS (the image's nginx) instead of plain HTTP.
+    `source` set: connect from that loopback address (127.0.0.2, ...), as another client
+    host would (login throttling keys on the source address)."""
 
-    def __init__(self, host, port, token=None, ssl_context=None):
+    def __init__(self, host, port, token=None, ssl_context=None, source=None):
         self.host, self.port, self.token = host, port, token
         self.ssl_context = ssl_context
+        self.source = source
 
     def request(self, method, path, body=None, *, raw=None, content_type=None, headers=None,
                 query=None, token=None):
@@ -65,11 +68,14 @@ class Client:
             hdrs["Content-Type"] = content_type
         if query:
             path += "?" + urllib.parse.urlencode(query, doseq=True)
+        source = (self.source, 0) if self.source else None
         if self.ssl_context is not None:
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=60,
-                                               context=self.ssl_context)
+                                               context=self.ssl_context,
+                                               source_address=source)
         else:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=60,
+                                              source_address=source)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()
@@ -91,7 +97,7 @@ class Client:
         return self.request("DELETE", path, **kw)
 
     def with_token(self, token):
-        return Client(self.host, self.port, token, self.ssl_context)
+        return Client(self.host, self.port, token, self.ssl_context, self.source)
 
 
 TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
@@ -127,12 +133,13 @@ class ApiServer:
     def store(self):
         return self.api.store
 
-    def client(self, token=None):
-        return Client(self.host, self.port, token)
+    def client(self, token=None, source=None):
+        return Client(self.host, self.port, token, source=source)
 
-    def token_response(self, username, password, scope=""):
-        return self.client().post(TOKEN_PATH, {"grant_type": "password", "username": username,
-                                               "password": password, "scope": scope})
+    def token_response(self, username, password, scope="", source=None):
+        return self.client(source=source).post(
+            TOKEN_PATH, {"grant_type": "password", "username": username,
+                         "password": password, "scope": scope})
 
     def login(self, username, password, scope=""):
         resp = self.token_response(username, password, scope)

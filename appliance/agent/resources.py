@@ -290,7 +290,10 @@ def register_enrollment(api, nodes):
     api.route("POST", "/v1/ua/enroll", enroll, permission=PUBLIC, tag="ua",
               summary="Trade a single-use enrollment token for the node's agent credential "
                       "(the token is the authentication)",
-              request_schema=ENROLL_SCHEMA, response_schema=CREDENTIAL_SCHEMA)
+              request_schema=ENROLL_SCHEMA, response_schema=CREDENTIAL_SCHEMA,
+              error_schemas={"401": {"description": "Unauthorized: the enrollment token is "
+                                                    "missing, unknown, used or expired",
+                                     "$ref": "#/components/schemas/Error"}})
     api.route("POST", f"{nodes.path}/<uuid>/actions/enroll/invoke", mint,
               permission="compute.node.enroll", tag="compute", resource=nodes,
               summary="A single-use token that enrolls the node's agent "

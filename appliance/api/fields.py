@@ -7,7 +7,11 @@ values into what a client sees (references become paths).
 
 import re
 
-UUID_RE = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+from .patterns import compiled
+
+# the declared form (published with `$`) and the one that checks input (`$` -> `\Z`)
+UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+UUID_RE = compiled(UUID_PATTERN)
 
 
 class FilterError(ValueError):
@@ -109,7 +113,7 @@ class UUID(FieldType):
     type_name = "uuid"
 
     def schema(self):
-        return {"type": "string", "format": "uuid", "pattern": UUID_RE.pattern}
+        return {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}
 
     def parse_filter(self, text):
         if not UUID_RE.match(text):
@@ -133,7 +137,7 @@ class Reference(FieldType):
 
     def __init__(self, collection_path):
         self.collection_path = collection_path.rstrip("/")
-        self._path_re = re.compile("^" + re.escape(self.collection_path) + r"/([^/]+)/?$")
+        self._path_re = compiled("^" + re.escape(self.collection_path) + r"/([^/]+)/?$")
 
     def schema(self):
         return {"type": "string", "pattern": r"^(%s/)?[0-9a-fA-F-]{36}$" % re.escape(

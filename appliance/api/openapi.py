@@ -21,7 +21,7 @@ OAUTH_ERROR_SCHEMA = {
     "required": ["error"],
     "properties": {"error": {"type": "string", "enum": [
         "invalid_request", "invalid_client", "invalid_grant", "unauthorized_client",
-        "unsupported_grant_type", "invalid_scope"]},
+        "unsupported_grant_type", "invalid_scope", "too_many_requests"]},
         "error_description": {"type": "string"}, "error_uri": {"type": "string"}},
 }
 
@@ -35,11 +35,16 @@ def _error_responses(route):
     if route.method != "GET":
         codes.append("503")     # a record kept changing under every retry (conflicts.py)
     codes += [c for c in route.error_schemas if c not in codes]
-    return {c: {"description": route.error_schemas.get(c, {}).get(
-                    "description", ERROR_TYPES.get(int(c), "error")),
-                "content": {"application/json": {"schema": route.error_schemas.get(
-                    c, {"$ref": "#/components/schemas/Error"})}}}
-            for c in sorted(codes)}
+    responses = {c: {"description": route.error_schemas.get(c, {}).get(
+                         "description", ERROR_TYPES.get(int(c), "error")),
+                     "content": {"application/json": {"schema": route.error_schemas.get(
+                         c, {"$ref": "#/components/schemas/Error"})}}}
+                 for c in sorted(codes)}
+    if "429" in responses:
+        responses["429"]["headers"] = {"Retry-After": {
+            "description": "seconds to wait before trying again",
+            "schema": {"type": "integer", "minimum": 1}}}
+    return responses
 
 
 def _operation(route):

@@ -12,13 +12,19 @@ from appliance.tenancy import quotas
 
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
-from .fields import UUID_RE, DateTime, Field, UUID
+from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
 from .listing import check_project_filter, matches, parse_filters, sort_and_page
 from .routing import Reply
 from .validation import Validator
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 PROJECTS = "iam_projects"       # the kind a project-scoped record's project_id must name
+# listing.check_project_filter's refusal: a list of a project-scoped kind answers it even
+# on a public route (the store's catalog), so every such list declares it
+PROJECT_FILTER_403 = {"403": {
+    "description": "Forbidden: the token lacks the permission, or the project_id filter "
+                   "names a project the caller may not see",
+    "$ref": "#/components/schemas/Error"}}
 OPERATIONS = ("list", "create", "get", "update", "delete")
 BOOKKEEPING_FIELDS = [
     Field("uuid", UUID(), read_only=True, description="identifier; may be given on create"),
@@ -101,7 +107,7 @@ class Resource:
 
     def create_schema(self):
         writable = [f for f in self.fields if not f.read_only and not f.hidden]
-        props = {"uuid": {"type": "string", "format": "uuid", "pattern": UUID_RE.pattern}}
+        props = {"uuid": {"type": "string", "format": "uuid", "pattern": UUID_PATTERN}}
         props.update({f.name: f.input_schema() for f in writable})
         return {"type": "object", "properties": props, "additionalProperties": False,
                 "required": [f.name for f in writable if f.required]}
@@ -133,7 +139,9 @@ class Resource:
                       permission=self.permission("read"),
                       summary=f"List {ref}s", response_schema={"type": "array", "items": {
                           "$ref": f"#/components/schemas/{ref}"}},
-                      query_params=self.query_parameters(), **common)
+                      query_params=self.query_parameters(),
+                      error_schemas=PROJECT_FILTER_403 if self.project_scoped else None,
+                      **common)
         if "create" in ops:
             api.route("POST", self.path, self._admitted(self.create_handler),
                       permission=self.permission("create"), summary=f"Create a {ref}",

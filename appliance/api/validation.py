@@ -7,22 +7,35 @@ rejected value may be a secret, and error messages end up in logs.
 "integer" is strict here: JSON Schema counts 32.0 as an integer, but then a float would
 reach the code behind the field (password lengths, key sizes) and fail there. A number
 written with a fraction or an exponent is refused wherever an integer is expected.
+
+"pattern" matches whole strings: `$` ends the string, a trailing newline included
+(patterns.py).
 """
 
 import weakref
 
 import jsonschema
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import ValidationError, best_match
 
 from .errors import BadRequest
+from .patterns import compiled
 
 
 def _is_integer(checker, instance):
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
+def _whole_pattern(validator, pattern, instance, schema):
+    """JSON Schema's `pattern` (a search, as the standard says), with `$` matching only at
+    the very end: jsonschema runs Python's re, whose `$` also matches before a trailing
+    newline, and "x\n" passed every `^...$` (patterns.py)."""
+    if validator.is_type(instance, "string") and not compiled(pattern).search(instance):
+        yield ValidationError(f"does not match the pattern {pattern}")
+
+
 _STRICT = jsonschema.validators.extend(
     jsonschema.Draft202012Validator,
+    validators={"pattern": _whole_pattern},
     type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer))
 
 _TYPE_NAMES = {"string": "a string", "integer": "an integer", "number": "a number",

@@ -44,8 +44,11 @@ def split(path):
     if not path.startswith("/"):
         raise Refused(f"path {path!r} is not absolute")
     parts = [p for p in path.split("/") if p]
-    if any(p in (".", "..") for p in parts) or "\x00" in path:
+    if any(p in (".", "..") for p in parts):
         raise Refused(f"path {path!r} has a '.' or '..' component")
+    # the API refuses them too (configs/resources.py PATH): a node writes no "x\n"
+    if any(c < " " or c == "\x7f" for c in path):
+        raise Refused(f"path {path!r} holds a control character (a NUL, a newline, ...)")
     return parts
 
 

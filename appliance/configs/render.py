@@ -15,7 +15,7 @@ import re
 from appliance.em import links
 
 HOLE = re.compile(r"\{\{(.*?)\}\}", re.S)
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}\Z")
 
 
 class TemplateError(ValueError):

@@ -21,7 +21,7 @@ CONTENT_LIMIT = 262144
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 MODE = r"^0[0-7]{3}$"
 # absolute, no NUL, no empty, `.` or `..` component (checked again on the node)
-PATH = r"^(/(?!\.\.?(/|$))[^/\x00]+)+$"
+PATH = r"^(/(?!\.\.?(/|$))[^/\x00-\x1f\x7f]+)+$"
 OWNER = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$|^[0-9]{1,10}$"
 _SCALAR = {"type": ["string", "number", "boolean", "null"], "maxLength": CONTENT_LIMIT}
 

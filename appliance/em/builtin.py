@@ -34,7 +34,7 @@ def _types(family, collection):
 # later DBaaS (from_version 2.2.0, 3.0.0) is refused rather than half served.
 DBAAS_VERSION = "2.1.0"
 
-_EXPORT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_EXPORT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 
 
 class BuiltinElement:

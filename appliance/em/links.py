@@ -17,9 +17,9 @@ IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
 UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 # a `$` segment may also be a uuid (one starting with a digit is no IDENT): a config names
 # the record it links to by uuid, having no manifest names (docs/configs.md)
-_LINK = re.compile(rf"^\$({IDENT})((?:\.(?:\$?{IDENT}|\${UUID}))+)((?::{IDENT})*)$")
-_CALL = re.compile(r"^(to_str|index|join)\((.*)\)$", re.S)
-_TEMPLATE = re.compile(r"^f(\"|')(.*)\1$", re.S)
+_LINK = re.compile(rf"^\$({IDENT})((?:\.(?:\$?{IDENT}|\${UUID}))+)((?::{IDENT})*)\Z")
+_CALL = re.compile(r"^(to_str|index|join)\((.*)\)\Z", re.S)
+_TEMPLATE = re.compile(r"^f(\"|')(.*)\1\Z", re.S)
 _HOLE = re.compile(r"\{([^{}]*)\}")
 
 

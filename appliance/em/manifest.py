@@ -17,12 +17,12 @@ from appliance.api.validation import Validator
 from . import builtin, links
 
 NAME = r"^[a-z][a-z0-9_]{0,62}$"
-RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
+RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")
 # $<built-in element>.<segment>..., or a sub-collection under one resource of this
 # manifest: ...$<parent>.<sub> (e.g. $core.dns.domains.$zone.records,
 # $dbaas.types.sqldb.instances.$pg.users); builtin.py maps the segments to a collection
 RESOURCE_PATH = re.compile(r"^\$([a-z][a-z0-9_]*)((?:\.[a-z][a-z0-9_]*)+)"
-                           r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?$")
+                           r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?\Z")
 ELEMENT_REF = r"^\$[a-z][a-z0-9_]{0,62}$"
 
 SCHEMA = {

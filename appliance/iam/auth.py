@@ -19,6 +19,7 @@ from state import format_time
 
 from . import builtin, passwords
 from .permissions import Principal
+from .throttle import LoginThrottle, Throttled
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
@@ -44,18 +45,22 @@ def survives_password_changes(claims, user):
 _EITHER = {"description": "OAuthError from the grant; Error when the request cannot be read",
            "anyOf": [{"$ref": "#/components/schemas/OAuthError"},
                      {"$ref": "#/components/schemas/Error"}]}
-OAUTH_ERRORS = {"400": _EITHER, "401": _EITHER}
+_THROTTLED = {"description": "too many failed logins for this username or from this "
+                             "address: OAuthError `too_many_requests`; wait Retry-After "
+                             "seconds", "$ref": "#/components/schemas/OAuthError"}
+OAUTH_ERRORS = {"400": _EITHER, "401": _EITHER, "429": _THROTTLED}
 
 
 class OAuthError(Exception):
     """An RFC 6749 section 5.2 error: its body is {error, error_description}."""
 
-    def __init__(self, error, description, status=400):
+    def __init__(self, error, description, status=400, headers=None):
         super().__init__(description)
         self.error, self.description, self.status = error, description, status
+        self.headers = headers or {}
 
     def reply(self):
-        headers = {"Cache-Control": "no-store"}
+        headers = {"Cache-Control": "no-store", **self.headers}
         if self.status == 401:
             headers["WWW-Authenticate"] = 'Basic realm="appliance"'
         return Reply({"error": self.error, "error_description": self.description},
@@ -63,7 +68,14 @@ class OAuthError(Exception):
 
 
 # a lifetime given as text: a plain decimal number (no sign, no exponent, no "_")
-_SECONDS = re.compile(r"^[0-9]+(\.[0-9]*)?$|^\.[0-9]+$")
+_SECONDS = re.compile(r"^[0-9]+(\.[0-9]*)?\Z|^\.[0-9]+\Z")
+
+
+def _source_address(call):
+    """The client's address: REMOTE_ADDR, which Waitress sets from X-Forwarded-For only
+    for a request from the trusted proxy (the image's nginx on loopback; appliance/server.py)."""
+    environ = call.request.environ if call.request is not None else {}
+    return environ.get("REMOTE_ADDR") or ""
 
 
 def _lifetime(body, name, maximum):
@@ -94,6 +106,7 @@ class Authenticator:
         # for the tokens that carry that claim
         self.grants = {}
         self.principals = {}
+        self.throttle = LoginThrottle(api.settings)
 
     def coll(self, kind):
         return self.store.collection(kind)
@@ -191,7 +204,8 @@ class Authenticator:
         ttl = _lifetime(body, "ttl", settings["token_ttl"])
         refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
         if grant in PASSWORD_GRANTS:
-            user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant])
+            user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant],
+                                                    _source_address(call))
             session = str(uuidlib.uuid4())
         elif grant == "refresh_token":
             user, project_id, session = self._refresh_grant(body)
@@ -217,16 +231,26 @@ class Authenticator:
             raise OAuthError("invalid_scope", "scope must be empty or project:<uuid>")
         return value.lower()
 
-    def _password_grant(self, body, name_field):
+    def _password_grant(self, body, name_field, address):
         username, password = body.get(name_field), body.get("password")
         if not isinstance(username, str) or not isinstance(password, str) or not username:
             raise OAuthError("invalid_request", f"{name_field} and password are required")
         project_id = self._scope(body)
+        # before the user is even looked up: a known and an unknown username are
+        # throttled alike (docs/iam.md, "Login throttling")
+        try:
+            self.throttle.begin(username, address)
+        except Throttled as e:
+            raise OAuthError("too_many_requests", "too many failed logins for this username "
+                             f"or from this address; try again in {e.retry_after} s",
+                             429, {"Retry-After": str(e.retry_after)}) from None
         user = self.coll("iam_users").find_one(username=username)
         encoded = user.get("password_hash") if user else None
         # the KDF runs whether or not the user exists: same answer, same time
         if not passwords.verify(password, encoded) or user.get("status") != "ACTIVE":
+            self.throttle.failed(username, address)
             raise OAuthError("invalid_grant", "wrong username or password")
+        self.throttle.succeeded(username, address)
         self._check_scope(user, project_id)
         return user, project_id
 

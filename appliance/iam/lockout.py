@@ -8,6 +8,12 @@ a permission binding or a role binding (the deletes cascade), and a user's updat
 or its password removed). The names and links of permissions and bindings cannot change
 after create, so their updates cannot take it away.
 
+The built-in login client (`default`, all zeros) stays public: every password login
+names it and sends no client secret, so a secret set on it would refuse every login (401
+invalid_client), survive a restart, and only the secret's holder could undo it. Setting
+one is refused with 409 (its name and description may change); first start makes it
+public again should a state hold one from before this rule.
+
 Two admins deleting each other's binding at once must not both pass: the check and the
 change are made under one cross-process lock (taken before any kind's lock).
 """
@@ -45,6 +51,13 @@ def holders(store, removed=(), changed_users=None):
         if user is not None and user.get("status") == "ACTIVE" and user.get("password_hash"):
             found.add(user["uuid"])
     return found
+
+
+def builtin_client_secret_refused():
+    """The message of the 409 that keeps the built-in client public."""
+    return ("the built-in client default (00000000-0000-0000-0000-000000000000) stays "
+            "public: every password login uses it without a secret, so a secret on it "
+            "would refuse every login; create another client for a confidential one")
 
 
 def check(store, change, removed=(), changed_users=None):

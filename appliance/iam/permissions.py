@@ -5,11 +5,11 @@ required part or is `*` (so `*.*.*` grants everything, `repo.*.read` every read 
 Nothing else is a wildcard: `*` never matches part of a word.
 """
 
-import re
+from appliance.api.patterns import compiled
 
 PART = r"(\*|[a-z][a-z0-9_]*)"
 NAME_PATTERN = rf"^{PART}\.{PART}\.{PART}$"
-_NAME = re.compile(NAME_PATTERN)
+_NAME = compiled(NAME_PATTERN)
 
 
 def is_valid(name):

@@ -275,6 +275,10 @@ class Clients(Resource):
         return record
 
     def prepare_update(self, call, current, changes):
+        if current["uuid"] == builtin.DEFAULT_CLIENT and changes.get("secret"):
+            # every password login names this client and sends no secret: one set here
+            # would refuse them all, and only its holder could undo it (lockout.py)
+            raise Conflict(lockout.builtin_client_secret_refused())
         if "secret" in changes:
             secret = changes.pop("secret")
             changes["secret_hash"] = passwords.hash_password(secret) if secret else None

@@ -4,9 +4,11 @@ state directory (mode 0600), outside the files of ordinary kinds.
 Access and refresh tokens share a session id (`sid`); logout revokes the session, so both
 die at once. `pwv` is the user's password version at issuance: a password change ends
 the tokens issued before it (but those of the session that made it). HS256 only: `alg: none` and every other algorithm are refused.
+`exp`, `iat` and `nbf` must be JSON numbers (finite): PyJWT alone accepts numeric strings.
 """
 
 import datetime
+import math
 import secrets
 import threading
 import time
@@ -22,8 +24,16 @@ AUDIENCE = "appliance-api"
 ALGORITHM = "HS256"
 
 
+TIME_CLAIMS = ("exp", "iat", "nbf")
+
+
 class InvalidToken(Exception):
     pass
+
+
+def _is_number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 CACHE_SIZE = 10000
@@ -72,6 +82,11 @@ class TokenSigner:
             raise InvalidToken("token expired") from None
         except jwt.PyJWTError:
             raise InvalidToken("token does not verify") from None
+        # PyJWT takes a numeric string ("1795665723") for a time; RFC 7519 says NumericDate
+        # is a JSON number, and the code after this compares numbers
+        for name in TIME_CLAIMS:
+            if name in claims and not _is_number(claims[name]):
+                raise InvalidToken(f"token claim {name} is not a number")
         if claims.get("typ") != kind:
             raise InvalidToken(f"not an {kind} token")
         return claims

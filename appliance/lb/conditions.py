@@ -204,7 +204,7 @@ def _check_writable(condition):
     if "rewrite_url" in kinds:
         raise BadRequest("condition: a writable local_dir (dav_methods) takes no "
                          "rewrite_url modifier")
-    if condition["kind"] != "prefix" or not re.match(r"^/[^/]+/$", condition["value"]):
+    if condition["kind"] != "prefix" or not re.fullmatch(r"^/[^/]+/$", condition["value"]):
         raise BadRequest("condition: a writable local_dir (dav_methods) needs a prefix "
                          "route of one segment, like /repo/")
 

@@ -48,11 +48,11 @@ MIME_TYPES = {
     "font/woff2": "woff2", "application/gzip": "gz", "application/zstd": "zst",
 }
 
-HEADER_NAME = re.compile(r"^[A-Za-z0-9!#%&'*+.^_`|~-]{1,100}$")
-DNS_NAME = re.compile(r"^(?=.{1,253}\.?$)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
-                      r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?$")
-SERVER_NAME = re.compile(r"^(?:_|(?:\*\.)?[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}))$")
-AUTH_PATH = re.compile(r"^/[A-Za-z0-9._~/-]*$")
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#%&'*+.^_`|~-]{1,100}\Z")
+DNS_NAME = re.compile(r"^(?=.{1,253}\.?\Z)[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62})"
+                      r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,62}))*\.?\Z")
+SERVER_NAME = re.compile(r"^(?:_|(?:\*\.)?[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,252}))\Z")
+AUTH_PATH = re.compile(r"^/[A-Za-z0-9._~/-]*\Z")
 
 
 class RenderError(ValueError):
@@ -546,7 +546,7 @@ def render_main(http_files, stream_files, *, prefix, user=None, modules=(),
     out = ["# the node's LB instance, written by the agent (appliance/lb/node.py)"]
     out += [f"load_module {plain_path(m, 'module')};" for m in modules]
     if user:
-        if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", user):
+        if not re.fullmatch(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", user):
             raise RenderError(f"worker user {user!r} is not a user name")
         out.append(f"user {user};")
     out += [f"worker_processes {worker_processes};",

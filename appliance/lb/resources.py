@@ -379,7 +379,7 @@ class Vhosts(LbChild):
         domains = vhost.get("domains") or None
         if domains is not None:
             for i, d in enumerate(domains):
-                if not re.match(DOMAIN, d):
+                if not re.fullmatch(DOMAIN, d):
                     raise BadRequest(f"domains.{i}: must be a host name, optionally "
                                      "starting with *.")
             domains = list(dict.fromkeys(d.rstrip(".").lower() for d in domains))

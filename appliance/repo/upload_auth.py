@@ -86,8 +86,8 @@ UPLOAD_PERMISSION = "repo.repository.upload"
 READ_METHODS = frozenset({"GET", "HEAD"})
 WRITE_METHODS = frozenset({"PUT", "DELETE"})
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]*$")
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]*\Z")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _MAX_DECODE_ROUNDS = 8
 

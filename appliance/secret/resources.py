@@ -31,7 +31,7 @@ USER = r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$"
 AUTHORIZED_KEYS = r"^/?(?!\.\.?(/|$))[^/\x00\n]+(/(?!\.\.?(/|$))[^/\x00\n]+)*$"
 # a key type, its base64 and a comment: no options (command=...), no second line
 PUBLIC_KEY = re.compile(r"^(ssh-[a-z0-9-]+|ecdsa-sha2-[a-z0-9-]+|sk-[a-z0-9@.-]+)"
-                        r" [A-Za-z0-9+/]+={0,3}( [^\n\r]*)?$")
+                        r" [A-Za-z0-9+/]+={0,3}( [^\n\r]*)?\Z")
 
 
 def common_fields():

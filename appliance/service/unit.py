@@ -51,7 +51,7 @@ def shell(command):
 def _account(value, what):
     if value is None:
         return None
-    if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$", value):
+    if not re.fullmatch(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]*$", value):
         raise UnitError(f"{what} {value!r} is not a user or group name")
     return value
 

@@ -40,7 +40,7 @@ HEARTBEAT_SECONDS = 2.0
 RETRY_FIRST, RETRY_MAX = 2.0, 30.0
 BASEBACKUP_SECONDS = 900            # setting agent_sqldb_basebackup_seconds
 STREAM_WAIT_SECONDS = 15.0          # apply's wait for a new replica to stream
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
 RESERVED_DATABASES = ("postgres", "template0", "template1")
 
 log = logging.getLogger("appliance.sqldb.node")

@@ -52,7 +52,7 @@ SHARED_BUFFERS_CAP_MB = 8192
 # the WAL a primary keeps for a replica that falls behind (no replication slots: a dead
 # member must never fill the primary's disk); one further behind is copied anew
 WAL_KEEP_SIZE = "512MB"
-NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,63}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,63}\Z")
 
 
 class Failed(Exception):

@@ -438,7 +438,7 @@ def check_name(where, name, pattern, rule):
         raise BadRequest(f"{where}: required")
     if len(name) > NAME_MAX:
         raise BadRequest(f"{where}: at most {NAME_MAX} characters, not {len(name)}")
-    if not pattern.match(name):
+    if not pattern.fullmatch(name):
         raise BadRequest(f"{where}: {rule}")
 
 

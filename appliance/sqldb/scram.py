@@ -23,7 +23,7 @@ ITERATIONS = 4096
 SALT_BYTES = 16
 PREFIX = "SCRAM-SHA-256$"
 _B64 = r"[A-Za-z0-9+/]+={0,2}"
-VERIFIER_RE = re.compile(rf"^SCRAM-SHA-256\$(\d+):({_B64})\$({_B64}):({_B64})$")
+VERIFIER_RE = re.compile(rf"^SCRAM-SHA-256\$(\d+):({_B64})\$({_B64}):({_B64})\Z")
 
 _PROHIBITED = (stringprep.in_table_c12, stringprep.in_table_c21, stringprep.in_table_c22,
                stringprep.in_table_c3, stringprep.in_table_c4, stringprep.in_table_c5,
