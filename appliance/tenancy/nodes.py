@@ -79,12 +79,18 @@ def check_nodes(store, principal, project_id, kind, uuids, where, not_found=None
     for i, given in enumerate(uuids):
         uuid = given.lower()
         record = collection.get(uuid)
+        appliance = own is not None and uuid == own["uuid"]
+        if appliance and is_platform(principal) and not platform_record(principal,
+                                                                          project_id):
+            # a platform caller sees the node: tell it why, not "not found"
+            raise BadRequest(f"{where(i)}: node {uuid} is the appliance's own node: only "
+                             f"records of the admin project {ADMIN_PROJECT} target it (a "
+                             "project's owners could edit what runs there)")
         if record is None or record.get("project_id") != project_id:
             raise BadRequest(not_found(uuid) if not_found else
                              f"{where(i)}: {what} {uuid} not found in project {project_id}: "
                              f"a record targets only {what}s of its own project")
-        if own is not None and uuid == own["uuid"] and \
-                not platform_record(principal, project_id):
+        if appliance and not platform_record(principal, project_id):
             # only reached for an admin-project record written by a caller that is not
             # the platform: the resource layer lets none write there, yet the node stays
             # the platform's even then
