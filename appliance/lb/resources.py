@@ -19,7 +19,6 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Obj
                                   Reference, String, Tags, UUID_RE)
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
-
 from appliance.tenancy.nodes import check_appliance_node, check_nodes, platform_record
 
 from . import conditions, placement
