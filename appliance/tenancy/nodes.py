@@ -100,6 +100,16 @@ def check_nodes(store, principal, project_id, kind, uuids, where, not_found=None
     return out
 
 
+def lands_on(record, node):
+    """The rule again where a record is rendered for a node (the producers of configs,
+    services and SSH keys): a record lands only on nodes of its own project. A record
+    written before the rule (services once let admins target any project's node) or a
+    node moved since is not delivered, rather than trusted. The appliance's own node is
+    the admin project's, so only the admin project's records land there."""
+    return record.get("project_id") is not None and \
+        record.get("project_id") == node.get("project_id")
+
+
 def check_target(store, principal, project_id, target, where="target"):
     """A `target` field (appliance/agent/targets.py TARGET_SCHEMA: node, node_set or
     nodes) checked by `check_nodes`; its uuids are lower-cased in place."""

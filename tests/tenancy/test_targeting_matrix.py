@@ -227,3 +227,35 @@ def test_lb_type_changed_to_core_agent_or_a_foreign_node_is_refused(world):
         "type": {"kind": "core_agent"}}), 400)
     assert snapshot(world, "network_lb") == before
     assert world.admin.delete(f"{LB}/{lb['uuid']}").status == 204
+
+
+# ---- the rule again where records are rendered -------------------------------------------
+
+def test_records_stored_before_the_rule_are_not_delivered_off_their_project(world):
+    """Services once let an admin target any project's node from any record. Records
+    like that (put in the store directly, as they were written then) reach no agent: the
+    producers of configs, services and SSH keys deliver a record only to nodes of its own
+    project, so neither the appliance's node nor another project's gets A's records."""
+    from appliance.agent.targets import View
+    from appliance.configs import targets as config_targets
+    from appliance.secret import ssh_targets
+    from appliance.service import targets as service_targets
+    store = world.server.store
+    owner, project = world.clients["owner"]
+    made = {}
+    for kind, producer in (("config", config_targets), ("service", service_targets),
+                           ("ssh_key", ssh_targets)):
+        collection, path, body = KINDS[kind]
+        record = created(owner.post(path, body(project, world.node[project])))
+        store.collection(collection).update(record["uuid"], {"target": {
+            "kind": "nodes", "nodes": [world.node[project], world.appliance,
+                                       world.node[world.b]]}})
+        made[kind] = (producer, record["uuid"], path)
+    nodes = store.collection("compute_nodes")
+    for kind, (producer, uuid_, path) in made.items():
+        def masters(node_uuid):
+            return [i["master"] for i in producer.for_node(View(store), nodes.get(node_uuid))]
+        assert uuid_ in masters(world.node[project]), kind
+        assert uuid_ not in masters(world.appliance), kind
+        assert uuid_ not in masters(world.node[world.b]), kind
+        assert world.admin.delete(f"{path}/{uuid_}").status == 204
