@@ -58,6 +58,12 @@ class View:
             return node["uuid"] in target["nodes"]
         return False
 
+    def delivers(self, record, node):
+        """True when `record` (a config, service or SSH key) goes to `node`: its target
+        names the node, and the node is of its project (appliance/tenancy/nodes.py)."""
+        from appliance.tenancy.nodes import lands_on
+        return self.targets(record.get("target"), node) and lands_on(record, node)
+
     def nodes_of(self, target):
         """The node records `target` names that exist (a missing one is left out)."""
         nodes = self.store.collection("compute_nodes")

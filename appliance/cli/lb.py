@@ -101,8 +101,9 @@ def _lb_options(sub, create):
     if create:
         opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
     opt("--type", choices=["core_agent", "external_node", "core"],
-        help="where nginx runs: the appliance itself (the default when it has its own "
-             "node), a node of the project (--node), or a node set of its own")
+        help="where nginx runs: the appliance itself (admin project only, its default "
+             "there), a node of the project (--node), or a node set of its own (a "
+             "project's default)")
     opt("--node", metavar="NODE", help="external_node: the node's UUID or name")
     opt("--cpu", type=int, help="core: cores per node (1)")
     opt("--ram", type=int, help="core: MB per node (512)")

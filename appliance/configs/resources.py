@@ -2,17 +2,18 @@
 (reference-api.md section 4; docs/configs.md).
 
 A config is checked whole at create and at every PUT: the path is absolute and plain, the
-target names nodes or sets of the config's own project, a template uses only declared
-variables, and every link parses and names a linkable field. A link to a record that does
-not exist yet is accepted (the config waits for it, IN_PROGRESS); one to a record of
-another project is refused. Status is the status step's (appliance/agent/status.py):
-read-only, and every PUT returns it to NEW.
+target names nodes or sets its project may target (appliance/tenancy/nodes.py), a
+template uses only declared variables, and every link parses and names a linkable field.
+A link to a record that does not exist yet is accepted (the config waits for it,
+IN_PROGRESS); one to a record of another project is refused. Status is the status step's
+(appliance/agent/status.py): read-only, and every PUT returns it to NEW.
 """
 
 from appliance.agent.targets import TARGET_SCHEMA
 from appliance.api.errors import BadRequest
 from appliance.api.fields import UUID, UUID_RE, Enum, Field, Object, String, Tags
 from appliance.api.resource import Resource
+from appliance.tenancy.nodes import check_target
 
 from . import render
 from .targets import SECRET_VALUE_FIELDS, link_target
@@ -142,21 +143,7 @@ class Configs(Resource):
             bad("names a record of another project")
 
     def check_target(self, call, target, project_id):
-        check_target(call.store, target, project_id)
-
-
-def check_target(store, target, project_id):
-    """400 unless every node or set a target names exists in `project_id` (a project may
-    put files or keys only on its own nodes). Shared with SSH-key targets."""
-    kinds = {"node": ("compute_nodes", [target.get("node")]),
-             "nodes": ("compute_nodes", target.get("nodes") or []),
-             "node_set": ("compute_sets", [target.get("node_set")])}
-    kind, uuids = kinds[target["kind"]]
-    for uuid in uuids:
-        record = store.collection(kind).get(uuid.lower())
-        if record is None or record.get("project_id") != project_id:
-            raise BadRequest(f"target: {target['kind']} {uuid} not found in project "
-                             f"{project_id}")
+        check_target(call.store, call.principal, project_id, target)
 
 
 def normalized_target(values):

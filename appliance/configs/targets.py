@@ -68,7 +68,7 @@ def for_node(view, node):
     rendered = view.__dict__.setdefault("_configs_rendered", {})
     items = []
     for config in view.store.collection(MASTER_KIND).records():
-        if not view.targets(config.get("target"), node):
+        if not view.delivers(config, node):
             continue
         key = (config["uuid"], config["revision"])
         if key not in rendered:

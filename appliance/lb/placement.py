@@ -2,27 +2,17 @@
 other I/O, so the API (ipsv4, port checks), the producer and the status step share it.
 
 - `core_agent`: the appliance's own node, the node of the agent that first boot enrolled
-  under the name "appliance" (appliance/firstboot/register.py, enroll_self);
+  under the name "appliance" (appliance/firstboot/register.py, enroll_self), for LBs of
+  the admin project only (appliance/tenancy/nodes.py);
 - `external_node`: that node;
 - `core`: the members of the LB's own node set, whose uuid is the LB's (the reference's
   `lbaas-<name>` set, made by appliance/lb/reconcile.py).
 """
 
-NODES, AGENTS, SETS = "compute_nodes", "ua_agents", "compute_sets"
-APPLIANCE_AGENT = "appliance"       # the name first boot gives the appliance's own agent
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+from appliance.tenancy import ADMIN_PROJECT
+from appliance.tenancy.nodes import appliance_node  # noqa: F401 (placement's own name for it)
 
-
-def appliance_node(store):
-    """The appliance's own node record, or None when first boot registered none."""
-    nodes = store.collection(NODES)
-    for agent in sorted(store.collection(AGENTS).records(), key=lambda a: a["uuid"]):
-        if agent.get("name") == APPLIANCE_AGENT:
-            node = nodes.get(agent.get("node") or "")
-            if node is not None and node.get("project_id") == ADMIN_PROJECT and \
-                    node.get("node_type") == "HW":
-                return node
-    return None
+NODES, SETS = "compute_nodes", "compute_sets"
 
 
 def set_name(lb):
@@ -35,6 +25,12 @@ def placed(store, lb, own=None):
     (a caller placing many LBs looks it up once)."""
     kind = lb["type"]["kind"]
     if kind == "core_agent":
+        if lb.get("project_id") != ADMIN_PROJECT:
+            # made before the rule (docs/security.md): a project's LB stays off the
+            # appliance's own node until its type is changed
+            return [], ("ERROR", "type core_agent: only load balancers of the admin project "
+                                 "run on the appliance's own node; change the type to "
+                                 "core or external_node")
         node = own if own is not None else appliance_node(store)
         if node is None:
             return [], ("ERROR", "type core_agent: the appliance has no node of its own "

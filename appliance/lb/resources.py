@@ -2,11 +2,13 @@
 their routes, and its backend pools.
 
 Every rule of the reference is checked here, before anything is written, plus ours:
-vhost ports the appliance itself uses are refused on `core_agent`, two LBs on one node
-never share a port, a vhost's cert may name a record of `/v1/secret/certificates/`, an
-https vhost may redirect plain HTTP, and pool endpoints may name nodes or node sets
-(followed as their addresses change). A write of any child moves its LB back to
-IN_PROGRESS: the data plane is rendered again and the status step judges it anew.
+vhost ports the appliance itself uses are refused on `core_agent` (the admin project's
+only: appliance/tenancy/nodes.py), a project's LB binds no port below 1024 but 80 and 443,
+two LBs on one node never share a port, a vhost's cert may name a record of
+`/v1/secret/certificates/`, an https vhost may redirect plain HTTP, and pool endpoints
+may name nodes or node sets (followed as their addresses change). A write of any child
+moves its LB back to IN_PROGRESS: the data plane is rendered again and the status step
+judges it anew.
 """
 
 import ipaddress
@@ -18,6 +20,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Obj
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
 from appliance.tenancy import addresses, fetch, is_platform
+from appliance.tenancy.nodes import check_appliance_node, check_nodes, platform_record
 
 from . import conditions, placement
 
@@ -37,6 +40,7 @@ CLASHES = {"http": {"https", "tcp"}, "https": {"http", "tcp"},
            "tcp": {"http", "https", "tcp"}, "udp": {"udp"}}
 TRANSPORT = {"http": "tcp", "https": "tcp", "tcp": "tcp", "udp": "udp"}
 REDIRECT_PORT = 80
+PROJECT_MIN_PORT, PROJECT_LOW_PORTS = 1024, (80, 443)    # a project LB's ports
 LOCK = "network-lb"         # port and placement rules span LBs and vhosts: one writer
 PEM_LIMIT = 100000
 DOMAIN = (r"^(?=.{1,253}$)(\*\.)?(?!-)[A-Za-z0-9-]{1,63}(?<!-)"
@@ -174,11 +178,11 @@ class LoadBalancers(Resource):
                 Field("project_id", UUID(), required=True, create_only=True),
                 Field("tags", Tags()),
                 Field("type", Object(TYPE_FIELD),
-                      description="core_agent {} (on the appliance itself; the default "
-                                  "when the appliance has its own node) | external_node "
-                                  "{external_node: node uuid of the project} | core {cpu "
-                                  "(1), ram MB (512), disk_size GB (10), nodes_number (1)}: "
-                                  "a node set of its own (the default otherwise)"),
+                      description="core {cpu (1), ram MB (512), disk_size GB (10), "
+                                  "nodes_number (1)}: a node set of its own (the default) | "
+                                  "external_node {external_node: node uuid of the project} "
+                                  "| core_agent {}: on the appliance itself, admin project "
+                                  "only (its default when the appliance has its own node)"),
                 Field("ipsv4", List(String(64)), read_only=True, filterable=False,
                       description="the addresses of the nodes the LB runs on"),
                 Field("status", Enum(*STATUSES), read_only=True,
@@ -192,28 +196,36 @@ class LoadBalancers(Resource):
     # ---- type ------------------------------------------------------------------------
 
     def checked_type(self, call, spec, project_id, current=None):
+        platform_lb = platform_record(call.principal, project_id)
         if spec is None:
-            spec = {"kind": "core_agent"} if placement.appliance_node(call.store) else \
-                {"kind": "core"}
+            # a project's LB runs on its own nodes: a set of its own (docs/lb.md)
+            spec = {"kind": "core_agent"} if platform_lb and \
+                placement.appliance_node(call.store) else {"kind": "core"}
         spec = kind_checked("type", spec, _TYPE_CHECK)
         if spec["kind"] == "core":
             spec = {**CORE_DEFAULTS, **spec}
             if not self.api.settings.get("lb_image"):
                 raise Conflict("type core: the setting lb_image (the node image that LB "
-                               "nodes boot) is not set; use type core_agent or "
-                               "external_node")
+                               "nodes boot) is not set; ask the administrator to set it, "
+                               "or use type external_node with a node of the project" +
+                               (" or core_agent" if platform_lb else ""))
             old = (current or {}).get("type") or {}
             if old.get("kind") == "core" and spec["disk_size"] < old["disk_size"]:
                 raise BadRequest(f"type.disk_size: cannot shrink (from {old['disk_size']} GB)")
         if spec["kind"] == "external_node":
             node_uuid = uuid_of("type.external_node", spec["external_node"])
-            node = call.store.collection(NODES).get(node_uuid)
-            if node is None or node.get("project_id") != project_id:
-                raise BadRequest(f"Node {node_uuid} is not found in the LB project.")
-            spec["external_node"] = node_uuid
-        if spec["kind"] == "core_agent" and placement.appliance_node(call.store) is None:
-            raise Conflict("type core_agent: the appliance has no node of its own enrolled "
-                           "(first boot registers it); use external_node or core")
+            spec["external_node"] = check_nodes(
+                call.store, call.principal, project_id, "node", [node_uuid],
+                lambda i: "type.external_node",
+                not_found=lambda u: f"Node {u} is not found in the LB project.")[0]
+        if spec["kind"] == "core_agent":
+            check_appliance_node(call.principal, project_id, "type core_agent",
+                                 "use type core (the default) or external_node with a "
+                                 "node of the project")
+            if placement.appliance_node(call.store) is None:
+                raise Conflict("type core_agent: the appliance has no node of its own "
+                               "enrolled (first boot registers it); use external_node or "
+                               "core")
         return spec
 
     def prepare_create(self, call, record):
@@ -321,6 +333,20 @@ def reserved_ports(settings):
     return out
 
 
+def check_project_ports(call, lb, vhost):
+    """A project's LB listens on 80, 443 or a port from 1024 up, on whatever node it
+    runs (docs/security.md): the ports below are the system's (SSH, SMTP, DNS...), and a
+    tenant answering on one of them, on a node the platform or others reach, passes for
+    that system service. Only the platform's own LBs (admin project) bind them."""
+    if platform_record(call.principal, lb["project_id"]):
+        return
+    for port, _ in listens(vhost):
+        if port < PROJECT_MIN_PORT and port not in PROJECT_LOW_PORTS:
+            raise BadRequest(f"port {port}: a project's load balancer listens on 80, 443 or "
+                             f"a port from {PROJECT_MIN_PORT} to 65535; the ports below "
+                             f"{PROJECT_MIN_PORT} are the platform's")
+
+
 class Vhosts(LbChild):
     def __init__(self):
         super().__init__(
@@ -407,6 +433,7 @@ class Vhosts(LbChild):
                                  "like 10.0.0.0/8") from None
         if vhost.get("cert") is not None:
             vhost["cert"] = self.checked_cert(call, lb, vhost)
+        check_project_ports(call, lb, vhost)
         self.check_lb_ports(lb, vhost)
         self.check_node_ports(call, lb, vhost)
         return vhost

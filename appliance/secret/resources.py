@@ -219,7 +219,8 @@ class SshKeys(SecretMaterial):
         return super().prepare_update(call, current, changes)
 
     def check_target(self, call, record):
-        from appliance.configs.resources import check_target, normalized_target
+        from appliance.configs.resources import normalized_target
+        from appliance.tenancy.nodes import check_target
         normalized_target(record)
         if record.get("target_public_key") and not PUBLIC_KEY.match(
                 record["target_public_key"].strip()):
@@ -229,7 +230,7 @@ class SshKeys(SecretMaterial):
             return
         if not record.get("user"):
             raise BadRequest("user: required with a target")
-        check_target(call.store, record["target"], record["project_id"])
+        check_target(call.store, call.principal, record["project_id"], record["target"])
 
     def fill(self, call, record):
         if record["algorithm"] == "ed25519":

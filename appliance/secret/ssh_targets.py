@@ -15,7 +15,7 @@ def authorized_line(record):
 def for_node(view, node):
     items = []
     for record in view.store.collection(MASTER_KIND).records():
-        if not record.get("target") or not view.targets(record["target"], node):
+        if not record.get("target") or not view.delivers(record, node):
             continue
         items.append({"uuid": target_uuid(node["uuid"], KIND, record["uuid"]), "kind": KIND,
                       "master": record["uuid"], "master_kind": MASTER_KIND,

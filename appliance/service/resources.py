@@ -11,8 +11,10 @@ import datetime
 from appliance.agent.targets import TARGET_SCHEMA, View
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, List, Object, String, Tags
-from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
+from appliance.tenancy import is_platform
+from appliance.tenancy.nodes import check_target
 from state import DuplicateKey, RevisionConflict, format_time
 
 from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES
@@ -78,14 +80,11 @@ class OrderList(List):
         return dict(ORDER_LIST)
 
 
-def is_platform(principal):
-    """An admin acting for the platform: in-process, or a user's token unscoped or scoped
-    to the admin project with the lease permission (the admin role's *.*.*). Not a node
-    agent, though it has no project either."""
-    if principal is None:
-        return True
-    return (agent_node(principal) is None and principal.project_id in (None, ADMIN_PROJECT)
-            and principal.allows("em.service.lease"))
+def may_lease_any(principal):
+    """An admin acting for the platform (appliance.tenancy.is_platform: never a node
+    agent) with the lease permission (the admin role's *.*.*)."""
+    return is_platform(principal) and (principal is None or
+                                       principal.allows("em.service.lease"))
 
 
 def agent_node(principal):
@@ -164,21 +163,7 @@ class Services(Resource):
     # ---- checks ----------------------------------------------------------------------
 
     def check_target(self, call, target, project_id):
-        """The node or set must exist, in the service's project (the platform may target
-        any)."""
-        kind = target["kind"]
-        if kind == "node_set":
-            wanted, store_kind = [target["node_set"]], "compute_sets"
-        else:
-            wanted = [target["node"]] if kind == "node" else target["nodes"]
-            store_kind = "compute_nodes"
-        found = call.store.collection(store_kind)
-        platform = is_platform(call.principal)
-        for uuid in wanted:
-            record = found.get(uuid.lower())
-            if record is None or not platform and record.get("project_id") != project_id:
-                what = "node set" if kind == "node_set" else "node"
-                raise BadRequest(f"target: no {what} {uuid} in project {project_id}")
+        check_target(call.store, call.principal, project_id, target)
 
     def check_order(self, call, record, field, entries):
         services = self.collection()
@@ -267,7 +252,7 @@ class Services(Resource):
         _LEASE_BODY.check(body)
         node = body["node"].lower()
         own = agent_node(call.principal)
-        if own is None and not is_platform(call.principal):
+        if own is None and not may_lease_any(call.principal):
             raise Forbidden("only the agent of a node the service targets, or an admin, "
                             "may take its lease")
         if own is not None and own != node:

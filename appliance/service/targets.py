@@ -15,7 +15,7 @@ from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES, unit
 
 def for_node(view, node):
     mine = [s for s in view.store.collection(KIND).records()
-            if view.targets(s.get("target"), node)]
+            if view.delivers(s, node)]
     units = {s["uuid"]: unit.unit_name(s, target_uuid(node["uuid"], "service", s["uuid"]))
              for s in mine}
     return [item(node, service, units) for service in mine]

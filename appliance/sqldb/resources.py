@@ -30,12 +30,12 @@ from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType
 from appliance.api.resource import ADMIN_PROJECT, Resource
 from appliance.api.routing import PUBLIC
 from appliance.tenancy import is_platform
+from appliance.tenancy.nodes import check_nodes
 
 from . import scram
 
 VERSIONS, INSTANCES = "sqldb_versions", "sqldb_instances"
 USERS, DATABASES = "sqldb_users", "sqldb_databases"
-NODES = "compute_nodes"
 SERVICE = "sqldb"
 # user and database writes check a rule across kinds (an owner is a user of the instance; a
 # user owning a database stays): one writer at a time for all of them
@@ -353,12 +353,8 @@ class Instances(SqldbResource):
         if len(nodes) != record["nodes_number"]:
             raise BadRequest(f"placement.nodes: {len(nodes)} node(s) for nodes_number "
                              f"{record['nodes_number']}: give exactly nodes_number")
-        found = call.store.collection(NODES)
-        for i, uuid in enumerate(nodes):
-            node = found.get(uuid)
-            if node is None or node.get("project_id") != record["project_id"]:
-                raise BadRequest(f"placement.nodes.{i}: no node {uuid} in project "
-                                 f"{record['project_id']}")
+        nodes = check_nodes(call.store, call.principal, record["project_id"], "node", nodes,
+                            lambda i: f"placement.nodes.{i}")
         # every instance listens on the one port sqldb_port: a node runs one instance
         for other in call.store.collection(self.kind).records():
             taken = set((other.get("placement") or {}).get("nodes") or ()) & set(nodes)

@@ -39,7 +39,7 @@ def record(i, node, others=()):
             "before": [{"kind": "shell", "command": "mkdir -p /srv/app"}] + [
                 {"kind": "service", "service": o} for o in others],
             "after": [{"kind": "shell", "command": "echo started"}],
-            "target": {"kind": "node", "node": node}}
+            "project_id": ADMIN_PROJECT, "target": {"kind": "node", "node": node}}
 
 
 def bench_render():
@@ -61,7 +61,9 @@ def bench_producer():
     state_dir = temp_dir("services")
     store = Store(state_dir)
     try:
-        nodes = [{"uuid": str(uuid.uuid4()), "name": f"n{i}"} for i in range(NODES)]
+        # a service lands only on its own project's nodes (appliance/tenancy/nodes.py)
+        nodes = [{"uuid": str(uuid.uuid4()), "name": f"n{i}", "project_id": ADMIN_PROJECT}
+                 for i in range(NODES)]
         store.collection("compute_nodes").insert_many(nodes)
         records, previous = [], []
         for i in range(SERVICES):

@@ -11,7 +11,7 @@ from tests.iam.helpers import ADMIN_PROJECT
 from .conftest import LB_IMAGE
 from .helpers import (APPLIANCE_IP, LB, backend, certificate_record, external, hw_node,
                       make_lb, make_pool, make_route, make_vhost, pools, prefix, raw_cert,
-                      routes, set_address, vhosts)
+                      register_appliance, routes, set_address, vhosts)
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +59,19 @@ def test_default_type_without_an_own_node_is_core_and_needs_lb_image(bare_server
     assert "no node of its own" in refused(client.post(LB, {
         "project_id": ADMIN_PROJECT, "type": {"kind": "core_agent"}}), 409)
     assert client.get(LB).json == []
+
+
+def test_a_project_lb_defaults_to_core_even_without_lb_image(bare_server):
+    """A project's LB never falls back to the appliance's node: without lb_image its
+    default (core) is 409, and the message offers external_node, not core_agent."""
+    from tests.conftest import ADMIN_PASSWORD
+    client = bare_server.client(bare_server.login("admin", ADMIN_PASSWORD))
+    register_appliance(bare_server.store)
+    member = Member(bare_server, client)
+    message = refused(member.client.post(LB, {"name": "edge"}), 409)
+    assert "lb_image" in message and "external_node" in message
+    assert "core_agent" not in message
+    assert member.client.get(LB).json == []
 
 
 def test_core_fills_the_reference_defaults(admin):

@@ -25,8 +25,9 @@ def node(store, **fields):
         **fields})
 
 
-def lb(**spec):
-    return {"uuid": "1b000000-0000-4000-8000-000000000001", "name": "edge", "type": spec}
+def lb(project_id=ADMIN, **spec):
+    return {"uuid": "1b000000-0000-4000-8000-000000000001", "name": "edge",
+            "project_id": project_id, "type": spec}
 
 
 def test_the_appliance_node_is_first_boots(store):
@@ -41,6 +42,15 @@ def test_the_appliance_node_is_first_boots(store):
     nodes, problem = placement.placed(store, lb(kind="core_agent"))
     assert problem is None and [n["uuid"] for n in nodes] == [own["uuid"]]
     assert placement.addresses(nodes) == ["192.0.2.10"]
+
+
+def test_a_project_core_agent_lb_made_before_the_rule_is_placed_nowhere(store):
+    """A project's LB of type core_agent (the API refuses it now; one stored earlier may
+    remain) gets no item on the appliance's own node, and says why."""
+    register_appliance(store)
+    assert placement.placed(store, lb(project_id=PROJECT, kind="core_agent")) == (
+        [], ("ERROR", "type core_agent: only load balancers of the admin project run on "
+                      "the appliance's own node; change the type to core or external_node"))
 
 
 def test_each_type_and_why_it_is_on_no_node(store):

@@ -14,7 +14,7 @@ from appliance.service.node import Driver
 from state import Store
 
 from .fakes import FakeHost
-from .test_unit import service
+from .test_unit import PROJECT, service
 
 NODE = str(uuid.uuid4())
 
@@ -22,7 +22,8 @@ NODE = str(uuid.uuid4())
 @pytest.fixture
 def store(tmp_path):
     store = Store(str(tmp_path / "state"))
-    store.collection("compute_nodes").insert({"uuid": NODE, "name": "n"})
+    store.collection("compute_nodes").insert({"uuid": NODE, "name": "n",
+                                              "project_id": PROJECT})
     yield store
     store.close()
 

@@ -13,13 +13,16 @@ from appliance.service import targets, unit
 from state import Store
 
 A, B = str(uuid.uuid4()), str(uuid.uuid4())
+# services and the nodes they target share a project: a service lands only on its own
+# project's nodes (appliance/tenancy/nodes.py, lands_on)
+PROJECT = str(uuid.uuid4())
 
 
 def service(**fields):
     return {"uuid": str(uuid.uuid4()), "name": "web", "path": "sleep infinity",
             "user": "root", "group": None, "service_type": {"kind": "simple", "count": 1},
             "before": [], "after": [], "target_status": "enabled",
-            "target": {"kind": "node", "node": A}, **fields}
+            "project_id": PROJECT, "target": {"kind": "node", "node": A}, **fields}
 
 
 def directives(text, key):
@@ -139,8 +142,9 @@ def test_service_ordering_names_the_other_units_on_the_node():
 def store(tmp_path):
     store = Store(str(tmp_path))
     nodes = store.collection("compute_nodes")
-    nodes.insert({"uuid": A, "name": "a", "node_set": None})
-    nodes.insert({"uuid": B, "name": "b", "node_set": "/v1/compute/sets/" + SET})
+    nodes.insert({"uuid": A, "name": "a", "node_set": None, "project_id": PROJECT})
+    nodes.insert({"uuid": B, "name": "b", "node_set": "/v1/compute/sets/" + SET,
+                  "project_id": PROJECT})
     yield store
     store.close()
 
