@@ -657,11 +657,9 @@ class BackendPools(LbChild):
                 check_host_endpoint(f"{where}.host", endpoint["host"], reach)
             if kind in ("node", "node_set"):
                 uuid = uuid_of(f"{where}.{kind}", endpoint[kind])
-                found = call.store.collection(NODES if kind == "node" else SETS).get(uuid)
-                if found is None or found.get("project_id") != lb["project_id"]:
-                    raise BadRequest(f"{where}.{kind}: no {kind.replace('_', ' ')} {uuid} in "
-                                     f"project {lb['project_id']}")
-                endpoint[kind] = uuid
+                endpoint[kind] = check_nodes(call.store, call.principal, lb["project_id"],
+                                             kind, [uuid],
+                                             lambda _: f"{where}.{kind}")[0]
             out.append(endpoint)
         return out
 

@@ -628,8 +628,9 @@ BAD_POOLS = [
     ({"endpoints": [{"kind": "host", "host": "h", "weight": 1001}]}, "endpoints.0.weight"),
     ({"endpoints": [{"kind": "host", "host": "h", "weight": -1}]}, "endpoints.0.weight"),
     ({"endpoints": [{"kind": "vm", "vm": "x"}]}, "endpoints.0.kind"),
-    ({"endpoints": [{"kind": "node", "node": str(uuid.uuid4())}]}, "no node"),
-    ({"endpoints": [{"kind": "node_set", "node_set": str(uuid.uuid4())}]}, "no node set"),
+    ({"endpoints": [{"kind": "node", "node": str(uuid.uuid4())}]}, "endpoints.0.node: node"),
+    ({"endpoints": [{"kind": "node_set", "node_set": str(uuid.uuid4())}]},
+     "endpoints.0.node_set: node set"),
     ({"endpoints": [{"kind": "host", "host": "h"}], "balance": "leastconn"}, "balance"),
 ]
 
@@ -644,7 +645,7 @@ def test_bad_pool(server, admin, lb, body, words):
 def test_pool_endpoints_must_be_of_the_lb_project(server, admin, lb):
     member = Member(server, admin)
     theirs = hw_node(admin, project=member.project)
-    assert "no node" in refused(admin.post(pools(lb), {"endpoints": [
+    assert "not found in project" in refused(admin.post(pools(lb), {"endpoints": [
         {"kind": "node", "node": theirs["uuid"]}]}), 400)
 
 
