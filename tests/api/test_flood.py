@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -148,7 +149,7 @@ def closed_by_server(s, timeout):
         while s.recv(4096):
             pass
         return True
-    except ConnectionError:
+    except (ConnectionError, ssl.SSLError):
         return True
     except socket.timeout:
         return False
@@ -157,10 +158,13 @@ def closed_by_server(s, timeout):
 class Flood:
     """From one address: FLOOD connections that trickle a header line every
     TRICKLE_SECONDS (a thread sends them), and FLOOD keep-alive connections idle after
-    one answered request. Sends are best effort: the server may have closed any of them."""
+    one answered request. Sends are best effort: the server may have closed any of them.
+    `connect()` gives one connected socket (a TLS one for nginx's site)."""
 
-    def __init__(self, port, count=FLOOD):
+    def __init__(self, port, count=FLOOD, connect=None):
         self.port = port
+        self.connect = connect or (
+            lambda: socket.create_connection(("127.0.0.1", port), timeout=30))
         self.trickling = [self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n")
                           for _ in range(count)]
         self.idle = [self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -171,7 +175,7 @@ class Flood:
         self.thread.start()
 
     def _connect(self, first):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s = self.connect()
         try:
             s.sendall(first)
         except OSError:
@@ -182,7 +186,7 @@ class Flood:
     def _answered(s):
         s.settimeout(5)
         try:
-            return s.recv(64).startswith(b"HTTP/1.1 200")
+            return s.recv(64).startswith(b"HTTP/1.1 ")
         except OSError:
             return False
 
@@ -196,9 +200,12 @@ class Flood:
                 except OSError:
                     pass
 
-    def close(self):
+    def stop_trickling(self):
         self.stopping.set()
         self.thread.join(timeout=30)
+
+    def close(self):
+        self.stop_trickling()
         for s in self.trickling + self.idle:
             s.close()
 
