@@ -165,12 +165,20 @@ class Flood:
         self.port = port
         self.connect = connect or (
             lambda: socket.create_connection(("127.0.0.1", port), timeout=30))
-        self.trickling = [self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n")
-                          for _ in range(count)]
-        self.idle = [self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n")
-                     for _ in range(count)]
-        self.answered = sum(self._answered(s) for s in self.idle)
+        self.trickling, self.idle = [], []
         self.stopping = threading.Event()
+        try:
+            for _ in range(count):
+                self.trickling.append(
+                    self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n"))
+            for _ in range(count):
+                self.idle.append(
+                    self._connect(b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\n\r\n"))
+            self.answered = sum(self._answered(s) for s in self.idle)
+        except BaseException:
+            for s in self.trickling + self.idle:
+                s.close()
+            raise
         self.thread = threading.Thread(target=self._trickle, daemon=True)
         self.thread.start()
 
