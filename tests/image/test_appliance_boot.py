@@ -32,6 +32,7 @@ from appliance.firstboot import nginx as nginx_site
 from daemons import ON_DEMAND
 from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
+from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
 from tests.image.guest import FW_PASSWORD, PASSWORD, Box, listening_tcp, wait_status
 from tests.image.qemu import APPLIANCE_UNITS, VM, build_image, unit_memory
@@ -331,6 +332,13 @@ def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
     assert admin.get("/v1/health").status == 200
     errors = box.ssh("cat /var/log/nginx/error.log", check=False).stdout
     assert "worker_connections are not enough" not in errors
+    # the nginx that held it runs the image's nginx.conf and first boot's limits
+    served = box.ssh("nginx -T 2>/dev/null").stdout
+    connections, nofile = image_worker_limits()
+    assert f"worker_connections {connections};" in served
+    assert f"worker_rlimit_nofile {nofile};" in served
+    assert f"client_header_timeout {nginx_site.HEADER_TIMEOUT}s;" in served
+    assert "limit_req zone=appliance_req" in served
 
 
 @pytest.mark.ends_the_boot
