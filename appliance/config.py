@@ -21,6 +21,12 @@ DEFAULTS = {
     # listen backlog (docs/server.md: why 1000, and the descriptor limit)
     "api_connection_limit": 1000,
     "api_channel_timeout": 30.0,        # seconds a connection may stay silent
+    # floods (docs/server.md, "Floods"): connections one address may hold (0: no cap; the
+    # image's nginx is the API's only address), seconds a request's header may take from
+    # its first byte, seconds a connection with no request in hand is kept
+    "api_connections_per_address": 100,
+    "api_header_timeout": 10.0,
+    "api_idle_timeout": 10.0,
     "dns_host": "127.0.0.1",
     "dns_port": 5353,
     "admin_password": None,

@@ -11,6 +11,7 @@ import waitress
 
 from appliance import config, logs
 from appliance.app import create_app, preload
+from appliance.api.connection_guard import guard
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap, require_bootstrapped
 from appliance.migrations import MigrationError
@@ -18,8 +19,8 @@ from appliance.migrations import MigrationError
 
 # descriptors kept for what is not a client connection: state files, locks, log files
 RESERVED_DESCRIPTORS = 64
-# how often waitress looks for silent connections: a small part of the timeout, so that one
-# is closed soon after api_channel_timeout, not up to a whole default interval (30 s) late
+# how often waitress looks for silent connections: a small part of the shortest timeout, so
+# that one is closed soon after its deadline, not up to a whole default interval (30 s) late
 CLEANUP_FRACTION = 0.2
 
 
@@ -41,13 +42,14 @@ def waitress_settings(settings, descriptors=None):
     the API process and its flood test, so that the two cannot drift apart.
 
     Idle connections cost a descriptor and no thread (waitress reads headers in its event
-    loop), so the connection limit is high; a client that opens connections and never
-    finishes its headers then needs more of them than the limit to shut others out, and
-    those it has are closed after api_channel_timeout of silence."""
+    loop), so the connection limit is high. What keeps one client's flood of idle or
+    trickling connections from shutting others out is guard_connections, not the limit."""
     limit = settings["api_connection_limit"]
     if descriptors is not None and descriptors != resource.RLIM_INFINITY:
         limit = min(limit, max(1, descriptors - RESERVED_DESCRIPTORS))
     timeout = settings["api_channel_timeout"]
+    # the shortest deadline decides how often they are checked
+    shortest = min(timeout, settings["api_header_timeout"], settings["api_idle_timeout"])
     return {
         "host": settings["api_host"], "port": settings["api_port"],
         "threads": settings["api_threads"], "ident": "appliance",
@@ -59,11 +61,18 @@ def waitress_settings(settings, descriptors=None):
         "trusted_proxy_count": 1,
         "connection_limit": limit,
         "channel_timeout": timeout,
-        "cleanup_interval": max(1, round(timeout * CLEANUP_FRACTION)),
+        "cleanup_interval": max(1, round(shortest * CLEANUP_FRACTION)),
         # poll(), not select(): select cannot watch a descriptor numbered 1024 or more,
         # which a busy API process reaches
         "asyncore_use_poll": True,
     }
+
+
+def guard_connections(server, settings):
+    """The flood rules (appliance/api/connection_guard.py) on the API's Waitress server."""
+    return guard(server, per_address=settings["api_connections_per_address"],
+                 header_timeout=settings["api_header_timeout"],
+                 idle_timeout=settings["api_idle_timeout"])
 
 
 def wait_for(path, log, interval=0.1):
@@ -113,6 +122,7 @@ def serve(settings):
                     adjustments["connection_limit"], descriptors)
     server = waitress.create_server(app, **adjustments)
     json_errors(server)
+    guard_connections(server, settings)
     signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)

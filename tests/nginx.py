@@ -128,8 +128,14 @@ class NginxError(RuntimeError):
 class Nginx:
     """One nginx master (plus a worker) serving `site` on 127.0.0.1:`port`."""
 
-    def __init__(self, site, prefix=None, port=None, start_timeout=10.0, stop_timeout=10.0):
+    def __init__(self, site, prefix=None, port=None, start_timeout=10.0, stop_timeout=10.0,
+                 http_context="", main_context="", worker_connections=128):
         self.site = site
+        # for a site that needs more than `server { }`: http-level lines (a limit_req_zone),
+        # main-level lines (worker_rlimit_nofile), and room for many connections
+        self.http_context = http_context
+        self.main_context = main_context
+        self.worker_connections = worker_connections
         self._own_prefix = prefix is None
         self.prefix = os.path.abspath(prefix or tempfile.mkdtemp(prefix="nginx-test-"))
         self.port = port
@@ -176,8 +182,11 @@ class Nginx:
             f"{user}"
             f"pid {quote(os.path.join(p, 'nginx.pid'))};\n"
             f"error_log {quote(self.error_log_path)} info;\n"
-            f"events {{ worker_connections 128; }}\n"
+            f"{self.main_context}"
+            f"events {{ worker_connections {int(self.worker_connections)}; }}\n"
             f"http {{\n"
+            + "".join(f"    {line}\n" for line in self.http_context.splitlines()) +
+            f"    server_tokens off;\n"
             f"    access_log {quote(self.access_log_path)};\n"
             f"    client_body_temp_path {quote(temp['client_body'])};\n"
             f"    proxy_temp_path {quote(temp['proxy'])};\n"
@@ -186,7 +195,6 @@ class Nginx:
             f"    scgi_temp_path {quote(temp['scgi'])};\n"
             f"    default_type application/octet-stream;\n"
             f"    sendfile on;\n"
-            f"    server_tokens off;\n"
             f"    server {{\n"
             f"        listen 127.0.0.1:{self.port};\n"
             f"        server_name localhost;\n"

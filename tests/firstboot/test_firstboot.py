@@ -394,7 +394,7 @@ def test_nginx_serves_the_api_over_https_at_every_prefix(tmp_path, api):
     cert_path, key_path, cert = tls.ensure(str(tmp_path / "tls"), "box")
     tls_port = free_port()
     body = nginx.server_body(cert_path, key_path, f"127.0.0.1:{api.port}", 32 * 1024 * 1024)
-    with Nginx(f"listen 127.0.0.1:{tls_port} ssl;\n" + body):
+    with Nginx(f"listen 127.0.0.1:{tls_port} ssl;\n" + body, http_context=nginx.http_context()):
         assert fingerprint_of_served(tls_port).upper() == tls.fingerprint(cert).replace(":", "")
         for prefix in ("", "/api/core", "/api/dbaas"):
             status, raw = https(tls_port, cert_path, "GET", prefix + "/v1/health")
