@@ -14,7 +14,14 @@ resolved against live records) and compared with its record:
 Once an element's manifest has been fully applied, a missing or altered resource is a
 repair: it is restored and reported in the element's `last_repair`. An element is ACTIVE
 when every resource is; IN_PROGRESS with a reason while some wait; ERROR with a reason
-when one is refused (re-invoking install/upgrade retries). A resource of a collection
+when one is refused (re-invoking install/upgrade retries).
+
+An element writes and reads as the project it acts for (acting.py): the platform's
+with the unscoped SYSTEM principal, a project's with a principal scoped to it holding a
+project owner's permissions. Each write then passes the permission of its collection and
+every check the API makes for that project's owner (project_id, nodes, zones, addresses,
+quotas), and a link or import reads only a record that owner could read; a refusal makes
+the element ERROR with the refusal's message. A resource of a collection
 with a data-plane status (builtin.py: the DBaaS ones) is ACTIVE only once its record is:
 until then it waits, and so do the resources linking to it; its record in ERROR makes
 the element ERROR until the record recovers. Uninstalled elements have their
@@ -24,14 +31,11 @@ resources deleted in reverse order, then disappear.
 import uuid as uuidlib
 
 import state
-from appliance.api.errors import ApiError
+from appliance.api.errors import ApiError, Forbidden, NotFound
 from appliance.api.routing import SystemCall
-from appliance.iam.permissions import Principal
 
-from . import builtin, links
-
-SYSTEM = Principal({"uuid": "00000000-0000-0000-0000-000000000000", "username": "system"},
-                   None, ["*.*.*"])
+from . import acting, builtin, links
+from .acting import SYSTEM
 
 
 class Waiting(Exception):
@@ -44,8 +48,16 @@ class ElementBuilder:
         self.store = api.store
         self.log = log
         self.call = SystemCall(api, SYSTEM)
+        self._calls = {None: self.call}     # acting project -> its call
         self._plans = {}            # (manifest uuid, revision) -> Plan
         self._announced = set()     # (element, resource, reason) already logged
+
+    def call_for(self, element):
+        """The call an element's resources are written and read with."""
+        project = acting.acting_project(self.store, element)
+        if project not in self._calls:
+            self._calls[project] = SystemCall(self.api, acting.principal_for(project))
+        return self._calls[project]
 
     def kinds(self):
         return sorted({r.kind for r in self.api.resources.values()})
@@ -81,6 +93,10 @@ class ElementBuilder:
             # visible at once: a large manifest takes a while to materialize
             element = self._write(element, {"status": "IN_PROGRESS", "status_reason":
                                             f"applying {element['version']}"})
+        call = self.call_for(element)
+        refusal = self._refusal(call, plan)
+        if refusal is not None:
+            return self._write(element, {"status": "ERROR", "status_reason": refusal})
         repairing = element.get("applied") == element["manifest"]
         current = element.get("resources") or {}
         resources = {k: dict(v) for k, v in current.items()}
@@ -96,7 +112,7 @@ class ElementBuilder:
                 waiting.append(entry.key)
                 continue
             try:
-                body = links.render(entry.body, self._resolver(element, plan, resources))
+                body = links.render(entry.body, self._resolver(call, plan, resources))
                 if entry.parent and entry.parent[0] not in body:
                     body[entry.parent[0]] = resources[entry.parent[1]]["uuid"]
             except links.Unavailable as u:
@@ -104,8 +120,12 @@ class ElementBuilder:
                 slot.update(status="WAITING", reason=f"{u.link} has no {u.reason}")
                 waiting.append(entry.key)
                 continue
+            except ApiError as e:
+                slot.update(status="ERROR", reason=e.message)
+                error = f"{entry.key}: {e.message}"
+                break
             try:
-                changed = self._apply(entry, slot, body)
+                changed = self._apply(call, entry, slot, body)
             except (ApiError, state.StoreError) as e:
                 message = getattr(e, "message", str(e))
                 slot.update(status="ERROR", reason=message)
@@ -129,22 +149,80 @@ class ElementBuilder:
             self._announced = {a for a in self._announced
                                if a[:2] != (element["name"], entry.key)}
         if error is None:
-            for key in [k for k in resources if k not in plan.by_key]:
-                self._delete(resources.pop(key))
+            try:
+                for key in [k for k in resources if k not in plan.by_key]:
+                    self._delete(call, resources[key])
+                    resources.pop(key)
+            except ApiError as e:
+                error = f"{key}: {e.message}"
         return self._finish(element, plan, resources, waiting, error, repaired)
 
-    def _apply(self, entry, slot, body):
+    def _refusal(self, call, plan):
+        """Why an element of a project may not apply its plan at all, or None: checked
+        before anything is written, so a manifest that names a collection the project's
+        owner may not write, or another project, changes nothing."""
+        principal = call.principal
+        if acting.is_platform(principal):
+            return None
+        for entry in plan.entries:
+            resource = self.api.resources[entry.collection]
+            needed = resource.permission("create")
+            if not principal.allows(needed):
+                return (f"{entry.key}: an element of project {principal.project_id} may "
+                        f"not write {resource.name} records (permission {needed}); it "
+                        "writes what the project's owner may")
+            named = entry.body.get("project_id")
+            if resource.project_scoped and isinstance(named, str) and not named.startswith(
+                    "$") and named.lower() != principal.project_id:
+                return (f"{entry.key}: project_id {named} is not this element's project "
+                        f"{principal.project_id}: an element writes only in the project "
+                        "that installed it")
+        return None
+
+    def _apply(self, call, entry, slot, body):
         """Create or correct one record; True when something had to change."""
         resource = self.api.resources[entry.collection]
+        if not acting.is_platform(call.principal):
+            resource.admit(call)
         record = resource.collection().get(slot["uuid"])
         if record is None:
-            resource.create_record(self.call, {**body, "uuid": slot["uuid"]})
+            resource.create_record(call, {**body, "uuid": slot["uuid"]})
             return True
+        self._check_own(call, resource, record)
         changes = self._differences(resource, record, body)
         if changes:
-            resource.update_record(self.call, slot["uuid"], changes)
+            resource.update_record(call, slot["uuid"], changes)
             return True
         return False
+
+    @staticmethod
+    def _check_own(call, resource, record):
+        """A project's element takes over no record of another owner: a manifest may give
+        a resource the uuid of an existing record, and one with nothing to change would
+        otherwise become the element's (and readable through its links)."""
+        project = call.principal.project_id
+        if acting.is_platform(call.principal) or not resource.project_scoped or \
+                record.get("project_id") == project:
+            return
+        raise Forbidden(f"uuid {record['uuid']} names a {resource.name} that is not "
+                        f"project {project}'s: an element writes only its own project's "
+                        "records")
+
+    @staticmethod
+    def _readable(call, resource, uuid, text):
+        """The record a link reads, if the acting project may read it (as the API decides
+        for a reader of that project: its permission, its own and the shared projects'
+        records), else NotFound; None when it does not exist."""
+        record = resource.collection().get(uuid)
+        principal = call.principal
+        if record is None or acting.is_platform(principal):
+            return record
+        visible = resource.visible_projects(call)
+        if not principal.allows(resource.permission("read")) or (
+                visible is not None and record.get("project_id") not in visible):
+            raise NotFound(f"link {text}: no {resource.name} this element's project "
+                           f"{principal.project_id} may read")
+        return record
 
     def _reported(self, entry, slot):
         """The record of a resource whose readiness is its data-plane status (a DBaaS
@@ -175,7 +253,7 @@ class ElementBuilder:
                 changes[name] = wanted
         return changes
 
-    def _resolver(self, element, plan, resources):
+    def _resolver(self, call, plan, resources):
         def resolve(link):
             if link.is_import:
                 slot = self._imported_slot(plan, link)
@@ -183,10 +261,16 @@ class ElementBuilder:
                 slot = resources.get(link.key)
             if slot is None:
                 raise links.Unavailable(link.text, "resource")
-            if not link.fields:
-                return slot["uuid"]
             resource = self.api.resources[slot["collection"]]
-            record = resource.collection().get(slot["uuid"])
+            # an import names another element's record: even its bare uuid is read only
+            # when the acting project may see the record
+            if not link.fields and not link.is_import:
+                return slot["uuid"]
+            record = self._readable(call, resource, slot["uuid"], link.text)
+            if not link.fields:
+                if record is None:
+                    raise links.Unavailable(link.text, "resource")
+                return slot["uuid"]
             if record is None:
                 raise links.Unavailable(link.text, "resource")
             value = resource.link_value(resource.render(record), link.fields[0])
@@ -211,12 +295,12 @@ class ElementBuilder:
             self.log.warning("target state unavailable for $%s.%s by reason %s",
                              element["name"], entry.key, reason)
 
-    def _delete(self, slot):
+    def _delete(self, call, slot):
         resource = self.api.resources.get(slot["collection"])
         if resource is None:
             return
         try:
-            resource.delete_record(self.call, slot["uuid"])
+            resource.delete_record(call, slot["uuid"])
         except ApiError as e:
             if e.status != 404:
                 raise
@@ -251,10 +335,11 @@ class ElementBuilder:
         plan = self.plan_of(element)
         resources = element.get("resources") or {}
         order = [e.key for e in plan.entries] if plan else []
+        call = self.call_for(element)
         for key in reversed(order + [k for k in resources if k not in order]):
             if key in resources:
                 try:
-                    self._delete(resources[key])
+                    self._delete(call, resources[key])
                 except ApiError as e:
                     return self._write(element, {
                         "status": "ERROR", "status_reason": f"uninstall of {key}: {e.message}"})

@@ -7,15 +7,32 @@ no installed element still requires it within range.
 """
 
 from appliance import versions
-from appliance.api.errors import BadRequest, Conflict
+from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import JSON, UPLOAD, YAML
 
-from . import builtin, links
+from . import acting, builtin, links
 from .manifest import NAME, build_plan
 
 ELEMENT_STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
+
+
+ACTING_PROJECT = ("the project this acts for: its resources are written with that "
+                  "project's rights and may reach only what the project may; null for "
+                  "the platform (docs/element-manager.md)")
+
+
+class ActingProjectVisibility:
+    """Manifests and elements are not a project's records, yet each acts for one: a
+    caller scoped to a project sees (and acts on) only those acting for it, a platform
+    caller every one."""
+
+    def visible_projects(self, call):
+        principal = call.principal
+        if acting.is_platform(principal):
+            return None
+        return {principal.project_id} if principal.project_id else set()
 
 
 def installed_elements(store):
@@ -23,7 +40,7 @@ def installed_elements(store):
             if e.get("desired") == "installed"}
 
 
-class Manifests(Resource):
+class Manifests(ActingProjectVisibility, Resource):
     def __init__(self):
         super().__init__(
             name="Manifest", path="/v1/em/manifests", kind="em_manifests", service="em",
@@ -42,6 +59,7 @@ class Manifests(Resource):
                 Field("resources", Object(), required=True),
                 Field("imports", Object()),
                 Field("exports", Object()),
+                Field("project_id", UUID(), read_only=True, description=ACTING_PROJECT),
             ],
             actions=[
                 Action("validate", self.validate, method="GET",
@@ -65,6 +83,11 @@ class Manifests(Resource):
 
     def prepare_create(self, call, record):
         self.plan(record)           # a manifest that cannot be planned is never stored
+        principal = call.principal
+        if acting.for_caller(principal) is None and not acting.is_platform(principal):
+            raise Forbidden("a manifest acts for a project or the platform: use a token "
+                            "scoped to a project or an administrator's")
+        record["project_id"] = acting.for_caller(principal)
         return record
 
     def check_delete(self, call, record):
@@ -73,8 +96,11 @@ class Manifests(Resource):
 
     # ---- install-time checks -------------------------------------------------------
 
-    def problems(self, store, plan, replacing=None):
-        """Requirements and imports against the installed elements: [(status, message)]."""
+    def problems(self, store, plan, project_id=None):
+        """Requirements and imports against the installed elements: [(status, message)].
+        `project_id`: the project the element would act for (None: the platform); it may
+        import only from its own project's elements, the platform's, and the built-in
+        ones (what it may read through the import is checked again when it is read)."""
         installed = installed_elements(store)
         found = []
         if plan.name in builtin.BUILTIN:
@@ -96,6 +122,12 @@ class Manifests(Resource):
         for imp_name, imp in plan.imports.items():
             source = imp["element"][1:]
             element = installed.get(source)
+            if element is not None and project_id is not None and acting.acting_project(
+                    store, element) not in (None, project_id):
+                found.append((400, f"import {imp_name}: element {source} is another "
+                                   "project's; an element imports only from its own "
+                                   "project's elements and the platform's"))
+                continue
             if element is not None:
                 exported = {links.parse_link(e["link"]).segments
                             for e in (element.get("exports") or {}).values()}
@@ -121,7 +153,9 @@ class Manifests(Resource):
             plan = self.plan(record)
         except BadRequest as e:
             return {"valid": False, "errors": [e.message], "order": []}
-        errors = [m for _, m in self.problems(call.store, plan)]
+        errors = [m for _, m in self.problems(call.store, plan,
+                                              acting.acting_project(call.store, record,
+                                                                    "em_manifests"))]
         return {"valid": not errors, "errors": errors, "order": [e.key for e in plan.entries]}
 
     # Each action reads the elements, checks and writes under the elements' lock: the
@@ -140,10 +174,11 @@ class Manifests(Resource):
                     return self._retry(call, existing)
                 raise Conflict(f"element {plan.name} is already installed at version "
                                f"{existing['version']}; use upgrade")
-            self._raise_first(self.problems(call.store, plan))
+            project = acting.acting_project(call.store, record, "em_manifests")
+            self._raise_first(self.problems(call.store, plan, project))
             element = elements.insert(self._element_fields(record, plan, {
                 "name": plan.name, "desired": "installed", "resources": {}, "applied": None,
-                "last_repair": None}))
+                "last_repair": None, "project_id": project}))
         return self.api.resources["/v1/em/elements"].render(element)
 
     def upgrade(self, call, record):
@@ -153,6 +188,11 @@ class Manifests(Resource):
             element = elements.find_one(name=plan.name)
             if element is None or element["desired"] != "installed":
                 raise Conflict(f"element {plan.name} is not installed; use install")
+            project = acting.acting_project(call.store, record, "em_manifests")
+            if acting.acting_project(call.store, element) != project:
+                # an upgrade would hand the element's resources to another owner
+                raise Conflict(f"element {plan.name} is installed for another owner than "
+                               "this manifest acts for; an upgrade keeps the owner")
             if element["manifest"] == record["uuid"]:
                 if element["status"] == "ERROR":
                     return self._retry(call, element)
@@ -163,7 +203,7 @@ class Manifests(Resource):
                                f"{record['version']}")
             # dependents are not consulted: an upgrade may leave their range, after which
             # they no longer hold this element against uninstall (spec 3.3 refuses only that)
-            self._raise_first(self.problems(call.store, plan))
+            self._raise_first(self.problems(call.store, plan, project))
             updated = elements.update(element["uuid"], self._element_fields(record, plan, {}))
         return self.api.resources["/v1/em/elements"].render(updated)
 
@@ -211,7 +251,7 @@ class Manifests(Resource):
         return self.api.resources["/v1/em/elements"].render(updated)
 
 
-class Elements(Resource):
+class Elements(ActingProjectVisibility, Resource):
     def __init__(self):
         super().__init__(
             name="Element", path="/v1/em/elements", kind="em_elements", service="em",
@@ -237,6 +277,7 @@ class Elements(Resource):
                 Field("last_repair", Object(), read_only=True,
                       description="the last resource restored after a change behind the "
                                   "element's back"),
+                Field("project_id", UUID(), read_only=True, description=ACTING_PROJECT),
             ])
 
 

@@ -13,11 +13,16 @@
 
 Elements are handed over in dependency order: one whose dependencies are not linked yet
 waits for the next pass.
+
+The EM manifest made of a repo element acts for the repo element's project (the admin
+project's catalogs: the platform), so the builder writes its resources with that
+project's rights only (appliance/em/acting.py). An EM manifest of the same name and
+version that acts for another owner is never reused: the repo element goes ERROR.
 """
 
-from appliance.api.errors import ApiError
+from appliance.api.errors import ApiError, Conflict
 from appliance.api.routing import SystemCall
-from appliance.em.builder import SYSTEM
+from appliance.em import acting
 
 from .drivers import DriverError
 
@@ -27,7 +32,7 @@ class RepoBridge:
         self.api = api
         self.store = api.store
         self.log = log
-        self.call = SystemCall(api, SYSTEM)
+        self.call = SystemCall(api, acting.SYSTEM)
 
     @property
     def repo_elements(self):
@@ -67,13 +72,20 @@ class RepoBridge:
         return coll.get(uuid) if uuid else coll.find_one(name=name)
 
     def _em_manifest(self, record):
-        """The EM manifest of a repo element: the one of that name and version, or new."""
+        """The EM manifest of a repo element: the one of that name and version acting for
+        the same owner, or new (written by a call of that owner, whom it then acts for)."""
+        project = acting.for_project(record["project_id"])
         found = self.store.collection("em_manifests").find_one(
             name=record["name"], version=record["version"])
         if found is not None:
+            if acting.acting_project(self.store, found, "em_manifests") != project:
+                raise Conflict(f"the Element Manager holds a manifest {record['name']} "
+                               f"{record['version']} of another owner; rename the element "
+                               "or give it another version")
             return found
         manifest = {k: v for k, v in record["manifest"].items() if k != "uuid"}
-        return self.manifests.create_record(self.call, manifest)
+        return self.manifests.create_record(
+            SystemCall(self.api, acting.principal_for(project)), manifest)
 
     def _dependencies_linked(self, record):
         elements = self.store.collection("repo_elements")
