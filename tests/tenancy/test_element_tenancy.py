@@ -269,3 +269,49 @@ def test_a_manifest_posted_to_the_element_manager_acts_for_its_caller(world):
     forged = world.admin.post("/v1/em/manifests", {**manifest(_name("forged"), secret_in(
         world.b)), "project_id": world.b})
     assert forged.status == 403, forged
+
+
+def em_manifest_role(admin):
+    """A role granting the Element Manager's manifests (no built-in role does)."""
+    role = admin.post("/v1/iam/roles", {"name": f"em-{uuid.uuid4().hex[:6]}"}).json
+    perm = admin.post("/v1/iam/permissions", {"name": "em.manifest.*"}).json
+    if perm.get("uuid") is None:
+        perm = admin.get("/v1/iam/permissions", query={"name": "em.manifest.*"}).json[0]
+    assert admin.post("/v1/iam/permission_bindings", {
+        "role": role["uuid"], "permission": perm["uuid"]}).status == 201
+    return role["name"]
+
+
+def test_a_project_caller_of_the_element_manager_acts_for_its_project(world):
+    """A role may give a project's user the Element Manager's manifests: what it posts
+    acts for its project (and is refused like a repository's element), and it sees and
+    installs no manifest of the platform's or of another project."""
+    role = em_manifest_role(world.admin)
+    user, name, password = make_user(world.admin)
+    bind(world.admin, user, role, world.b)
+    bind(world.admin, user, "owner", world.b)
+    caller = world.server.client(world.server.login(name, password,
+                                                    scope=f"project:{world.b}"))
+    platform = world.admin.post("/v1/em/manifests", manifest(_name("adm"), secret_in(
+        ADMIN_PROJECT)))
+    assert platform.status == 201, platform
+    assert caller.get(f"/v1/em/manifests/{platform.json['uuid']}").status == 404
+    assert platform.json["uuid"] not in [m["uuid"] for m in caller.get(
+        "/v1/em/manifests").json]
+    installed = caller.post(f"/v1/em/manifests/{platform.json['uuid']}/actions/install/"
+                            "invoke", {})
+    assert installed.status == 404, installed
+
+    element_name = _name("posted")
+    own = caller.post("/v1/em/manifests", manifest(element_name, secret_in(ADMIN_PROJECT)))
+    assert own.status == 201, own
+    assert own.json["project_id"] == world.b
+    before = world.snapshot()
+    assert caller.post(f"/v1/em/manifests/{own.json['uuid']}/actions/install/invoke",
+                       {}).status == 200
+    element = wait_for(lambda: (e := world.em_element(element_name)) and e["status"] in (
+        "ACTIVE", "ERROR") and e, 30)
+    assert element["status"] == "ERROR" and "is not this element's project" in element[
+        "status_reason"], element
+    assert element["project_id"] == world.b
+    assert world.snapshot() == before
