@@ -14,18 +14,18 @@ resolved against live records) and compared with its record:
 Once an element's manifest has been fully applied, a missing or altered resource is a
 repair: it is restored and reported in the element's `last_repair`. An element is ACTIVE
 when every resource is; IN_PROGRESS with a reason while some wait; ERROR with a reason
-when one is refused (re-invoking install/upgrade retries).
+when one is refused (re-invoking install/upgrade retries). A resource of a collection
+with a data-plane status (builtin.py: the DBaaS ones) is ACTIVE only once its record is:
+until then it waits, and so do the resources linking to it; its record in ERROR makes
+the element ERROR until the record recovers. Uninstalled elements have their
+resources deleted in reverse order, then disappear.
 
 An element writes and reads as the project it acts for (acting.py): the platform's
 with the unscoped SYSTEM principal, a project's with a principal scoped to it holding a
 project owner's permissions. Each write then passes the permission of its collection and
 every check the API makes for that project's owner (project_id, nodes, zones, addresses,
 quotas), and a link or import reads only a record that owner could read; a refusal makes
-the element ERROR with the refusal's message. A resource of a collection
-with a data-plane status (builtin.py: the DBaaS ones) is ACTIVE only once its record is:
-until then it waits, and so do the resources linking to it; its record in ERROR makes
-the element ERROR until the record recovers. Uninstalled elements have their
-resources deleted in reverse order, then disappear.
+the element ERROR with the refusal's message.
 """
 
 import uuid as uuidlib
