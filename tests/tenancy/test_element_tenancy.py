@@ -315,3 +315,31 @@ def test_a_project_caller_of_the_element_manager_acts_for_its_project(world):
         "status_reason"], element
     assert element["project_id"] == world.b
     assert world.snapshot() == before
+
+
+def test_a_project_element_upgrades_and_uninstalls_in_its_project(world):
+    """The whole life of a project's element through its repository, as its owner: the
+    new version's manifest acts for the project too, so the upgrade is allowed, and the
+    uninstall removes the records the element made."""
+    name = _name("life")
+    first = world.install(world.b, manifest(name, secret_in(world.b, "one")))
+    assert first["status"] == "ACTIVE", first
+    second = world.owner_b.post(
+        f"{R}/{world.repo[world.b]['uuid']}/actions/upload/invoke", {
+            "element_name": name, "element_version": "2.0.0",
+            "manifest": {**manifest(name, secret_in(world.b, "two")), "version": "2.0.0"}})
+    assert second.status == 200, second
+    moved = world.owner_b.post(f"{E}/{first['uuid']}/actions/upgrade/invoke",
+                               {"target": second.json["uuid"]})
+    assert moved.status == 200, moved
+    wait_for(lambda: (e := world.em_element(name))["version"] == "2.0.0" and e[
+        "status"] == "ACTIVE" and e, 30)
+    em = world.em_element(name)
+    assert em["project_id"] == world.b
+    slot = em["resources"]["secret.secrets.$s"]
+    assert world.server.store.collection("secret_secrets").get(slot["uuid"])[
+        "project_id"] == world.b
+    gone = world.owner_b.post(f"{E}/{second.json['uuid']}/actions/uninstall/invoke", {})
+    assert gone.status == 200, gone
+    wait_for(lambda: world.em_element(name) is None, 30)
+    assert world.server.store.collection("secret_secrets").get(slot["uuid"]) is None
