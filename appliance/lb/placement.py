@@ -9,8 +9,7 @@ other I/O, so the API (ipsv4, port checks), the producer and the status step sha
   `lbaas-<name>` set, made by appliance/lb/reconcile.py).
 """
 
-from appliance.tenancy import ADMIN_PROJECT
-from appliance.tenancy.nodes import appliance_node  # noqa: F401 (placement's own name for it)
+from appliance.tenancy import ADMIN_PROJECT, appliance_node  # noqa: F401 (placement's own name for it)
 
 NODES, SETS = "compute_nodes", "compute_sets"
 

@@ -30,3 +30,20 @@ def is_platform(principal):
 def is_platform_project(project_id):
     """True for records the platform owns (the admin project's)."""
     return project_id == ADMIN_PROJECT
+
+
+APPLIANCE_AGENT = "appliance"       # the name first boot gives the appliance's own agent
+
+
+def appliance_node(store):
+    """The appliance's own node record, or None when first boot registered none: the
+    admin project's HW node of the agent named "appliance" (an agent of that name on a
+    project's node, or on a VM, is not it)."""
+    nodes = store.collection("compute_nodes")
+    for agent in sorted(store.collection("ua_agents").records(), key=lambda a: a["uuid"]):
+        if agent.get("name") == APPLIANCE_AGENT:
+            node = nodes.get(agent.get("node") or "")
+            if node is not None and node.get("project_id") == ADMIN_PROJECT and \
+                    node.get("node_type") == "HW":
+                return node
+    return None

@@ -23,25 +23,10 @@ project.
 
 from appliance.api.errors import BadRequest, Forbidden
 
-from . import ADMIN_PROJECT, is_platform
+from . import ADMIN_PROJECT, appliance_node, is_platform
 
-NODES, SETS, AGENTS = "compute_nodes", "compute_sets", "ua_agents"
-APPLIANCE_AGENT = "appliance"       # the name first boot gives the appliance's own agent
+NODES, SETS = "compute_nodes", "compute_sets"
 KINDS = {"node": NODES, "nodes": NODES, "node_set": SETS}
-
-
-def appliance_node(store):
-    """The appliance's own node record, or None when first boot registered none: the
-    admin project's HW node of the agent named "appliance" (an agent of that name on a
-    project's node, or on a VM, is not it)."""
-    nodes = store.collection(NODES)
-    for agent in sorted(store.collection(AGENTS).records(), key=lambda a: a["uuid"]):
-        if agent.get("name") == APPLIANCE_AGENT:
-            node = nodes.get(agent.get("node") or "")
-            if node is not None and node.get("project_id") == ADMIN_PROJECT and \
-                    node.get("node_type") == "HW":
-                return node
-    return None
 
 
 def platform_record(principal, project_id):

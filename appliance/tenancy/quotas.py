@@ -28,8 +28,6 @@ import zlib
 
 import orjson
 
-from appliance.api.errors import Conflict
-
 from . import ADMIN_PROJECT
 
 NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
@@ -39,10 +37,6 @@ DOMAINS, RECORDS = "dns_domains", "dns_records"
 # quota-checked writes of one project hold one of these (named) store locks
 LOCK_STRIPES = 16
 MIB = 1024 * 1024
-
-
-class QuotaExceeded(Conflict):
-    type = "QuotaExceeded"
 
 
 class Quota:
@@ -210,7 +204,7 @@ def guard(store, kind, project_id):
 
 
 def check(store, settings, kind, before, after):
-    """Raise QuotaExceeded (409) when writing `after` (a new record when `before` is
+    """Raise a 409 QuotaExceeded when writing `after` (a new record when `before` is
     None, else the record `before` becomes) would take a quota of its project past its
     limit. Call it under `guard`, just before the write."""
     project_id = (after or before or {}).get("project_id")
@@ -231,10 +225,14 @@ def check(store, settings, kind, before, after):
 
 
 def exceeded(quota, project_id, use, more, limit, where=""):
-    return QuotaExceeded(
+    """The 409 QuotaExceeded. The API's errors are imported here, not at the top:
+    appliance/config.py reads this module's defaults, and the daemons that read settings
+    never load the API (tests/supervisor/test_imports.py)."""
+    from appliance.api.errors import Conflict  # noqa: PLC0415
+    return Conflict(
         f"quota {quota.name} of project {project_id}{where}: use {use} + {more} requested "
         f"exceeds the limit {limit} ({quota.unit}); free some, or ask an administrator to "
-        f"raise the setting {quota.setting}")
+        f"raise the setting {quota.setting}", type="QuotaExceeded")
 
 
 # ---- configs per node -----------------------------------------------------------------------
