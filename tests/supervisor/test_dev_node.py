@@ -4,9 +4,10 @@ of `make run` would: an LB answers curl through a real nginx on 127.0.0.1, a con
 under the node's root prefix, a DBaaS instance runs a real PostgreSQL that `psql`
 reaches on 127.0.0.1, and a service says once that it cannot run (no systemd here).
 
-One `appliance up` for the module. Its state directory is a short 0755 directory in
-/tmp, not pytest's: the OS user postgres must reach its data through it, and a unix
-socket's path is at most 107 bytes."""
+One `appliance up` for the module. Its state directory is in a 0755 directory of /tmp,
+not pytest's: the OS user postgres must reach its data through it. Its path is long on
+purpose, as a checkout's ./var often is: PostgreSQL's socket would be longer than the
+107 bytes the kernel takes, so it goes to /tmp (appliance/sqldb/pg.py socket_dir)."""
 
 import os
 import pwd
@@ -47,7 +48,7 @@ def up(tmp_path_factory):
     require_nginx("stream")
     base = tempfile.mkdtemp(prefix="dn-", dir="/tmp")
     os.chmod(base, 0o755)
-    state = os.path.join(base, "s")
+    state = os.path.join(base, "home-of-someone", "src", "appliance", "var")
     sqldb_port = free_port()
     running = Up(tmp_path_factory.mktemp("up"), state_dir=state, extra_env={
         "APPLIANCE_ADMIN_PASSWORD": PASSWORD, "APPLIANCE_SQLDB_PORT": str(sqldb_port),
