@@ -156,10 +156,25 @@ def check_installed(c):
         if not os.access(c.tool(tool), os.X_OK):
             raise Failed(f"PostgreSQL {c.major} is not installed on this node "
                          f"(no {c.tool(tool)})")
-    os_user()
+    user = os_user()
+    if os.geteuid() not in (0, user.pw_uid):
+        # setpriv would fail with "Operation not permitted": say what it means
+        me = pwd.getpwuid(os.geteuid()).pw_name if _known_uid(os.geteuid()) else \
+            str(os.geteuid())
+        raise Failed(f"PostgreSQL runs as the OS user {OS_USER}, and this agent runs as "
+                     f"{me}, neither root nor {OS_USER}: run the agent as root (on the "
+                     "development node: `make run` as root, docs/dev-node.md)")
     socket = os.path.join(c.socket_dir, f".s.PGSQL.{c.port}")
     if len(socket.encode()) > SOCKET_PATH_MAX:
         raise Failed(f"the socket path {socket} is longer than {SOCKET_PATH_MAX} bytes")
+
+
+def _known_uid(uid):
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
 
 
 def prepare_dirs(c):

@@ -56,3 +56,18 @@ def test_something_else_in_its_place_is_refused_and_left_alone(place, tmp_path):
     with pytest.raises(pg.Failed, match="remove it"):
         pg.prepare_socket_dir(place, user)
     assert os.stat(place).st_uid == os.geteuid()
+
+
+def test_an_agent_that_is_neither_root_nor_postgres_is_told_why(monkeypatch, tmp_path):
+    """A `make run` as a normal user: its agent cannot become postgres. The effective
+    uid is faked (this host runs tests as root); nothing else is."""
+    require_postgres()
+    from appliance.agent.host import Host
+    host = Host(root=str(tmp_path), state_dir=str(tmp_path / "agent"))
+    c = pg.Cluster(host, "0" * 8 + "-0000-0000-0000-" + "0" * 12, 15, 5432, "127.0.0.1")
+    nobody = 65534
+    monkeypatch.setattr(pg.os, "geteuid", lambda: nobody)
+    with pytest.raises(pg.Failed, match="neither root nor postgres: run the agent as root"):
+        pg.check_installed(c)
+    monkeypatch.setattr(pg.os, "geteuid", lambda: 0)
+    pg.check_installed(c)                       # root: fine
