@@ -24,7 +24,7 @@ from appliance import devnode
 from appliance.service.node import NO_SYSTEMD
 from tests import waiting
 from tests.apiserver import Client, TOKEN_PATH
-from tests.iam.helpers import ADMIN_PROJECT
+from tests.iam.helpers import ADMIN_PROJECT, bind, make_project, make_user
 from tests.lb.nginxnode import Backend, free_port as free_port_on
 from tests.nginx import require_nginx
 from tests.sqldb.pgnode import require_postgres
@@ -141,6 +141,39 @@ def test_an_lb_on_the_development_node_answers_curl(up, node):
         up.tree()       # nginx, for the clean-up should the stop miss it
     finally:
         backend.stop()
+
+
+def test_the_appliances_ports_stay_reserved_on_the_development_node(up, node):
+    lb = created(up.admin.post(LB, {"name": f"lb-{uuid.uuid4().hex[:6]}",
+                                    "project_id": ADMIN_PROJECT,
+                                    "type": {"kind": "core_agent"}}))
+    for port in (up.api_port, 443, 22):
+        resp = up.admin.post(f"{LB}/{lb['uuid']}/vhosts", {
+            "protocol": "http", "port": port, "domains": ["taken.test"]})
+        assert resp.status == 409, resp
+        assert "the appliance" in resp.json["message"] or "SSH" in resp.json["message"]
+    assert up.admin.get(f"{LB}/{lb['uuid']}/vhosts").json == []
+    assert up.admin.delete(f"{LB}/{lb['uuid']}").status in (200, 204)
+
+
+def test_a_projects_user_cannot_target_the_development_node(up, node):
+    """The development node is the appliance's own: a project's owner writing a config
+    onto it (root on the workstation, through on_change) is refused, nothing is made."""
+    project = make_project(up.admin)
+    user, name, password = make_user(up.admin)
+    bind(up.admin, user, "owner", project)
+    token = Client("127.0.0.1", up.api_port).post(TOKEN_PATH, {
+        "grant_type": "password", "username": name, "password": password,
+        "scope": f"project:{project}"}).json["access_token"]
+    owner = Client("127.0.0.1", up.api_port, token)
+    resp = owner.post("/v1/config/configs", {
+        "name": "grab", "project_id": project, "path": "/etc/grab.conf",
+        "target": {"kind": "node", "node": node["uuid"]},
+        "body": {"kind": "text", "content": "x\n"}})
+    assert resp.status == 400 and "not found in project" in resp.json["message"], resp
+    assert not [c for c in up.admin.get("/v1/config/configs").json
+                if c.get("name") == "grab"]
+    assert not os.path.exists(node["root"] + "/etc/grab.conf")
 
 
 def test_a_config_lands_under_the_root_prefix(up, node):
