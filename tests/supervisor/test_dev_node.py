@@ -19,6 +19,7 @@ import time
 import uuid
 
 import pytest
+from dnslib import DNSRecord
 
 from appliance import devnode
 from appliance.service.node import NO_SYSTEMD
@@ -202,6 +203,10 @@ def test_a_database_on_the_development_node_takes_psql(up, node):
     active = wait_status(admin, path)
     up.tree()           # PostgreSQL, for the clean-up
     assert active["ipsv4"] == ["127.0.0.1"]
+    # its endpoint's name, as our DNS server answers it, is the node's address
+    reply = DNSRecord.parse(DNSRecord.question(active["endpoint"], "A").send(
+        "127.0.0.1", up.dns_port, timeout=5))
+    assert [str(rr.rdata) for rr in reply.rr if rr.rtype == 1] == ["127.0.0.1"]
     user = created(admin.post(path + "/users", {"name": "app", "password": "app-Pass-1"}))
     wait_status(admin, f"{path}/users/{user['uuid']}")
     db = created(admin.post(path + "/databases", {

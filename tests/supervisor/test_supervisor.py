@@ -96,6 +96,7 @@ class Up:
     def __init__(self, tmp_path, state_dir=None, extra_env=None):
         self.state_dir = state_dir or tmp_path / "var"
         self.api_port = free_port()
+        self.dns_port = free_port()
         config_file = tmp_path / "appliance.yaml"
         config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
@@ -103,7 +104,7 @@ class Up:
         self.stderr = open(tmp_path / "supervisor.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", UP, "--state-dir", str(self.state_dir),
-             "--api-port", str(self.api_port), "--dns-port", str(free_port()),
+             "--api-port", str(self.api_port), "--dns-port", str(self.dns_port),
              "--config", str(config_file)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.stderr)
         self.lines = queue.Queue()
