@@ -9,6 +9,7 @@ not pytest's: the OS user postgres must reach its data through it. Its path is l
 purpose, as a checkout's ./var often is: PostgreSQL's socket would be longer than the
 107 bytes the kernel takes, so it goes to /tmp (appliance/sqldb/pg.py socket_dir)."""
 
+import glob
 import os
 import pwd
 import shutil
@@ -23,6 +24,7 @@ from dnslib import DNSRecord
 
 from appliance import devnode
 from appliance.service.node import NO_SYSTEMD
+from appliance.sqldb import pg
 from tests import waiting
 from tests.apiserver import Client, TOKEN_PATH
 from tests.iam.helpers import ADMIN_PROJECT, bind, make_project, make_user
@@ -53,7 +55,7 @@ def up(tmp_path_factory):
     sqldb_port = free_port()
     running = Up(tmp_path_factory.mktemp("up"), state_dir=state, extra_env={
         "APPLIANCE_ADMIN_PASSWORD": PASSWORD, "APPLIANCE_SQLDB_PORT": str(sqldb_port),
-        # an agent's long poll returns at once on a change; short, so that the stop is
+        # a long poll ends at once on a change anyway; a short one makes the stop quick
         "APPLIANCE_AGENT_POLL_WAIT": "5"})
     running.sqldb_port = sqldb_port
     try:
@@ -66,6 +68,10 @@ def up(tmp_path_factory):
     finally:
         running.tree()
         running.close()
+        # PostgreSQL's sockets went to /tmp (the path is long on purpose, see above)
+        for run in glob.glob(os.path.join(state, devnode.ROOT,
+                                          "var/lib/appliance/sqldb/*/run")):
+            shutil.rmtree(pg.socket_dir(run, sqldb_port), ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
 
 
