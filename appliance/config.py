@@ -100,6 +100,9 @@ DEFAULTS = {
     # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
     # address; several test "nodes" on one host each take their own 127.0.0.x
     "agent_lb_listen": "",
+    # `appliance up` (make run) enrolls a development node of its own, its agent writing
+    # under <state_dir>/node (docs/dev-node.md); the image never runs `appliance up`
+    "dev_node": True,
     # the longest pg_basebackup or pg_rewind of a DBaaS member may take, in seconds
     # (docs/sqldb-dataplane.md): the agent's other work waits for it meanwhile
     "agent_sqldb_basebackup_seconds": 900,

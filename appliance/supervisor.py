@@ -25,7 +25,7 @@ import threading
 import time
 import traceback
 
-from appliance import config, logs
+from appliance import config, devnode, logs
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
@@ -398,10 +398,25 @@ def run(settings, out=sys.stdout, config_file=None):
     if line is None:
         return 1
     print(line, file=out, flush=True)
+    settings = prepare_dev_node(settings, out)
     supervisor = Supervisor(settings, out, config_file)
     signal.signal(signal.SIGTERM, supervisor.request_stop)
     signal.signal(signal.SIGINT, supervisor.request_stop)
     return supervisor.run()
+
+
+def prepare_dev_node(settings, out):
+    """The development node (appliance/devnode.py, docs/dev-node.md): registered before
+    any child starts, and the settings its agent needs. Off (`dev_node: false`), or when
+    its registration failed (logged), the settings are returned as they are."""
+    if not devnode.enabled(settings):
+        return settings
+    if not devnode.register_in_child(settings):
+        return settings
+    root, _, _ = devnode.paths(settings)
+    print(f"development node {devnode.NAME} at {devnode.ADDRESS}: its files under {root} "
+          "(docs/dev-node.md)", file=out, flush=True)
+    return devnode.child_settings(settings)
 
 
 def parse_args(argv):

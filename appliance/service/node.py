@@ -24,6 +24,11 @@ FENCE = "appliance-fence.conf"
 # node may hold the lease)
 DEADLINE_DIR = "leases"
 PROPS = ("ActiveState", "SubState", "Result", "ExecMainStatus", "InvocationID")
+# what a service reports on a host whose PID 1 is not systemd (`make run`'s development
+# node, docs/dev-node.md): said once per item, as its status, not logged every tick
+NO_SYSTEMD = "this node has no systemd (development node): services cannot run here"
+# systemctl's words when systemd is not PID 1 (it exits 1); 127: no systemctl at all
+NO_SYSTEMD_OUTPUT = "not been booted with systemd"
 
 
 class Driver:
@@ -38,11 +43,14 @@ class Driver:
         self.waiting = {}
         # item uuid -> whether this node held the monopoly lease at the last look
         self.held = {}
+        self.said_no_systemd = False
 
     # ---- systemd ---------------------------------------------------------------------
 
     def systemctl(self, *args):
         code, output = self.host.systemctl(*args)
+        if code == 127 or code != 0 and NO_SYSTEMD_OUTPUT in (output or ""):
+            raise NoSystemd(NO_SYSTEMD)
         if code != 0:
             raise UnitFailure(f"systemctl {' '.join(args)}: exit code {code}: "
                               f"{(output or '').strip()[-400:]}")
@@ -204,7 +212,10 @@ class Driver:
                 os.unlink(self.deadline_path(unit))
             except FileNotFoundError:
                 pass
-            self.systemctl("daemon-reload")
+            try:
+                self.systemctl("daemon-reload")
+            except NoSystemd:
+                return          # nothing ran it: the file's removal is all there is
             # a failed unit (a oneshot that exited non-zero) would stay listed, "not-found
             # failed", after its file is gone
             self.host.systemctl("reset-failed", unit)
@@ -216,6 +227,12 @@ class Driver:
                 self.keep_lease(item)
         try:
             observed = self.observe(items)
+        except NoSystemd as e:
+            # every item is ERROR for good: reported once (remember), said once in the log
+            if items and not self.said_no_systemd:
+                self.host.log.warning("services: %s", e)
+                self.said_no_systemd = True
+            observed = {i["uuid"]: no_systemd_result() for i in items}
         except UnitFailure as e:
             self.host.log.warning("systemctl show: %s", e)
             return []
@@ -243,6 +260,8 @@ class Driver:
                 self.apply_run(item, {}, False, True)
             elif not now and was is not False:
                 self.apply_run(item, {}, False, False)
+        except NoSystemd:
+            pass                # the item is ERROR with NO_SYSTEMD already (tick)
         except UnitFailure as e:
             self.host.log.warning("service %s: %s", value["unit"], e)
         self.held[item["uuid"]] = now
@@ -316,8 +335,17 @@ def own_unit():
     return None
 
 
+def no_systemd_result():
+    return {"status": "ERROR", "reason": NO_SYSTEMD,
+            "value": {"active_state": None, "exit_code": None, "holder": False}}
+
+
 class UnitFailure(Exception):
     pass
+
+
+class NoSystemd(UnitFailure):
+    """systemctl cannot operate: PID 1 is not systemd (or there is no systemctl)."""
 
 
 def _int(text):

@@ -185,6 +185,8 @@ class Driver:
         if os.path.isdir(c.data):
             pg.stop(c, "fast")
         shutil.rmtree(c.base, ignore_errors=True)
+        if c.socket_dir != c.run_dir:
+            shutil.rmtree(c.socket_dir, ignore_errors=True)
         log.info("instance %s removed from this node", instance)
 
     def tick(self, items):

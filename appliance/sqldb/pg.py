@@ -15,6 +15,7 @@ Runs on a node from the agent: stdlib only.
 """
 
 import grp
+import hashlib
 import ipaddress
 import json
 import os
@@ -117,6 +118,7 @@ class Cluster:
         self.passfile = os.path.join(self.base, "pgpass")
         self.pid_file = os.path.join(self.run_dir, "postgresql.pid")
         self.bin = BIN.format(major=major)
+        self.socket_dir = socket_dir(self.run_dir, self.port)
 
     def tool(self, name):
         return os.path.join(self.bin, name)
@@ -128,6 +130,17 @@ class Cluster:
     @property
     def standby_signal(self):
         return os.path.join(self.data, "standby.signal")
+
+
+def socket_dir(run_dir, port):
+    """Where the instance's unix socket goes: its run directory, unless the socket's path
+    would be longer than the kernel takes (a node with a long root prefix: the
+    development node of `make run` in a deep checkout, docs/dev-node.md); then a
+    directory of /tmp named after the run directory, which prepare_dirs makes the OS
+    user's alone."""
+    if len(os.path.join(run_dir, f".s.PGSQL.{port}").encode()) <= SOCKET_PATH_MAX:
+        return run_dir
+    return "/tmp/appliance-pg-" + hashlib.sha256(run_dir.encode()).hexdigest()[:16]
 
 
 def os_user():
@@ -143,10 +156,25 @@ def check_installed(c):
         if not os.access(c.tool(tool), os.X_OK):
             raise Failed(f"PostgreSQL {c.major} is not installed on this node "
                          f"(no {c.tool(tool)})")
-    os_user()
-    socket = os.path.join(c.run_dir, f".s.PGSQL.{c.port}")
+    user = os_user()
+    if os.geteuid() not in (0, user.pw_uid):
+        # setpriv would fail with "Operation not permitted": say what it means
+        me = pwd.getpwuid(os.geteuid()).pw_name if _known_uid(os.geteuid()) else \
+            str(os.geteuid())
+        raise Failed(f"PostgreSQL runs as the OS user {OS_USER}, and this agent runs as "
+                     f"{me}, neither root nor {OS_USER}: run the agent as root (on the "
+                     "development node: `make run` as root, docs/dev-node.md)")
+    socket = os.path.join(c.socket_dir, f".s.PGSQL.{c.port}")
     if len(socket.encode()) > SOCKET_PATH_MAX:
         raise Failed(f"the socket path {socket} is longer than {SOCKET_PATH_MAX} bytes")
+
+
+def _known_uid(uid):
+    try:
+        pwd.getpwuid(uid)
+        return True
+    except KeyError:
+        return False
 
 
 def prepare_dirs(c):
@@ -160,7 +188,25 @@ def prepare_dirs(c):
     for d in (c.base, c.run_dir, c.log_dir):
         os.makedirs(d, mode=0o700, exist_ok=True)
         _own(d, user, 0o700)
+    if c.socket_dir != c.run_dir:
+        prepare_socket_dir(c.socket_dir, user)
     check_reachable(os.path.dirname(c.base), user)
+
+
+def prepare_socket_dir(path, user):
+    """A socket directory in /tmp (socket_dir): made here, or one already there that is
+    a real directory of the OS user, mode 0700; anything else in its place (another
+    user's directory, a link) is refused rather than used."""
+    try:
+        os.mkdir(path, 0o700)
+        _own(path, user, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != user.pw_uid or \
+            stat.S_IMODE(st.st_mode) != 0o700:
+        raise Failed(f"the socket directory {path} is not a 0700 directory of "
+                     f"{user.pw_name}: remove it")
 
 
 def check_reachable(path, user):
@@ -322,7 +368,7 @@ def render_conf(c, *, ram_mb, cpu, sync_names, primary_conninfo):
     settings = [
         ("listen_addresses", conf_literal(c.listen)),
         ("port", str(c.port)),
-        ("unix_socket_directories", conf_literal(c.run_dir)),
+        ("unix_socket_directories", conf_literal(c.socket_dir)),
         ("unix_socket_permissions", "0700"),
         ("external_pid_file", conf_literal(c.pid_file)),
         ("max_connections", str(MAX_CONNECTIONS)),
@@ -467,8 +513,8 @@ def wait_gone(c, seconds=15.0):
         time.sleep(0.1)
     if _lock_pid(c) is not None and postmaster_pid(c) is None:
         for path in (os.path.join(c.data, "postmaster.pid"),
-                     os.path.join(c.run_dir, f".s.PGSQL.{c.port}.lock"),
-                     os.path.join(c.run_dir, f".s.PGSQL.{c.port}")):
+                     os.path.join(c.socket_dir, f".s.PGSQL.{c.port}.lock"),
+                     os.path.join(c.socket_dir, f".s.PGSQL.{c.port}")):
             try:
                 os.unlink(path)
             except FileNotFoundError:
@@ -556,7 +602,7 @@ def psql(c, sql, db="postgres", timeout=SQL_SECONDS):
     local socket; the output's rows (unaligned, tuples only). SqlError with PostgreSQL's
     message when a statement fails."""
     code, out = run(c, [c.tool("psql"), "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1",
-                        "-h", c.run_dir, "-p", str(c.port), "-U", OS_USER, "-d", db,
+                        "-h", c.socket_dir, "-p", str(c.port), "-U", OS_USER, "-d", db,
                         "-f", "-"], timeout=timeout, input=sql,
                     env=[f"PGOPTIONS={DRIVER_PGOPTIONS}", "PGCONNECT_TIMEOUT=10"])
     if code != 0:

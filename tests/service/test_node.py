@@ -181,3 +181,35 @@ def test_a_systemctl_failure_is_an_error_result(store, host):
     host.systemctl = broken
     actual = Driver(host).apply(item, None)
     assert actual["status"] == "ERROR" and "Access denied" in actual["reason"]
+
+
+NOT_BOOTED = ("System has not been booted with systemd as init system (PID 1). "
+              "Can't operate.\nFailed to connect to bus: Host is down\n")
+
+
+@pytest.mark.parametrize("answer", [(1, NOT_BOOTED), (127, "No such file or directory")])
+def test_without_systemd_a_service_is_an_error_said_once(store, host, answer, caplog):
+    """A host whose PID 1 is not systemd (make run's development node): systemctl's own
+    answer there (or no systemctl at all) stands in for systemd."""
+    from appliance.service.node import NO_SYSTEMD
+    svc = add(store)
+    item = item_of(store, svc["uuid"])
+    calls = []
+
+    def no_systemd(*args):
+        calls.append(args)
+        return answer
+    host.systemctl = no_systemd
+    driver = Driver(host)
+    actual = driver.apply(item, None)
+    assert (actual["status"], actual["reason"]) == ("ERROR", NO_SYSTEMD)
+    applied = {**item, "actual": actual}
+    with caplog.at_level("INFO"):
+        ticks = [driver.tick([applied]) for _ in range(5)]
+    # the status was already reported by apply: no tick reports it again, none warns
+    assert ticks == [[]] * 5
+    assert not [r for r in caplog.records if "systemctl" in r.getMessage()]
+    assert len([r for r in caplog.records if NO_SYSTEMD in r.getMessage()]) == 1
+    assert len(calls) > 5                       # the ticks did ask
+    driver.remove(item)                         # and a remove does not fail either
+    assert not os.path.exists(driver.unit_path(item["value"]["unit"]))

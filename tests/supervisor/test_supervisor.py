@@ -90,16 +90,21 @@ def child_named(parent, name):
 # -- the supervisor under test --------------------------------------------------------------
 
 class Up:
-    def __init__(self, tmp_path):
-        self.state_dir = tmp_path / "var"
+    """`appliance up` in `tmp_path` (its state in `state_dir`, default tmp_path/var), with
+    `extra_env` added to a clean environment (no APPLIANCE_* of the caller)."""
+
+    def __init__(self, tmp_path, state_dir=None, extra_env=None):
+        self.state_dir = state_dir or tmp_path / "var"
         self.api_port = free_port()
+        self.dns_port = free_port()
         config_file = tmp_path / "appliance.yaml"
         config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+        env.update(extra_env or {})
         self.stderr = open(tmp_path / "supervisor.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", UP, "--state-dir", str(self.state_dir),
-             "--api-port", str(self.api_port), "--dns-port", str(free_port()),
+             "--api-port", str(self.api_port), "--dns-port", str(self.dns_port),
              "--config", str(config_file)],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=self.stderr)
         self.lines = queue.Queue()
@@ -146,9 +151,12 @@ class Up:
         return found
 
     def log(self):
+        return self.full_log()[-4000:]
+
+    def full_log(self):
         self.stderr.flush()
         with open(self.stderr.name, errors="replace") as f:
-            return f.read()[-4000:]
+            return f.read()
 
     def close(self):
         if self.proc.poll() is None:
