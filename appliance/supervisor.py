@@ -14,6 +14,7 @@ threaded process can leave the child holding locks no thread will ever release.
 
 import argparse
 import ctypes
+import fcntl
 import gc
 import importlib
 import logging
@@ -112,6 +113,7 @@ def run_child(name, module, env, parent_pid):
         # The parent may have died between fork and prctl: then nobody would signal us.
         if os.getppid() != parent_pid:
             os._exit(1)
+        release_state_lock_in_child()
         _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)   # what ps and top show
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -290,16 +292,19 @@ class Supervisor:
     # -- stopping ------------------------------------------------------------------------
 
     def shutdown(self):
-        """SIGTERM every child, SIGKILL whatever is left after the grace period, reap all."""
+        """Ask every child and adopted daemon to stop, SIGKILL the whole tree below us
+        once the grace period is over, reap all."""
         log.info("stopping")
-        self.signal_all(signal.SIGTERM)
+        asked = set()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while self.living_pids() and time.monotonic() < deadline:
+            # each round: a daemon adopted meanwhile (its parent just exited) is asked too
+            asked |= self.ask_to_stop(self.top_pids() - asked)
             time.sleep(POLL_SECONDS / 2)
             self.reap()
         leftovers = self.living_pids()
         if leftovers:
-            log.warning("killing processes that ignored SIGTERM: %s",
+            log.warning("killing processes that did not stop when asked: %s",
                         " ".join(map(str, sorted(leftovers))))
             self.signal_all(signal.SIGKILL)
             # Bounded: a process stuck in the kernel (state D) dies only when it leaves it.
@@ -309,10 +314,24 @@ class Supervisor:
                 self.reap()
         log.info("stopped")
 
-    def living_pids(self):
-        """Our supervised children plus any orphans adopted as subreaper."""
+    def top_pids(self):
+        """Our supervised children and the orphans adopted as subreaper: the daemons a
+        child started (nginx's master, PostgreSQL's postmaster) are among them."""
         pids = {c.pid for c in self.children if c.pid is not None}
         return pids | set(children_of(os.getpid()))
+
+    def living_pids(self):
+        """top_pids and every process below them (see descendants_of)."""
+        return self.top_pids() | descendants_of(os.getpid())
+
+    def ask_to_stop(self, pids):
+        """The stop signal to each of `pids` (see stop_signal_of); the pids asked."""
+        for pid in pids:
+            try:
+                os.kill(pid, stop_signal_of(pid))
+            except ProcessLookupError:
+                pass
+        return set(pids)
 
     def signal_all(self, signum):
         for pid in self.living_pids():
@@ -320,6 +339,19 @@ class Supervisor:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
+
+
+def stop_signal_of(pid):
+    """SIGTERM, but SIGINT for a PostgreSQL postmaster: its SIGTERM is a "smart" shutdown
+    that waits for every client to disconnect (an open psql would hold the stop until the
+    SIGKILL, and a killed postmaster means crash recovery at the next start); SIGINT is
+    its "fast" shutdown: clients are disconnected, a checkpoint is written."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return signal.SIGTERM
+    return signal.SIGINT if name in ("postgres", "postmaster") else signal.SIGTERM
 
 
 def health_status(host, port, timeout):
@@ -390,8 +422,83 @@ def children_of(pid):
     return found
 
 
+def descendants_of(pid):
+    """Every living process below `pid`, at any depth.
+
+    A stop must reach what the children started, not only the children: the LB driver's
+    nginx and the DBaaS driver's PostgreSQL daemonize (a session of their own, so a
+    process-group kill misses them), and their master is re-parented to us (subreaper),
+    while their workers and backends are the master's children. A master that dies by
+    SIGKILL at the end of the grace period would leave its workers behind: so the whole
+    tree gets each signal."""
+    found, todo = set(), [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+# -- one `appliance up` per state directory ---------------------------------------------
+# Two supervisors on one state directory would run two sets of daemons that crash-loop on
+# "Address already in use" and race on the state. The lock is an fcntl.flock on
+# <state_dir>/appliance-up.pid, held for the supervisor's life: the kernel drops it when
+# the process dies, however it dies, so a file left by a crash never blocks a new start.
+# The pid written in it is only for the message.
+
+STATE_LOCK_NAME = "appliance-up.pid"
+_state_lock_fd = None
+
+
+class AlreadyRunning(Exception):
+    def __init__(self, path, pid):
+        self.path, self.pid = path, pid
+        super().__init__(
+            f"already running, pid {pid if pid else 'unknown'} (it holds {path}): stop it "
+            "first, or give this one another --state-dir")
+
+
+def hold_state_lock(state_dir):
+    """Take the state directory's lock for this process's life, or raise AlreadyRunning."""
+    global _state_lock_fd
+    os.makedirs(state_dir, exist_ok=True)
+    path = os.path.join(state_dir, STATE_LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        raise AlreadyRunning(path, int(holder) if holder.isdigit() else None) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _state_lock_fd = fd
+    return fd
+
+
+def release_state_lock_in_child():
+    """A forked child closes its copy of the lock's descriptor: the lock belongs to the
+    supervisor's life, not to a child that outlives it by a moment."""
+    global _state_lock_fd
+    if _state_lock_fd is not None:
+        try:
+            os.close(_state_lock_fd)
+        except OSError:
+            pass
+        _state_lock_fd = None
+
+
 def run(settings, out=sys.stdout, config_file=None):
-    """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
+    """Run the appliance in the foreground until SIGINT/SIGTERM/SIGHUP. Returns the exit
+    code: 1 at once when another `appliance up` runs on the same state directory."""
+    try:
+        hold_state_lock(settings["state_dir"])
+    except AlreadyRunning as e:
+        print(f"appliance up: {e}", file=sys.stderr, flush=True)
+        return 1
     tune_malloc()
     preload()
     line = bootstrap_in_child(settings)
@@ -399,9 +506,16 @@ def run(settings, out=sys.stdout, config_file=None):
         return 1
     print(line, file=out, flush=True)
     supervisor = Supervisor(settings, out, config_file)
-    signal.signal(signal.SIGTERM, supervisor.request_stop)
-    signal.signal(signal.SIGINT, supervisor.request_stop)
+    install_stop_signals(supervisor)
     return supervisor.run()
+
+
+def install_stop_signals(supervisor):
+    """SIGTERM, SIGINT and SIGHUP stop the supervisor and all it started. SIGHUP (the
+    terminal closed) too: dying of it would leave the daemonized grandchildren (nginx,
+    PostgreSQL) behind, as PDEATHSIG reaches only the children forked here."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, supervisor.request_stop)
 
 
 def parse_args(argv):

@@ -90,13 +90,13 @@ def child_named(parent, name):
 # -- the supervisor under test --------------------------------------------------------------
 
 class Up:
-    def __init__(self, tmp_path):
+    def __init__(self, tmp_path, log_name="supervisor.log"):
         self.state_dir = tmp_path / "var"
         self.api_port = free_port()
         config_file = tmp_path / "appliance.yaml"
         config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
-        self.stderr = open(tmp_path / "supervisor.log", "wb")
+        self.stderr = open(tmp_path / log_name, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", UP, "--state-dir", str(self.state_dir),
              "--api-port", str(self.api_port), "--dns-port", str(free_port()),
@@ -253,3 +253,107 @@ def test_restart_back_off_grows_and_is_capped():
     assert delays[0] == 0.0                       # the first death restarts at once
     assert delays[1:5] == [0.5, 1.0, 2.0, 4.0]
     assert max(delays) == delays[-1] == 30.0
+
+
+# -- one `appliance up` per state directory; a stop leaves nothing behind ------------------
+
+def health(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/health", timeout=5) as response:
+        return response.status
+
+
+@pytest.mark.timeout(120)
+def test_a_second_up_on_the_same_state_is_refused_at_once_and_the_first_runs_on(up, tmp_path):
+    up.wait_line("appliance API is ready at ")
+    first_children = up.wait_all_children()
+
+    # other ports: what refuses it is the state directory, not a port already taken
+    second = Up(tmp_path, log_name="second.log")
+    try:
+        assert second.proc.wait(timeout=60) == 1
+        said = second.log()
+        assert f"already running, pid {up.proc.pid}" in said, said
+        assert str(up.state_dir / "appliance-up.pid") in said
+        assert second.tree() == {}        # it started nothing
+    finally:
+        second.close()
+
+    assert up.proc.poll() is None
+    assert health(up.api_port) == 200
+    assert {n: child_named(up.proc.pid, n) for n in CHILD_NAMES} == first_children
+    with open(up.state_dir / "appliance-up.pid") as f:
+        assert f.read().strip() == str(up.proc.pid)
+
+
+@pytest.mark.timeout(120)
+def test_a_lock_file_left_by_a_crash_does_not_block_a_start(tmp_path):
+    state = tmp_path / "var"
+    state.mkdir()
+    (state / "appliance-up.pid").write_text("999999999\n")    # no lock held on it
+    running = Up(tmp_path)
+    try:
+        running.wait_line("appliance API is ready at ")
+        assert health(running.api_port) == 200
+    finally:
+        running.close()
+
+
+SUPERVISE_LB_CHILD = """
+import signal, sys
+from appliance import config, supervisor
+settings = config.load(environ={}, overrides={"state_dir": sys.argv[1]})
+supervisor.hold_state_lock(settings["state_dir"])
+sup = supervisor.Supervisor(settings)
+sup.children = [supervisor.Child("lbnode", "tests.supervisor.lb_child")]
+supervisor.install_stop_signals(sup)
+sys.exit(sup.run())
+"""
+
+
+def listening(address, port):
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_stop_ends_an_nginx_that_a_child_started_as_the_lb_driver_does(tmp_path, signum):
+    """The real supervisor loop and stop, with one child: tests/supervisor/lb_child.py, which
+    starts a real nginx through the LB node driver (daemonized, a session of its own)."""
+    from tests.nginx import require_nginx
+    require_nginx()
+    base = tmp_path / "node"
+    base.mkdir()
+    log = open(tmp_path / "supervisor.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE_LB_CHILD, str(tmp_path / "var")], cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+             "LB_CHILD_BASE": str(base)},
+        stdout=subprocess.DEVNULL, stderr=log)
+    nginx = None
+    known = {}
+    try:
+        while not (base / "nginx.json").exists():
+            assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+            time.sleep(0.05)
+        nginx = json.loads((base / "nginx.json").read_text())
+        known = descendants_of(proc.pid)
+        assert nginx["pid"] in known          # its master was adopted by the supervisor
+        assert children_of(nginx["pid"])      # and has workers
+        assert listening(nginx["address"], nginx["port"])
+
+        assert processes.stop(proc, 30, signum) == 0, (tmp_path / "supervisor.log").read_text()
+
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert not listening(nginx["address"], nginx["port"])
+    finally:
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
