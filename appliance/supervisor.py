@@ -17,6 +17,7 @@ import ctypes
 import fcntl
 import gc
 import importlib
+import json
 import logging
 import os
 import signal
@@ -200,6 +201,8 @@ class Supervisor:
         self.stop_requested = False
         self.api_announced = False
         self._next_probe = 0.0
+        self._adopted = {}
+        self._next_adopted_check = 0.0
 
     # -- running -------------------------------------------------------------------------
 
@@ -216,6 +219,7 @@ class Supervisor:
                 if child.pid is None and now >= child.start_after and not self.stop_requested:
                     self.spawn(child)
             self.announce_api_when_ready()
+            self.record_adopted_when_due()
             time.sleep(POLL_SECONDS)
         self.shutdown()
         return 0
@@ -312,7 +316,28 @@ class Supervisor:
             while self.living_pids() and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS / 2)
                 self.reap()
+        if not self.living_pids():
+            forget_adopted(self.settings["state_dir"])
         log.info("stopped")
+
+    def record_adopted_when_due(self):
+        """Keep <state>/appliance-up.adopted listing the daemons a child started that we
+        adopted (pid and start time), so that the next `appliance up` can stop them should
+        this supervisor die without stopping them (SIGKILL: PDEATHSIG reaches only the
+        children forked here)."""
+        now = time.monotonic()
+        if now < self._next_adopted_check:
+            return
+        self._next_adopted_check = now + ADOPTED_CHECK_SECONDS
+        supervised = {c.pid for c in self.children}
+        adopted = {}
+        for pid in children_of(os.getpid()):
+            started = process_start_time(pid)
+            if pid not in supervised and started is not None:
+                adopted[pid] = started
+        if adopted != self._adopted:
+            record_adopted(self.settings["state_dir"], adopted)
+            self._adopted = adopted
 
     def top_pids(self):
         """Our supervised children and the orphans adopted as subreaper: the daemons a
@@ -479,6 +504,91 @@ def hold_state_lock(state_dir):
     return fd
 
 
+ADOPTED_NAME = "appliance-up.adopted"
+ADOPTED_CHECK_SECONDS = 5.0     # a /proc walk: cheap, but not ten times a second
+
+
+def process_start_time(pid):
+    """The start time of `pid` (clock ticks since boot), None when it is gone or a zombie:
+    with the pid, it names one process, never a later one that got the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def record_adopted(state_dir, adopted):
+    path = os.path.join(state_dir, ADOPTED_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({str(pid): started for pid, started in adopted.items()}, f)
+    os.replace(tmp, path)
+
+
+def forget_adopted(state_dir):
+    try:
+        os.unlink(os.path.join(state_dir, ADOPTED_NAME))
+    except FileNotFoundError:
+        pass
+
+
+def stop_leftovers(state_dir, grace=STOP_GRACE_SECONDS):
+    """Stop what the previous supervisor of this state adopted and left running (it was
+    killed): each recorded process that is still the same one (pid and start time), and
+    everything below it. Called with the state lock held, so that supervisor is gone.
+    Returns the pids stopped."""
+    try:
+        with open(os.path.join(state_dir, ADOPTED_NAME)) as f:
+            recorded = {int(pid): int(started) for pid, started in json.load(f).items()}
+    except (OSError, ValueError, AttributeError):
+        recorded = {}
+    tops = [pid for pid, started in recorded.items() if process_start_time(pid) == started]
+    tree = {}
+    for pid in tops:
+        for member in {pid} | descendants_of(pid):
+            started = process_start_time(member)
+            if started is not None:
+                tree[member] = started
+    if tops:
+        log.warning("stopping what an earlier `appliance up` on %s left running: %s",
+                    state_dir, " ".join(f"{_comm(pid)} ({pid})" for pid in sorted(tops)))
+    for pid in tops:
+        try:
+            os.kill(pid, stop_signal_of(pid))
+        except ProcessLookupError:
+            pass
+
+    def living():
+        return [pid for pid, started in tree.items() if process_start_time(pid) == started]
+    deadline = time.monotonic() + grace
+    while living() and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS / 2)
+    for pid in living():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    forget_adopted(state_dir)
+    return tops
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def claim_state(state_dir):
+    """The state directory for this supervisor: its lock (AlreadyRunning otherwise), then
+    what a killed predecessor left running stopped."""
+    hold_state_lock(state_dir)
+    stop_leftovers(state_dir)
+
+
 def release_state_lock_in_child():
     """A forked child closes its copy of the lock's descriptor: the lock belongs to the
     supervisor's life, not to a child that outlives it by a moment."""
@@ -495,7 +605,7 @@ def run(settings, out=sys.stdout, config_file=None):
     """Run the appliance in the foreground until SIGINT/SIGTERM/SIGHUP. Returns the exit
     code: 1 at once when another `appliance up` runs on the same state directory."""
     try:
-        hold_state_lock(settings["state_dir"])
+        claim_state(settings["state_dir"])
     except AlreadyRunning as e:
         print(f"appliance up: {e}", file=sys.stderr, flush=True)
         return 1

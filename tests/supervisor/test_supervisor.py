@@ -302,7 +302,7 @@ SUPERVISE_LB_CHILD = """
 import signal, sys
 from appliance import config, supervisor
 settings = config.load(environ={}, overrides={"state_dir": sys.argv[1]})
-supervisor.hold_state_lock(settings["state_dir"])
+supervisor.claim_state(settings["state_dir"])
 sup = supervisor.Supervisor(settings)
 sup.children = [supervisor.Child("lbnode", "tests.supervisor.lb_child")]
 supervisor.install_stop_signals(sup)
@@ -350,6 +350,62 @@ def test_stop_ends_an_nginx_that_a_child_started_as_the_lb_driver_does(tmp_path,
         survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
         assert survivors == []
         assert not listening(nginx["address"], nginx["port"])
+        assert not (tmp_path / "var" / "appliance-up.adopted").exists()   # nothing left
+    finally:
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+CLAIM_STATE = """
+import sys
+from appliance import supervisor
+supervisor.claim_state(sys.argv[1])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_what_a_killed_supervisor_left_running_is_stopped_by_the_next_start(tmp_path):
+    """SIGKILL leaves no chance to stop anything, and PDEATHSIG reaches only the children:
+    the daemonized nginx survives. The next start on the same state (claim_state, what
+    `appliance up` runs first) stops it from the record the first one kept."""
+    from tests.nginx import require_nginx
+    require_nginx()
+    base = tmp_path / "node"
+    base.mkdir()
+    state = tmp_path / "var"
+    log = open(tmp_path / "supervisor.log", "wb")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+           "LB_CHILD_BASE": str(base)}
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE_LB_CHILD, str(state)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    known = {}
+    try:
+        while not (base / "nginx.json").exists():
+            assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+            time.sleep(0.05)
+        nginx = json.loads((base / "nginx.json").read_text())
+        adopted = state / "appliance-up.adopted"
+        while str(nginx["pid"]) not in (json.loads(adopted.read_text())
+                                        if adopted.exists() else {}):
+            time.sleep(0.1)
+        known = descendants_of(proc.pid)
+        proc.kill()
+        proc.wait()
+        assert listening(nginx["address"], nginx["port"])        # the leftover
+
+        claimed = subprocess.run([sys.executable, "-c", CLAIM_STATE, str(state)], cwd=ROOT,
+                                 env=env, capture_output=True, text=True, timeout=60)
+
+        assert claimed.returncode == 0, claimed.stderr
+        assert f"({nginx['pid']})" in claimed.stderr           # it says what it stopped
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert not listening(nginx["address"], nginx["port"])
+        assert not adopted.exists()
     finally:
         if proc.poll() is None:
             processes.stop(proc)
