@@ -413,3 +413,73 @@ def test_what_a_killed_supervisor_left_running_is_stopped_by_the_next_start(tmp_
             if still_alive(pid, started):
                 os.kill(pid, signal.SIGKILL)
         log.close()
+
+
+SUPERVISE_PG_CHILD = SUPERVISE_LB_CHILD.replace("tests.supervisor.lb_child",
+                                                "tests.supervisor.pg_child")
+
+
+@pytest.mark.timeout(120)
+def test_stop_ends_a_postgresql_that_a_child_started_with_a_client_connected(tmp_path):
+    """A child starts PostgreSQL as the DBaaS driver does (tests/supervisor/pg_child.py);
+    a client outside the run holds a session. PostgreSQL's SIGTERM would wait for that
+    client (a "smart" shutdown) until the SIGKILL; the stop asks with SIGINT ("fast"):
+    the client is disconnected and nothing needed killing."""
+    import pwd
+    import shutil
+    import tempfile
+    from tests.sqldb.pgnode import require_postgres
+    require_postgres()
+    # the OS user postgres must reach it; a socket path must be short
+    base = tempfile.mkdtemp(prefix="supg-", dir="/tmp")
+    postgres = pwd.getpwnam("postgres")
+    os.chmod(base, 0o755)
+    os.chown(base, postgres.pw_uid, postgres.pw_gid)
+    port = free_port()
+    log_path = tmp_path / "supervisor.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE_PG_CHILD, str(tmp_path / "var")], cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+             "PG_CHILD_BASE": base, "PG_CHILD_PORT": str(port)},
+        stdout=subprocess.DEVNULL, stderr=log)
+    known, client = {}, None
+    try:
+        while not os.path.exists(os.path.join(base, "ready")):
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.05)
+        with open(os.path.join(base, "ready")) as f:
+            postmaster = int(f.read())
+        client = subprocess.Popen(
+            ["psql", "-X", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
+             "select pg_sleep(600)"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        while "pg_sleep" not in subprocess.run(
+                ["psql", "-X", "-At", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                 "-c", "select query from pg_stat_activity where query like '%pg_sleep(600)%'"
+                 " and pid <> pg_backend_pid()"],
+                capture_output=True, text=True).stdout:
+            time.sleep(0.1)
+        known = descendants_of(proc.pid)
+        assert postmaster in known            # adopted by the supervisor
+
+        assert processes.stop(proc, 60, signal.SIGTERM) == 0, log_path.read_text()
+
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert "did not stop when asked" not in log_path.read_text()
+        said = client.communicate(timeout=30)[0]
+        assert client.returncode != 0
+        assert "terminating connection" in said or "closed the connection" in said, said
+        assert not listening("127.0.0.1", port)
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
