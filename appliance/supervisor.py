@@ -14,8 +14,10 @@ threaded process can leave the child holding locks no thread will ever release.
 
 import argparse
 import ctypes
+import fcntl
 import gc
 import importlib
+import json
 import logging
 import os
 import signal
@@ -112,6 +114,7 @@ def run_child(name, module, env, parent_pid):
         # The parent may have died between fork and prctl: then nobody would signal us.
         if os.getppid() != parent_pid:
             os._exit(1)
+        release_state_lock_in_child()
         _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)   # what ps and top show
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -198,6 +201,8 @@ class Supervisor:
         self.stop_requested = False
         self.api_announced = False
         self._next_probe = 0.0
+        self._adopted = {}
+        self._next_adopted_check = 0.0
 
     # -- running -------------------------------------------------------------------------
 
@@ -214,6 +219,7 @@ class Supervisor:
                 if child.pid is None and now >= child.start_after and not self.stop_requested:
                     self.spawn(child)
             self.announce_api_when_ready()
+            self.record_adopted_when_due()
             time.sleep(POLL_SECONDS)
         self.shutdown()
         return 0
@@ -290,16 +296,19 @@ class Supervisor:
     # -- stopping ------------------------------------------------------------------------
 
     def shutdown(self):
-        """SIGTERM every child, SIGKILL whatever is left after the grace period, reap all."""
+        """Ask every child and adopted daemon to stop, SIGKILL the whole tree below us
+        once the grace period is over, reap all."""
         log.info("stopping")
-        self.signal_all(signal.SIGTERM)
+        asked = set()
         deadline = time.monotonic() + STOP_GRACE_SECONDS
         while self.living_pids() and time.monotonic() < deadline:
+            # each round: a daemon adopted meanwhile (its parent just exited) is asked too
+            asked |= self.ask_to_stop(self.top_pids() - asked)
             time.sleep(POLL_SECONDS / 2)
             self.reap()
         leftovers = self.living_pids()
         if leftovers:
-            log.warning("killing processes that ignored SIGTERM: %s",
+            log.warning("killing processes that did not stop when asked: %s",
                         " ".join(map(str, sorted(leftovers))))
             self.signal_all(signal.SIGKILL)
             # Bounded: a process stuck in the kernel (state D) dies only when it leaves it.
@@ -307,12 +316,47 @@ class Supervisor:
             while self.living_pids() and time.monotonic() < deadline:
                 time.sleep(POLL_SECONDS / 2)
                 self.reap()
+        if not self.living_pids():
+            forget_adopted(self.settings["state_dir"])
         log.info("stopped")
 
-    def living_pids(self):
-        """Our supervised children plus any orphans adopted as subreaper."""
+    def record_adopted_when_due(self):
+        """Keep <state>/appliance-up.adopted listing the daemons a child started that we
+        adopted (pid and start time), so that the next `appliance up` can stop them should
+        this supervisor die without stopping them (SIGKILL: PDEATHSIG reaches only the
+        children forked here)."""
+        now = time.monotonic()
+        if now < self._next_adopted_check:
+            return
+        self._next_adopted_check = now + ADOPTED_CHECK_SECONDS
+        supervised = {c.pid for c in self.children}
+        adopted = {}
+        for pid in children_of(os.getpid()):
+            started = process_start_time(pid)
+            if pid not in supervised and started is not None:
+                adopted[pid] = started
+        if adopted != self._adopted:
+            record_adopted(self.settings["state_dir"], adopted)
+            self._adopted = adopted
+
+    def top_pids(self):
+        """Our supervised children and the orphans adopted as subreaper: the daemons a
+        child started (nginx's master, PostgreSQL's postmaster) are among them."""
         pids = {c.pid for c in self.children if c.pid is not None}
         return pids | set(children_of(os.getpid()))
+
+    def living_pids(self):
+        """top_pids and every process below them (see descendants_of)."""
+        return self.top_pids() | descendants_of(os.getpid())
+
+    def ask_to_stop(self, pids):
+        """The stop signal to each of `pids` (see stop_signal_of); the pids asked."""
+        for pid in pids:
+            try:
+                os.kill(pid, stop_signal_of(pid))
+            except ProcessLookupError:
+                pass
+        return set(pids)
 
     def signal_all(self, signum):
         for pid in self.living_pids():
@@ -320,6 +364,19 @@ class Supervisor:
                 os.kill(pid, signum)
             except ProcessLookupError:
                 pass
+
+
+def stop_signal_of(pid):
+    """SIGTERM, but SIGINT for a PostgreSQL postmaster: its SIGTERM is a "smart" shutdown
+    that waits for every client to disconnect (an open psql would hold the stop until the
+    SIGKILL, and a killed postmaster means crash recovery at the next start); SIGINT is
+    its "fast" shutdown: clients are disconnected, a checkpoint is written."""
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            name = f.read().strip()
+    except OSError:
+        return signal.SIGTERM
+    return signal.SIGINT if name in ("postgres", "postmaster") else signal.SIGTERM
 
 
 def health_status(host, port, timeout):
@@ -390,8 +447,168 @@ def children_of(pid):
     return found
 
 
+def descendants_of(pid):
+    """Every living process below `pid`, at any depth.
+
+    A stop must reach what the children started, not only the children: the LB driver's
+    nginx and the DBaaS driver's PostgreSQL daemonize (a session of their own, so a
+    process-group kill misses them), and their master is re-parented to us (subreaper),
+    while their workers and backends are the master's children. A master that dies by
+    SIGKILL at the end of the grace period would leave its workers behind: so the whole
+    tree gets each signal."""
+    found, todo = set(), [pid]
+    while todo:
+        for child in children_of(todo.pop()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+# -- one `appliance up` per state directory ---------------------------------------------
+# Two supervisors on one state directory would run two sets of daemons that crash-loop on
+# "Address already in use" and race on the state. The lock is an fcntl.flock on
+# <state_dir>/appliance-up.pid, held for the supervisor's life: the kernel drops it when
+# the process dies, however it dies, so a file left by a crash never blocks a new start.
+# The pid written in it is only for the message.
+
+STATE_LOCK_NAME = "appliance-up.pid"
+_state_lock_fd = None
+
+
+class AlreadyRunning(Exception):
+    def __init__(self, path, pid):
+        self.path, self.pid = path, pid
+        super().__init__(
+            f"already running, pid {pid if pid else 'unknown'} (it holds {path}): stop it "
+            "first, or give this one another --state-dir")
+
+
+def hold_state_lock(state_dir):
+    """Take the state directory's lock for this process's life, or raise AlreadyRunning."""
+    global _state_lock_fd
+    os.makedirs(state_dir, exist_ok=True)
+    path = os.path.join(state_dir, STATE_LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        finally:
+            os.close(fd)
+        raise AlreadyRunning(path, int(holder) if holder.isdigit() else None) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    _state_lock_fd = fd
+    return fd
+
+
+ADOPTED_NAME = "appliance-up.adopted"
+ADOPTED_CHECK_SECONDS = 5.0     # a /proc walk: cheap, but not ten times a second
+
+
+def process_start_time(pid):
+    """The start time of `pid` (clock ticks since boot), None when it is gone or a zombie:
+    with the pid, it names one process, never a later one that got the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def record_adopted(state_dir, adopted):
+    path = os.path.join(state_dir, ADOPTED_NAME)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump({str(pid): started for pid, started in adopted.items()}, f)
+    os.replace(tmp, path)
+
+
+def forget_adopted(state_dir):
+    try:
+        os.unlink(os.path.join(state_dir, ADOPTED_NAME))
+    except FileNotFoundError:
+        pass
+
+
+def stop_leftovers(state_dir, grace=STOP_GRACE_SECONDS):
+    """Stop what the previous supervisor of this state adopted and left running (it was
+    killed): each recorded process that is still the same one (pid and start time), and
+    everything below it. Called with the state lock held, so that supervisor is gone.
+    Returns the pids stopped."""
+    try:
+        with open(os.path.join(state_dir, ADOPTED_NAME)) as f:
+            recorded = {int(pid): int(started) for pid, started in json.load(f).items()}
+    except (OSError, ValueError, AttributeError):
+        recorded = {}
+    tops = [pid for pid, started in recorded.items() if process_start_time(pid) == started]
+    tree = {}
+    for pid in tops:
+        for member in {pid} | descendants_of(pid):
+            started = process_start_time(member)
+            if started is not None:
+                tree[member] = started
+    if tops:
+        log.warning("stopping what an earlier `appliance up` on %s left running: %s",
+                    state_dir, " ".join(f"{_comm(pid)} ({pid})" for pid in sorted(tops)))
+    for pid in tops:
+        try:
+            os.kill(pid, stop_signal_of(pid))
+        except ProcessLookupError:
+            pass
+
+    def living():
+        return [pid for pid, started in tree.items() if process_start_time(pid) == started]
+    deadline = time.monotonic() + grace
+    while living() and time.monotonic() < deadline:
+        time.sleep(POLL_SECONDS / 2)
+    for pid in living():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    forget_adopted(state_dir)
+    return tops
+
+
+def _comm(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "?"
+
+
+def claim_state(state_dir):
+    """The state directory for this supervisor: its lock (AlreadyRunning otherwise), then
+    what a killed predecessor left running stopped."""
+    hold_state_lock(state_dir)
+    stop_leftovers(state_dir)
+
+
+def release_state_lock_in_child():
+    """A forked child closes its copy of the lock's descriptor: the lock belongs to the
+    supervisor's life, not to a child that outlives it by a moment."""
+    global _state_lock_fd
+    if _state_lock_fd is not None:
+        try:
+            os.close(_state_lock_fd)
+        except OSError:
+            pass
+        _state_lock_fd = None
+
+
 def run(settings, out=sys.stdout, config_file=None):
-    """Run the appliance in the foreground until SIGINT/SIGTERM. Returns the exit code."""
+    """Run the appliance in the foreground until SIGINT/SIGTERM/SIGHUP. Returns the exit
+    code: 1 at once when another `appliance up` runs on the same state directory."""
+    try:
+        claim_state(settings["state_dir"])
+    except AlreadyRunning as e:
+        print(f"appliance up: {e}", file=sys.stderr, flush=True)
+        return 1
     tune_malloc()
     preload()
     line = bootstrap_in_child(settings)
@@ -400,8 +617,7 @@ def run(settings, out=sys.stdout, config_file=None):
     print(line, file=out, flush=True)
     settings = prepare_dev_node(settings, out)
     supervisor = Supervisor(settings, out, config_file)
-    signal.signal(signal.SIGTERM, supervisor.request_stop)
-    signal.signal(signal.SIGINT, supervisor.request_stop)
+    install_stop_signals(supervisor)
     return supervisor.run()
 
 
@@ -417,6 +633,14 @@ def prepare_dev_node(settings, out):
     print(f"development node {devnode.NAME} at {devnode.ADDRESS}: its files under {root} "
           "(docs/dev-node.md)", file=out, flush=True)
     return devnode.child_settings(settings)
+
+
+def install_stop_signals(supervisor):
+    """SIGTERM, SIGINT and SIGHUP stop the supervisor and all it started. SIGHUP (the
+    terminal closed) too: dying of it would leave the daemonized grandchildren (nginx,
+    PostgreSQL) behind, as PDEATHSIG reaches only the children forked here."""
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, supervisor.request_stop)
 
 
 def parse_args(argv):

@@ -22,7 +22,7 @@ from html import escape  # xml.sax.saxutils would bring urllib.request and ssl a
 
 from appliance.agent.credentials import vm_credential
 
-from . import cloudinit, domain_xml, placement
+from . import cloudinit, domain_xml, kvm_probe, placement
 from .images import ImageCache, ImageError, reach_for
 from .images import resolve as resolve_image
 
@@ -213,8 +213,9 @@ class Reconciler:
             pool.create(0)
         capacity = pool.info()[1]
         if uri not in self.accel:
-            self.accel[uri] = detect_accel(conn)
-            log.info("hypervisor %s: acceleration %s", uri, self.accel[uri] or "none (test)")
+            self.accel[uri], why = kvm_probe.probe_accel(conn)
+            log.info("hypervisor %s: acceleration %s (%s)", uri,
+                     self.accel[uri] or "none", why)
         return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
                 "accel": self.accel[uri]}
 
@@ -751,42 +752,9 @@ class Reconciler:
 
 def detect_accel(conn):
     """'kvm' when a KVM guest really runs on this hypervisor, 'tcg' when only QEMU's
-    emulator is offered or KVM fails, None when the driver is not QEMU (test:///).
-
-    /dev/kvm can exist and be advertised while guests hang or abort on it (the machine
-    facts): so a tiny transient KVM domain with no disk (SeaBIOS finds nothing to boot and
-    idles) is started, and KVM counts only if it is still running and has used CPU time
-    after a moment. A probe that does not return within 20 s counts as no KVM."""
-    caps = conn.getCapabilities()
-    if "<domain type='qemu'" not in caps and "<domain type='kvm'" not in caps:
-        return None
-    if "<domain type='kvm'" not in caps:
-        return "tcg"
-    result = {}
-
-    def probe():
-        name = "appliance-kvm-probe-%d" % os.getpid()
-        dom = None
-        try:
-            dom = conn.createXML(
-                f"<domain type='kvm'><name>{name}</name><memory unit='MiB'>32</memory>"
-                "<vcpu>1</vcpu><os><type arch='x86_64'>hvm</type></os>"
-                "<on_poweroff>destroy</on_poweroff><devices/></domain>", 0)
-            time.sleep(1.0)
-            state = dom.state()[0]
-            result["kvm"] = state == libvirt.VIR_DOMAIN_RUNNING and dom.info()[4] > 0
-        except libvirt.libvirtError as e:
-            log.info("KVM probe failed (%s): using TCG", _reason(e))
-        finally:
-            if dom is not None:
-                try:
-                    dom.destroy()
-                except libvirt.libvirtError:
-                    pass
-    thread = threading.Thread(target=probe, daemon=True, name="kvm-probe")
-    thread.start()
-    thread.join(20.0)
-    return "kvm" if result.get("kvm") else "tcg"
+    emulator is offered or KVM does not really work, None when the driver is not QEMU
+    (test:///). The probe and why it leaves nothing behind: appliance/compute/kvm_probe.py."""
+    return kvm_probe.probe_accel(conn)[0]
 
 
 def _reason(error):

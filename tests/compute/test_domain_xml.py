@@ -70,10 +70,14 @@ def test_accel_detection_on_the_test_driver_is_none(conn):
 
 
 class FakeCaps:
-    """Only getCapabilities: enough for the branches that decide without probing."""
+    """Only getCapabilities (and no domains, for the leftover-probe sweep): enough for
+    the branches that decide without probing."""
 
     def __init__(self, caps):
         self.caps = caps
+
+    def listAllDomains(self, flags):
+        return []
 
     def getCapabilities(self):
         return self.caps

@@ -91,9 +91,10 @@ def child_named(parent, name):
 
 class Up:
     """`appliance up` in `tmp_path` (its state in `state_dir`, default tmp_path/var), with
-    `extra_env` added to a clean environment (no APPLIANCE_* of the caller)."""
+    `extra_env` added to a clean environment (no APPLIANCE_* of the caller), its stderr in
+    tmp_path/`log_name`."""
 
-    def __init__(self, tmp_path, state_dir=None, extra_env=None):
+    def __init__(self, tmp_path, state_dir=None, extra_env=None, log_name="supervisor.log"):
         self.state_dir = state_dir or tmp_path / "var"
         self.api_port = free_port()
         self.dns_port = free_port()
@@ -101,7 +102,7 @@ class Up:
         config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
         env.update(extra_env or {})
-        self.stderr = open(tmp_path / "supervisor.log", "wb")
+        self.stderr = open(tmp_path / log_name, "wb")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", UP, "--state-dir", str(self.state_dir),
              "--api-port", str(self.api_port), "--dns-port", str(self.dns_port),
@@ -261,3 +262,233 @@ def test_restart_back_off_grows_and_is_capped():
     assert delays[0] == 0.0                       # the first death restarts at once
     assert delays[1:5] == [0.5, 1.0, 2.0, 4.0]
     assert max(delays) == delays[-1] == 30.0
+
+
+# -- one `appliance up` per state directory; a stop leaves nothing behind ------------------
+
+def health(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/health", timeout=5) as response:
+        return response.status
+
+
+@pytest.mark.timeout(120)
+def test_a_second_up_on_the_same_state_is_refused_at_once_and_the_first_runs_on(up, tmp_path):
+    up.wait_line("appliance API is ready at ")
+    first_children = up.wait_all_children()
+
+    # other ports: what refuses it is the state directory, not a port already taken
+    second = Up(tmp_path, log_name="second.log")
+    try:
+        assert second.proc.wait(timeout=60) == 1
+        said = second.log()
+        assert f"already running, pid {up.proc.pid}" in said, said
+        assert str(up.state_dir / "appliance-up.pid") in said
+        assert second.tree() == {}        # it started nothing
+    finally:
+        second.close()
+
+    assert up.proc.poll() is None
+    assert health(up.api_port) == 200
+    assert {n: child_named(up.proc.pid, n) for n in CHILD_NAMES} == first_children
+    with open(up.state_dir / "appliance-up.pid") as f:
+        assert f.read().strip() == str(up.proc.pid)
+
+
+@pytest.mark.timeout(120)
+def test_a_lock_file_left_by_a_crash_does_not_block_a_start(tmp_path):
+    state = tmp_path / "var"
+    state.mkdir()
+    (state / "appliance-up.pid").write_text("999999999\n")    # no lock held on it
+    running = Up(tmp_path)
+    try:
+        running.wait_line("appliance API is ready at ")
+        assert health(running.api_port) == 200
+    finally:
+        running.close()
+
+
+SUPERVISE_LB_CHILD = """
+import signal, sys
+from appliance import config, supervisor
+settings = config.load(environ={}, overrides={"state_dir": sys.argv[1]})
+supervisor.claim_state(settings["state_dir"])
+sup = supervisor.Supervisor(settings)
+sup.children = [supervisor.Child("lbnode", "tests.supervisor.lb_child")]
+supervisor.install_stop_signals(sup)
+sys.exit(sup.run())
+"""
+
+
+def listening(address, port):
+    try:
+        with socket.create_connection((address, port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_stop_ends_an_nginx_that_a_child_started_as_the_lb_driver_does(tmp_path, signum):
+    """The real supervisor loop and stop, with one child: tests/supervisor/lb_child.py, which
+    starts a real nginx through the LB node driver (daemonized, a session of its own)."""
+    from tests.nginx import require_nginx
+    require_nginx()
+    base = tmp_path / "node"
+    base.mkdir()
+    log = open(tmp_path / "supervisor.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE_LB_CHILD, str(tmp_path / "var")], cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+             "LB_CHILD_BASE": str(base)},
+        stdout=subprocess.DEVNULL, stderr=log)
+    nginx = None
+    known = {}
+    try:
+        while not (base / "nginx.json").exists():
+            assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+            time.sleep(0.05)
+        nginx = json.loads((base / "nginx.json").read_text())
+        known = descendants_of(proc.pid)
+        assert nginx["pid"] in known          # its master was adopted by the supervisor
+        assert children_of(nginx["pid"])      # and has workers
+        assert listening(nginx["address"], nginx["port"])
+
+        assert processes.stop(proc, 30, signum) == 0, (tmp_path / "supervisor.log").read_text()
+
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert not listening(nginx["address"], nginx["port"])
+        assert not (tmp_path / "var" / "appliance-up.adopted").exists()   # nothing left
+    finally:
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+CLAIM_STATE = """
+import sys
+from appliance import supervisor
+supervisor.claim_state(sys.argv[1])
+"""
+
+
+@pytest.mark.timeout(120)
+def test_what_a_killed_supervisor_left_running_is_stopped_by_the_next_start(tmp_path):
+    """SIGKILL leaves no chance to stop anything, and PDEATHSIG reaches only the children:
+    the daemonized nginx survives. The next start on the same state (claim_state, what
+    `appliance up` runs first) stops it from the record the first one kept."""
+    from tests.nginx import require_nginx
+    require_nginx()
+    base = tmp_path / "node"
+    base.mkdir()
+    state = tmp_path / "var"
+    log = open(tmp_path / "supervisor.log", "wb")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+           "LB_CHILD_BASE": str(base)}
+    proc = subprocess.Popen([sys.executable, "-c", SUPERVISE_LB_CHILD, str(state)],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    known = {}
+    try:
+        while not (base / "nginx.json").exists():
+            assert proc.poll() is None, (tmp_path / "supervisor.log").read_text()
+            time.sleep(0.05)
+        nginx = json.loads((base / "nginx.json").read_text())
+        adopted = state / "appliance-up.adopted"
+        while str(nginx["pid"]) not in (json.loads(adopted.read_text())
+                                        if adopted.exists() else {}):
+            time.sleep(0.1)
+        known = descendants_of(proc.pid)
+        proc.kill()
+        proc.wait()
+        assert listening(nginx["address"], nginx["port"])        # the leftover
+
+        claimed = subprocess.run([sys.executable, "-c", CLAIM_STATE, str(state)], cwd=ROOT,
+                                 env=env, capture_output=True, text=True, timeout=60)
+
+        assert claimed.returncode == 0, claimed.stderr
+        assert f"({nginx['pid']})" in claimed.stderr           # it says what it stopped
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert not listening(nginx["address"], nginx["port"])
+        assert not adopted.exists()
+    finally:
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+
+
+SUPERVISE_PG_CHILD = SUPERVISE_LB_CHILD.replace("tests.supervisor.lb_child",
+                                                "tests.supervisor.pg_child")
+
+
+@pytest.mark.timeout(120)
+def test_stop_ends_a_postgresql_that_a_child_started_with_a_client_connected(tmp_path):
+    """A child starts PostgreSQL as the DBaaS driver does (tests/supervisor/pg_child.py);
+    a client outside the run holds a session. PostgreSQL's SIGTERM would wait for that
+    client (a "smart" shutdown) until the SIGKILL; the stop asks with SIGINT ("fast"):
+    the client is disconnected and nothing needed killing."""
+    import pwd
+    import shutil
+    import tempfile
+    from tests.sqldb.pgnode import require_postgres
+    require_postgres()
+    # the OS user postgres must reach it; a socket path must be short
+    base = tempfile.mkdtemp(prefix="supg-", dir="/tmp")
+    postgres = pwd.getpwnam("postgres")
+    os.chmod(base, 0o755)
+    os.chown(base, postgres.pw_uid, postgres.pw_gid)
+    port = free_port()
+    log_path = tmp_path / "supervisor.log"
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SUPERVISE_PG_CHILD, str(tmp_path / "var")], cwd=ROOT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")},
+             "PG_CHILD_BASE": base, "PG_CHILD_PORT": str(port)},
+        stdout=subprocess.DEVNULL, stderr=log)
+    known, client = {}, None
+    try:
+        while not os.path.exists(os.path.join(base, "ready")):
+            assert proc.poll() is None, log_path.read_text()
+            time.sleep(0.05)
+        with open(os.path.join(base, "ready")) as f:
+            postmaster = int(f.read())
+        client = subprocess.Popen(
+            ["psql", "-X", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c",
+             "select pg_sleep(600)"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        while "pg_sleep" not in subprocess.run(
+                ["psql", "-X", "-At", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres",
+                 "-c", "select query from pg_stat_activity where query like '%pg_sleep(600)%'"
+                 " and pid <> pg_backend_pid()"],
+                capture_output=True, text=True).stdout:
+            time.sleep(0.1)
+        known = descendants_of(proc.pid)
+        assert postmaster in known            # adopted by the supervisor
+
+        assert processes.stop(proc, 60, signal.SIGTERM) == 0, log_path.read_text()
+
+        survivors = [pid for pid, started in known.items() if still_alive(pid, started)]
+        assert survivors == []
+        assert "did not stop when asked" not in log_path.read_text()
+        said = client.communicate(timeout=30)[0]
+        assert client.returncode != 0
+        assert "terminating connection" in said or "closed the connection" in said, said
+        assert not listening("127.0.0.1", port)
+    finally:
+        if client is not None and client.poll() is None:
+            client.kill()
+            client.wait()
+        if proc.poll() is None:
+            processes.stop(proc)
+        for pid, started in known.items():
+            if still_alive(pid, started):
+                os.kill(pid, signal.SIGKILL)
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)
