@@ -17,12 +17,25 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
-from appliance.cli import NotLoggedIn, UsageError, output
-from appliance.cli.client import ApiClient, Transport, UrllibTransport, normalize_endpoint
+import re
+
+from appliance.cli import CliError, NotLoggedIn, UsageError, output, schema
+from appliance.cli.client import ApiClient, ApiError, Transport, UrllibTransport, normalize_endpoint
 from appliance.cli.session import SessionStore, config_dir_from_environ
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_PAGE_SIZE = 100
+# One --wait-timeout for every command: the slowest thing waited for (a VM downloading its
+# image and booting under TCG, a PostgreSQL instance on new nodes) takes minutes, and a
+# default that differs per group is one more thing to remember.
+WAIT_TIMEOUT = 900.0
+UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+PROJECTS = "/v1/iam/projects/"
+# how items of a collection are named where it is not `name`
+NAME_FIELDS = {"/v1/iam/users/": "username"}
+PROJECT_HELP = ("the project's name or UUID (default: the token's project; with an "
+                "administrator's unscoped token, the admin project)")
 
 
 @dataclasses.dataclass
@@ -98,6 +111,129 @@ def with_given_fields(body, args, env, method):
     if method == "PUT" and not body:
         raise UsageError("nothing to update: give options, key=value fields or --data")
     return body
+
+
+def add_wait_options(sub, waits_for="the daemons to apply it"):
+    """--wait and --wait-timeout, the same on every command that writes."""
+    sub.add_argument("--wait", action="store_true",
+                     help=f"wait until it is ACTIVE, that is for {waits_for}, printing each "
+                          "status change; exit 1 on ERROR or after --wait-timeout (a "
+                          "resource without a status is done when the API answers)")
+    sub.add_argument("--wait-timeout", type=positive_float, default=WAIT_TIMEOUT,
+                     metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+    return sub
+
+
+def add_project_option(sub):
+    """-p/--project NAME-OR-UUID (--project-id: the reference CLI's spelling)."""
+    sub.add_argument("-p", "--project", "--project-id", dest="project", metavar="PROJECT",
+                     help=PROJECT_HELP)
+    return sub
+
+
+def add_body_options(sub):
+    """key=value fields and --data, laid over what the options build."""
+    sub.add_argument("fields", metavar="FIELD", nargs="*",
+                     help="more fields: key=value (string) or key:=json (typed); they "
+                          "override the options")
+    sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    return sub
+
+
+def fields_epilog(example: str | None, collection_path: str, options=None) -> str | None:
+    """A create's epilog: its example, then the body's fields with types and which are
+    required (from the API's OpenAPI document, see schema.py)."""
+    parts = [f"example:\n  {example}"] if example else []
+    listed = schema.fields_help(collection_path, options)
+    if listed:
+        parts.append(listed)
+    return "\n\n".join(parts) or None
+
+
+def item_path(collection_path: str, uuid: str) -> str:
+    return collection_path.rstrip("/") + "/" + uuid
+
+
+def resolve(client, collection_path, ref, name_field=None):
+    """An item path from a UUID or a unique name; an ambiguous name is an error that lists
+    the candidates."""
+    collection_path = collection_path.rstrip("/") + "/"
+    name_field = name_field or NAME_FIELDS.get(collection_path, "name")
+    if UUID.match(ref):
+        return collection_path + ref
+    found = client.request("GET", collection_path, query=[(name_field, ref)]).payload()
+    if not found:
+        raise CliError(f"no {name_field} {ref!r} in {collection_path}")
+    if len(found) > 1:
+        candidates = ", ".join(
+            item["uuid"] + (f" (project {item['project_id']})" if item.get("project_id") else "")
+            for item in found)
+        raise CliError(f"{len(found)} items named {ref!r} in {collection_path}: {candidates}; "
+                       "give one of these UUIDs")
+    return collection_path + found[0]["uuid"]
+
+
+def resolve_uuid(client, collection_path, ref):
+    return resolve(client, collection_path, ref).rsplit("/", 1)[1]
+
+
+def resolve_references(client, collection_path, body):
+    """`body` with each reference field given by name replaced by the UUID it names (a role
+    binding's user=alice role=viewer project=demo), as show and delete take names."""
+    if not isinstance(body, dict):
+        return body
+    links = schema.references(collection_path)
+    if isinstance(body.get("project_id"), str) and "project_id" not in links:
+        links["project_id"] = PROJECTS
+    for field, target in links.items():
+        value = body.get(field)
+        if isinstance(value, str) and value and not UUID.match(value) and \
+                not value.startswith("/v1/"):
+            body[field] = resolve_uuid(client, target, value)
+    return body
+
+
+def default_project(client):
+    """The project a create goes to when neither the token nor the command names one: the
+    admin project for an administrator, the only project a user sees, else an error that
+    says how to give one."""
+    try:
+        client.request("GET", PROJECTS + ADMIN_PROJECT).payload()
+        return ADMIN_PROJECT
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+    projects = client.request("GET", PROJECTS).payload()
+    if len(projects) == 1:
+        return projects[0]["uuid"]
+    seen = ", ".join(p.get("name") or p["uuid"] for p in projects[:10]) or "none"
+    raise UsageError("this needs a project, and the token is not scoped to one: give "
+                     f"-p/--project NAME-OR-UUID (projects you see: {seen}), or log in to "
+                     "one with `appliance login --project NAME`")
+
+
+def create(client, collection_path, body, project=None):
+    """POST `body` to the collection: -p PROJECT and references given by name become UUIDs;
+    when the API wants a project_id that nobody gave, the default project is used."""
+    if isinstance(body, dict):
+        if project:
+            body["project_id"] = resolve_uuid(client, PROJECTS, project)
+        body = resolve_references(client, collection_path, body)
+    try:
+        return client.request("POST", collection_path, body=body).payload()
+    except ApiError as exc:
+        if exc.status != 400 or not exc.message.startswith("project_id: required") or \
+                not isinstance(body, dict) or body.get("project_id"):
+            raise
+    body["project_id"] = default_project(client)
+    return client.request("POST", collection_path, body=body).payload()
+
+
+def update(client, item, body):
+    """PUT `body` on the item, references given by name becoming UUIDs."""
+    collection_path = item.rstrip("/").rsplit("/", 1)[0]
+    return client.request("PUT", item, body=resolve_references(client, collection_path, body)
+                          ).payload()
 
 
 def add_list_arguments(parser):
