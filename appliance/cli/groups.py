@@ -173,13 +173,15 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
     create_example = spec.get("create_example", {}).get(name, "-n NAME")
     collection_path = f"/v1/{service}/{parent[1]}/<{parent[0]}>/{name}/" if parent \
         else f"/v1/{path}/"
-    fields = {f["name"] for f in schema.create_fields(collection_path)}
+    with_project = not parent and any(
+        f["name"] == "project_id" for f in schema.create_fields(collection_path))
 
     def verb(word, summary, handler, item=False, body=False, aliases=()):
         example = f"appliance {service} {name} {word}{parent_arg}" + \
             (" NAME-OR-UUID" if item else "") + (f" {create_example}" if word == "add" else "")
         epilog = fields_epilog(example, collection_path, {
-            name_field: "-n/--name", "project_id": "-p/--project"}) if word == "add" \
+            name_field: "-n/--name", **({"project_id": "-p/--project"} if with_project else {})
+        }) if word == "add" \
             else f"example:\n  {example}"
         sub = verbs.add_parser(word, help=summary, description=summary, parents=[common],
                                aliases=list(aliases),
@@ -194,7 +196,7 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
         if body:
             sub.add_argument("-n", "--name", dest="item_name", metavar="NAME",
                              help=f"the {name_field} field")
-            if word == "add" and "project_id" in fields and not parent:
+            if word == "add" and with_project:
                 add_project_option(sub)
             add_body_options(sub)
         if body or word == "show":

@@ -100,13 +100,19 @@ def references(collection_path: str) -> dict[str, str]:
             if f["reference"]}
 
 
-def fields_help(collection_path: str, options: dict[str, str] | None = None) -> str:
+def fields_help(collection_path: str, options: dict[str, str] | None = None,
+                parser=None) -> str:
     """The create body's fields as a help section: name, type, required; `options` maps a
-    field to the option that sets it (name -> -n/--name)."""
+    field to the option that sets it (name -> -n/--name), kept where `parser` (when given)
+    has that option."""
     rows = create_fields(collection_path)
     if not rows:
         return ""
-    options = options or {}
+    options = dict(options or {})
+    if parser is not None:
+        known = parser._option_string_actions
+        options = {field: label for field, label in options.items()
+                   if all(word in known for word in re.findall(r"--?[\w-]+", label))}
     width = max(len(f["name"]) for f in rows)
     lines = [f"fields of the body (from the API's OpenAPI document; set as key=value, "
              f"key:=json, or the option shown):"]
