@@ -286,11 +286,49 @@ def emit(args: argparse.Namespace, env: Environment, data, path: str | None = No
     secret = output.sensitive_fields(path)
     shown = option(args, "show_values")
     if isinstance(data, list):
-        data = output.table_rows(path, data)
+        data = with_names(args, env, output.table_rows(path, data))
     # Asked for, the values get a column even in a table too narrow for every field.
     text = output.render(data, hidden=() if shown else secret, wanted=secret if shown else ())
     if text:
         env.stdout.write(text + "\n")
+
+
+# a table column holding a UUID -> the collection it names
+REFERENCE_COLUMNS = {"hypervisor": "/v1/compute/hypervisors/", "node_set": "/v1/compute/sets/",
+                     "node": "/v1/compute/nodes/"}
+_REFERENCE_PATH = re.compile(r"^(/v1/[\w/-]+/)([0-9a-fA-F-]{36})$")
+
+
+def with_names(args, env, rows):
+    """Table rows whose references (a hypervisor's UUID, a /v1/.../<uuid> path) show the
+    name they point at: a cut path says nothing. One GET per collection named; what cannot
+    be read stays as it was."""
+    names: dict[str, dict] = {}
+
+    def name_of(collection, uuid):
+        if collection not in names:
+            try:
+                items = session_client(args, env).request("GET", collection).payload()
+                names[collection] = {i["uuid"]: i.get("name") or i.get("username")
+                                     for i in items if isinstance(i, dict) and "uuid" in i}
+            except CliError:
+                names[collection] = {}
+        return names[collection].get(uuid.lower()) or uuid
+
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            row = dict(row)
+            for key, value in row.items():
+                if not isinstance(value, str):
+                    continue
+                match = _REFERENCE_PATH.match(value)
+                if match:
+                    row[key] = name_of(match.group(1), match.group(2))
+                elif key in REFERENCE_COLUMNS and UUID.match(value):
+                    row[key] = name_of(REFERENCE_COLUMNS[key], value)
+        out.append(row)
+    return out
 
 
 def split_field(item: str) -> tuple[str, bool, str]:
