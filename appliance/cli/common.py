@@ -203,13 +203,19 @@ def default_project(client):
     except ApiError as exc:
         if exc.status not in (403, 404):
             raise
-    projects = client.request("GET", PROJECTS).payload()
-    if len(projects) == 1:
+    try:
+        projects = client.request("GET", PROJECTS).payload()
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        projects = None
+    if projects and len(projects) == 1:
         return projects[0]["uuid"]
-    seen = ", ".join(p.get("name") or p["uuid"] for p in projects[:10]) or "none"
+    seen = f" (projects you see: {', '.join(p.get('name') or p['uuid'] for p in projects[:10])})" \
+        if projects else ""
     raise UsageError("this needs a project, and the token is not scoped to one: give "
-                     f"-p/--project NAME-OR-UUID (projects you see: {seen}), or log in to "
-                     "one with `appliance login --project NAME`")
+                     f"-p/--project NAME-OR-UUID{seen}, or log in to one with "
+                     "`appliance login --project NAME`")
 
 
 def create(client, collection_path, body, project=None):
@@ -222,6 +228,13 @@ def create(client, collection_path, body, project=None):
     try:
         return client.request("POST", collection_path, body=body).payload()
     except ApiError as exc:
+        unscoped = client.session is not None and not client.session.scope
+        if exc.status == 403 and unscoped and not project:
+            # a project's member holds its rights in the project only: a token without one
+            # is refused before the project is even looked at
+            raise CliError(f"{exc.message}; the token is not scoped to a project: log in to "
+                           "one with `appliance login --project NAME`, or give "
+                           "-p/--project NAME-OR-UUID", exc.exit_status) from None
         if exc.status != 400 or not exc.message.startswith("project_id: required") or \
                 not isinstance(body, dict) or body.get("project_id"):
             raise

@@ -23,6 +23,7 @@ from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, Us
 from appliance.cli import (agent, backup, certificates, compute, configs, em, groups, lb,
                            output, repo, services, sqldb)
 from appliance.cli.client import (
+    ApiError,
     INTROSPECT_PATH,
     LOGOUT_PATH,
     MARKER_HEADER,
@@ -387,6 +388,11 @@ def project_by_name_or_uuid(client, grant, project, env):
     lookup = ApiClient(client.endpoint, env.transport, client.timeout, env.clock, unscoped)
     try:
         return resolve_uuid(lookup, PROJECTS, project)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        raise CliError(f"cannot look the project {project!r} up by name ({exc.message}): "
+                       "give its UUID", exc.exit_status) from None
     finally:
         with contextlib.suppress(CliError):
             lookup.request("POST", LOGOUT_PATH, body={})
