@@ -119,7 +119,9 @@ def on_item_or_collection(generic, collection):
 def emit_after_wait(args, env, client, item_path, obj, waits_for):
     """Print `obj`, or with --wait the item once it is ACTIVE (a record without a status
     is done when the API answers)."""
-    if getattr(args, "wait", False) and (obj is None or "status" in obj):
+    if getattr(args, "wait", False) and obj is None:
+        obj = client.request("GET", item_path).payload()
+    if getattr(args, "wait", False) and isinstance(obj, dict) and "status" in obj:
         obj = wait_active(client, item_path, env, args.wait_timeout, waits_for)
     emit(args, env, obj, item_path)
     return 0
@@ -253,6 +255,10 @@ def _run(generic, item=False, method=None):
             if not getattr(args, "wait", False):
                 return generic(args, env)
             sent = None
+            shown = client.request("GET", target).payload()
+            if "status" not in shown:
+                emit(args, env, shown, target)      # nothing to wait for
+                return 0
         else:
             given = build_body(args, env)
             if given is not None and not isinstance(given, dict):

@@ -82,3 +82,15 @@ def test_a_user_with_no_default_project_is_told_how_to_give_one(logged_in, real_
     made = ok(user("--json", "secret", "passwords", "add", "-n", "somewhere"))
     assert made["project_id"] == own_a
 
+
+
+def test_wait_on_a_record_without_a_status_ends_when_the_api_answers(logged_in):
+    """--wait is on every add/update/show; where the record has no status (a DNS domain,
+    an IAM role) there is nothing to wait for, so it does not poll until the timeout."""
+    domain = logged_in("--json", "dns", "domains", "add", "-n", "nostatus.test", "--wait",
+                       "--wait-timeout", "5")
+    assert domain.code == 0 and "waiting" not in domain.stderr, domain.stderr
+    shown = logged_in("--json", "iam", "roles", "show", "admin", "--wait",
+                      "--wait-timeout", "5")
+    assert shown.code == 0 and shown.json()["name"] == "admin"
+    assert "waiting" not in shown.stderr
