@@ -300,6 +300,8 @@ def emit(args: argparse.Namespace, env: Environment, data, path: str | None = No
     shown = option(args, "show_values")
     if isinstance(data, list):
         data = with_names(args, env, output.table_rows(path, data))
+    else:
+        data = output.detail_view(path, data)
     # Asked for, the values get a column even in a table too narrow for every field.
     text = output.render(data, hidden=() if shown else secret, wanted=secret if shown else ())
     if text:

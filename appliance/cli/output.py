@@ -152,6 +152,14 @@ def table_rows(path: str | None, rows: list) -> list:
     return rows
 
 
+def detail_view(path: str | None, item: Any) -> Any:
+    """One object shaped for people where a field's API name misleads: a service's `path`
+    is the command it runs."""
+    if isinstance(item, dict) and (path or "").startswith("/v1/em/services") and "path" in item:
+        return {("command" if key == "path" else key): value for key, value in item.items()}
+    return item
+
+
 def is_empty(value: Any) -> bool:
     return value is None or value == "" or value == [] or value == {}
 

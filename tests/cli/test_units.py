@@ -130,3 +130,9 @@ def test_lb_info_is_a_view():
         "pools:",
         "  app: 10.0.0.5:8080 weight 1, node n-1:80",
     ]
+
+
+def test_a_services_view_labels_its_command():
+    from appliance.cli.output import detail_view, render
+    view = render(detail_view("/v1/em/services/u", {"uuid": "u", "path": "exec sleep 1"}))
+    assert view.splitlines() == ["uuid     u", "command  exec sleep 1"]
