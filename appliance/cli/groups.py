@@ -11,7 +11,7 @@ import argparse
 import time
 
 from . import CliError, UsageError
-from .common import (ADMIN_PROJECT, UUID, add_body_options, add_list_arguments,  # noqa: F401
+from .common import (add_body_options, add_list_arguments,
                      add_project_option, add_wait_options, build_body, create, emit,
                      fields_epilog, option, resolve, session_client, update)
 from . import schema
