@@ -8,11 +8,16 @@ The reference CLI's verbs and options (`add -p P -e EMAIL -d DOMAIN... [-n NAME]
 import argparse
 
 from . import UsageError
-from .common import add_list_arguments, session_client, verb_adder, with_given_fields
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, fields_epilog, session_client, update,
+                     verb_adder, with_given_fields)
 from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 COLLECTION = "/v1/secret/certificates/"
-WAIT_TIMEOUT = 300.0
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "email": "-e/--email",
+                   "domains": "-d/--domain", "method": "-m/--method", "cert": "--cert",
+                   "key": "--key", "expiration_threshold": "--threshold", "tags": "--tag"}
 WAITS_FOR = "the certificate daemon to issue it through ACME"
 METHODS = ("dns_core", "manual")
 
@@ -31,11 +36,7 @@ def add_collection(collections, common, make_parser, handlers):
     verb = verb_adder(verbs, common, "certificate")
 
     def waiting(sub):
-        sub.add_argument("--wait", action="store_true",
-                         help=f"wait until ACTIVE, that is for {WAITS_FOR}; exit 1 on ERROR")
-        sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
-                         metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
-        return sub
+        return add_wait_options(sub, WAITS_FOR)
 
     add_list_arguments(verb("list", "list certificates (uuid, project, name, email, "
                                     "domains, status)",
@@ -44,9 +45,10 @@ def add_collection(collections, common, make_parser, handlers):
     waiting(verb("show", "show a certificate (key and cert hidden unless --show-values)",
                  show_or_wait(handlers["show"], COLLECTION, WAITS_FOR)))
     add = waiting(verb("add", "add a certificate", _write("POST"), item=False,
-                       aliases=("create",),
-                       epilog="appliance secret certificates add -p PROJECT -e ops@example.org"
-                              " -d www.example.test --wait"))
+                       aliases=("create",)))
+    add.epilog = fields_epilog("appliance secret certificates add -p PROJECT -e "
+                               "ops@example.org -d www.example.test --wait", COLLECTION,
+                               OPTION_OF_FIELD)
     update = waiting(verb("update", "change a certificate (its status goes back to NEW; new "
                                     "domains or method: a new issuance)", _write("PUT"),
                           epilog="appliance secret certificates update web -d "
@@ -59,8 +61,7 @@ def add_collection(collections, common, make_parser, handlers):
 
 def _options(sub, create):
     opt = sub.add_argument
-    opt("-p", "--project-id", "--project", dest="project", metavar="UUID",
-        help="project_id (default: the token's)")
+    add_project_option(sub)
     if create:
         opt("-u", "--uuid", metavar="UUID", help="the new certificate's UUID")
     opt("-n", "--name", default="test_certificate" if create else None,
@@ -78,10 +79,7 @@ def _options(sub, create):
     opt("--threshold", type=int, metavar="DAYS",
         help="expiration_threshold: renewed this many days before it expires (default 14)")
     opt("--tag", action="append", metavar="TAG", help="a tag (repeat for several)")
-    opt("fields", metavar="FIELD", nargs="*",
-        help="more fields: key=value (string) or key:=json (typed); they override the "
-             "options")
-    opt("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    add_body_options(sub)
 
 
 def _read(file):
@@ -91,7 +89,7 @@ def _read(file):
 
 def _body(args, create):
     body = {field: getattr(args, opt) for opt, field in (
-        ("uuid", "uuid"), ("project", "project_id"), ("name", "name"), ("description", "description"),
+        ("uuid", "uuid"), ("name", "name"), ("description", "description"),
         ("email", "email"), ("domains", "domains"), ("threshold", "expiration_threshold"),
         ("tag", "tags")) if getattr(args, opt, None) is not None}
     if args.method is not None:
@@ -109,7 +107,12 @@ def _write(method):
         client = session_client(args, env)
         body = with_given_fields(_body(args, method == "POST"), args, env, method)
         target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
-        sent = client.request(method, target, body=body).payload()
+        if method == "POST":
+            sent = create(client, target, body, args.project)
+        else:
+            if args.project:
+                body["project_id"] = args.project
+            sent = update(client, target, body)
         return emit_after_wait(args, env, client, COLLECTION + sent["uuid"], sent, WAITS_FOR)
     return handler
 

@@ -17,12 +17,25 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence, TextIO
 
-from appliance.cli import NotLoggedIn, UsageError, output
-from appliance.cli.client import ApiClient, Transport, UrllibTransport, normalize_endpoint
+import re
+
+from appliance.cli import CliError, NotLoggedIn, UsageError, output, schema
+from appliance.cli.client import ApiClient, ApiError, Transport, UrllibTransport, normalize_endpoint
 from appliance.cli.session import SessionStore, config_dir_from_environ
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_PAGE_SIZE = 100
+# One --wait-timeout for every command: the slowest thing waited for (a VM downloading its
+# image and booting under TCG, a PostgreSQL instance on new nodes) takes minutes, and a
+# default that differs per group is one more thing to remember.
+WAIT_TIMEOUT = 900.0
+UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+PROJECTS = "/v1/iam/projects/"
+# how items of a collection are named where it is not `name`
+NAME_FIELDS = {"/v1/iam/users/": "username"}
+PROJECT_HELP = ("the project's name or UUID (default: the token's project; with an "
+                "administrator's unscoped token, the admin project)")
 
 
 @dataclasses.dataclass
@@ -100,6 +113,142 @@ def with_given_fields(body, args, env, method):
     return body
 
 
+def add_wait_options(sub, waits_for="the daemons to apply it"):
+    """--wait and --wait-timeout, the same on every command that writes."""
+    sub.add_argument("--wait", action="store_true",
+                     help=f"wait until it is ACTIVE, that is for {waits_for}, printing each "
+                          "status change; exit 1 on ERROR or after --wait-timeout (a "
+                          "resource without a status is done when the API answers)")
+    sub.add_argument("--wait-timeout", type=positive_float, default=WAIT_TIMEOUT,
+                     metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+    return sub
+
+
+def add_project_option(sub):
+    """-p/--project NAME-OR-UUID (--project-id: the reference CLI's spelling)."""
+    sub.add_argument("-p", "--project", "--project-id", dest="project", metavar="PROJECT",
+                     help=PROJECT_HELP)
+    return sub
+
+
+def add_body_options(sub):
+    """key=value fields and --data, laid over what the options build."""
+    sub.add_argument("fields", metavar="FIELD", nargs="*",
+                     help="more fields: key=value (string) or key:=json (typed); they "
+                          "override the options")
+    sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    return sub
+
+
+def fields_epilog(example: str | None, collection_path: str, options=None) -> str | None:
+    """A create's epilog: its example, then the body's fields with types and which are
+    required (from the API's OpenAPI document, see schema.py)."""
+    parts = [f"example:\n  {example}"] if example else []
+    listed = schema.fields_help(collection_path, options)
+    if listed:
+        parts.append(listed)
+    return "\n\n".join(parts) or None
+
+
+def item_path(collection_path: str, uuid: str) -> str:
+    return collection_path.rstrip("/") + "/" + uuid
+
+
+def resolve(client, collection_path, ref, name_field=None):
+    """An item path from a UUID or a unique name; an ambiguous name is an error that lists
+    the candidates."""
+    collection_path = collection_path.rstrip("/") + "/"
+    name_field = name_field or NAME_FIELDS.get(collection_path, "name")
+    if UUID.match(ref):
+        return collection_path + ref
+    found = client.request("GET", collection_path, query=[(name_field, ref)]).payload()
+    if not found:
+        raise CliError(f"no {name_field} {ref!r} in {collection_path}")
+    if len(found) > 1:
+        candidates = ", ".join(
+            item["uuid"] + (f" (project {item['project_id']})" if item.get("project_id") else "")
+            for item in found)
+        raise CliError(f"{len(found)} items named {ref!r} in {collection_path}: {candidates}; "
+                       "give one of these UUIDs")
+    return collection_path + found[0]["uuid"]
+
+
+def resolve_uuid(client, collection_path, ref):
+    return resolve(client, collection_path, ref).rsplit("/", 1)[1]
+
+
+def resolve_references(client, collection_path, body):
+    """`body` with each reference field given by name replaced by the UUID it names (a role
+    binding's user=alice role=viewer project=demo), as show and delete take names."""
+    if not isinstance(body, dict):
+        return body
+    links = schema.references(collection_path)
+    if isinstance(body.get("project_id"), str) and "project_id" not in links:
+        links["project_id"] = PROJECTS
+    for field, target in links.items():
+        value = body.get(field)
+        if isinstance(value, str) and value and not UUID.match(value) and \
+                not value.startswith("/v1/"):
+            body[field] = resolve_uuid(client, target, value)
+    return body
+
+
+def default_project(client):
+    """The project a create goes to when neither the token nor the command names one: the
+    admin project for an administrator, the only project a user sees, else an error that
+    says how to give one."""
+    try:
+        client.request("GET", PROJECTS + ADMIN_PROJECT).payload()
+        return ADMIN_PROJECT
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+    try:
+        projects = client.request("GET", PROJECTS).payload()
+    except ApiError as exc:
+        if exc.status not in (403, 404):
+            raise
+        projects = None
+    if projects and len(projects) == 1:
+        return projects[0]["uuid"]
+    seen = f" (projects you see: {', '.join(p.get('name') or p['uuid'] for p in projects[:10])})" \
+        if projects else ""
+    raise UsageError("this needs a project, and the token is not scoped to one: give "
+                     f"-p/--project NAME-OR-UUID{seen}, or log in to one with "
+                     "`appliance login --project NAME`")
+
+
+def create(client, collection_path, body, project=None):
+    """POST `body` to the collection: -p PROJECT and references given by name become UUIDs;
+    when the API wants a project_id that nobody gave, the default project is used."""
+    if isinstance(body, dict):
+        if project:
+            body["project_id"] = resolve_uuid(client, PROJECTS, project)
+        body = resolve_references(client, collection_path, body)
+    try:
+        return client.request("POST", collection_path, body=body).payload()
+    except ApiError as exc:
+        unscoped = client.session is not None and not client.session.scope
+        if exc.status == 403 and unscoped and not project:
+            # a project's member holds its rights in the project only: a token without one
+            # is refused before the project is even looked at
+            raise CliError(f"{exc.message}; the token is not scoped to a project: log in to "
+                           "one with `appliance login --project NAME`, or give "
+                           "-p/--project NAME-OR-UUID", exc.exit_status) from None
+        if exc.status != 400 or not exc.message.startswith("project_id: required") or \
+                not isinstance(body, dict) or body.get("project_id"):
+            raise
+    body["project_id"] = default_project(client)
+    return client.request("POST", collection_path, body=body).payload()
+
+
+def update(client, item, body):
+    """PUT `body` on the item, references given by name becoming UUIDs."""
+    collection_path = item.rstrip("/").rsplit("/", 1)[0]
+    return client.request("PUT", item, body=resolve_references(client, collection_path, body)
+                          ).payload()
+
+
 def add_list_arguments(parser):
     """The options of every list command: filters, sorting and paging."""
     parser.add_argument("--filter", metavar="KEY=VALUE", action="append", default=[],
@@ -150,11 +299,51 @@ def emit(args: argparse.Namespace, env: Environment, data, path: str | None = No
     secret = output.sensitive_fields(path)
     shown = option(args, "show_values")
     if isinstance(data, list):
-        data = output.table_rows(path, data)
+        data = with_names(args, env, output.table_rows(path, data))
+    else:
+        data = output.detail_view(path, data)
     # Asked for, the values get a column even in a table too narrow for every field.
     text = output.render(data, hidden=() if shown else secret, wanted=secret if shown else ())
     if text:
         env.stdout.write(text + "\n")
+
+
+# a table column holding a UUID -> the collection it names
+REFERENCE_COLUMNS = {"hypervisor": "/v1/compute/hypervisors/", "node_set": "/v1/compute/sets/",
+                     "node": "/v1/compute/nodes/"}
+_REFERENCE_PATH = re.compile(r"^(/v1/[\w/-]+/)([0-9a-fA-F-]{36})$")
+
+
+def with_names(args, env, rows):
+    """Table rows whose references (a hypervisor's UUID, a /v1/.../<uuid> path) show the
+    name they point at: a cut path says nothing. One GET per collection named; what cannot
+    be read stays as it was."""
+    names: dict[str, dict] = {}
+
+    def name_of(collection, uuid):
+        if collection not in names:
+            try:
+                items = session_client(args, env).request("GET", collection).payload()
+                names[collection] = {i["uuid"]: i.get("name") or i.get("username")
+                                     for i in items if isinstance(i, dict) and "uuid" in i}
+            except CliError:
+                names[collection] = {}
+        return names[collection].get(uuid.lower()) or uuid
+
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            row = dict(row)
+            for key, value in row.items():
+                if not isinstance(value, str):
+                    continue
+                match = _REFERENCE_PATH.match(value)
+                if match:
+                    row[key] = name_of(match.group(1), match.group(2))
+                elif key in REFERENCE_COLUMNS and UUID.match(value):
+                    row[key] = name_of(REFERENCE_COLUMNS[key], value)
+        out.append(row)
+    return out
 
 
 def split_field(item: str) -> tuple[str, bool, str]:

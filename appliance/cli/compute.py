@@ -10,10 +10,11 @@ progress, and the serial console.
 import argparse
 
 from . import CliError
-from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import on_item_or_collection, resolve, show_or_wait, wait_active
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, emit, fields_epilog, session_client, update,
+                     verb_adder, with_given_fields)
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait, wait_active
 
-WAIT_TIMEOUT = 900.0       # a VM under TCG downloads its image and boots in minutes
 WAITS_FOR = "the compute daemon to build it"
 # CLI name -> (API collection, summary, create example)
 COLLECTIONS = {
@@ -28,8 +29,12 @@ COLLECTIONS = {
                            "-n spread --kind hard-anti-affinity"),
 }
 MACHINES = ("nodes", "sets")
-# only these move to ACTIVE through a daemon
-WAITABLE = ("hypervisors", "nodes", "sets", "volumes")
+# a field of the body -> the option that sets it, for `add --help`
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "cores": "-c/--cores", "ram": "-r/--ram",
+                   "disk_spec": "-i/--image, -d/--disk-size", "hostname": "--hostname",
+                   "replicas": "--replicas", "size": "--size", "kind": "--kind",
+                   "driver_spec": "--uri"}
 
 
 def add_group(commands, common, make_parser, handlers):
@@ -54,13 +59,7 @@ def _add_verbs(verbs, common, name, api, example, handlers):
                       compute_collection=name)
 
     def waiting(sub):
-        if name in WAITABLE:
-            sub.add_argument("--wait", action="store_true",
-                             help="wait until ACTIVE, printing each status change; exit 1 "
-                                  "on ERROR or after --wait-timeout")
-            sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
-                             metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
-        return sub
+        return add_wait_options(sub, WAITS_FOR)
 
     listing = verb("list", f"list {name}",
                    on_item_or_collection(handlers["list"], _collection_path), item=False)
@@ -68,15 +67,13 @@ def _add_verbs(verbs, common, name, api, example, handlers):
     waiting(verb("show", f"show one of {name}",
                  show_or_wait(handlers["show"], _collection_path, WAITS_FOR)))
     add = waiting(verb("add", f"add one of {name}", _write("POST"), item=False,
-                       aliases=("create",),
-                       epilog=f"appliance compute {name} add {example}"))
+                       aliases=("create",)))
+    add.epilog = fields_epilog(f"appliance compute {name} add {example}",
+                               f"/v1/compute/{api}/", OPTION_OF_FIELD)
     update = waiting(verb("update", f"change fields of one of {name}", _write("PUT")))
     for sub in (add, update):
         _shape_options(sub, name, create=sub is add)
-        sub.add_argument("fields", metavar="FIELD", nargs="*",
-                         help="more fields: key=value (string) or key:=json (typed); "
-                              "they override the options")
-        sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+        add_body_options(sub)
     verb("delete", f"delete one of {name}",
          on_item_or_collection(handlers["delete"], _collection_path))
     if name == "nodes":
@@ -85,9 +82,9 @@ def _add_verbs(verbs, common, name, api, example, handlers):
         verb("console", "print the node's serial console (its last 64 KiB)", cmd_console,
              epilog="appliance compute nodes console web-0")
     if name == "volumes":
-        attach = verb("attach", "attach the volume to a node", cmd_attach)
+        attach = waiting(verb("attach", "attach the volume to a node", cmd_attach))
         attach.add_argument("node", metavar="NODE", help="the node's UUID or name")
-        verb("detach", "detach the volume from its node", _action("detach"))
+        waiting(verb("detach", "detach the volume from its node", _action("detach")))
 
 
 def _shape_options(sub, name, create):
@@ -95,7 +92,7 @@ def _shape_options(sub, name, create):
     opt("-n", "--name")
     opt("-D", "--description")
     if create and name != "hypervisors":
-        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+        add_project_option(sub)
     if name in MACHINES:
         opt("-c", "--cores", type=int)
         opt("-r", "--ram", type=int, help="MB")
@@ -115,8 +112,7 @@ def _shape_options(sub, name, create):
 
 
 def _from_options(args):
-    names = {"name": "name", "description": "description", "project": "project_id",
-             "cores": "cores", "ram": "ram", "hostname": "hostname", "replicas": "replicas",
+    names = {"name": "name", "description": "description", "cores": "cores", "ram": "ram", "hostname": "hostname", "replicas": "replicas",
              "size": "size", "kind": "kind"}
     return {field: getattr(args, opt) for opt, field in names.items()
             if getattr(args, opt, None) is not None}
@@ -151,7 +147,8 @@ def _write(method):
         if method == "POST" and args.compute_collection in MACHINES:
             # the reference CLI's defaults; the API asks for both
             body = {"cores": 1, "ram": 1024, **body}
-        sent = client.request(method, target, body=body).payload()
+        sent = create(client, target, body, getattr(args, "project", None)) \
+            if method == "POST" else update(client, target, body)
         item = collection + sent["uuid"]
         return _finish(args, env, client, item, sent)
     return handler
@@ -162,7 +159,7 @@ def _collection_path(args):
 
 
 def _finish(args, env, client, item, obj):
-    if getattr(args, "wait", False):
+    if getattr(args, "wait", False) and "status" in obj:
         try:
             obj = wait_active(client, item, env, args.wait_timeout, WAITS_FOR)
         except CliError:
@@ -178,8 +175,12 @@ def _action(name, body=None):
     def handler(args, env):
         client = session_client(args, env)
         item = resolve(client, args.collection_path, args.ref)
-        emit(args, env, client.request("POST", f"{item}/actions/{name}/invoke",
-                                       body=body or {}).payload(), item)
+        answer = client.request("POST", f"{item}/actions/{name}/invoke",
+                                body=body or {}).payload()
+        if getattr(args, "wait", False):
+            # the action answers with nothing or the item; --wait shows the item once ACTIVE
+            return emit_after_wait(args, env, client, item, None, WAITS_FOR)
+        emit(args, env, answer, item)
         return 0
     return handler
 

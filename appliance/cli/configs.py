@@ -15,9 +15,17 @@ import uuid as uuidlib
 from pathlib import Path
 
 from . import CliError, UsageError
-from .common import (add_list_arguments, emit, session_client, split_field, verb_adder,
-                     with_given_fields)
-from .groups import on_item_or_collection, resolve
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, fields_epilog, session_client,
+                     split_field, update, verb_adder, with_given_fields)
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
+
+WAITS_FOR = "the node agents to write the file"
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "path": "--path",
+                   "target": "--node, --node-set", "body": "--content, --template, --var",
+                   "mode": "--mode", "owner": "--owner", "group": "--group",
+                   "on_change": "--on-change, --no-on-change"}
 
 CONFIGS = "/v1/config/configs/"
 NODES, SETS = "/v1/compute/nodes/", "/v1/compute/sets/"
@@ -40,14 +48,16 @@ def add_group(commands, common, make_parser, handlers):
 
     add_list_arguments(verb("list", "list configs",
                             on_item_or_collection(handlers["list"], CONFIGS), item=False))
-    verb("show", "show a config (with its status on each node)",
-         on_item_or_collection(handlers["show"], CONFIGS))
-    add = verb("add", "add a config", _write("POST"), item=False, aliases=("create",),
-               epilog="appliance config add --node web --path /etc/motd --content 'hello'")
+    add_wait_options(verb("show", "show a config (with its status on each node)",
+                          show_or_wait(handlers["show"], CONFIGS, WAITS_FOR)), WAITS_FOR)
+    add = verb("add", "add a config", _write("POST"), item=False, aliases=("create",))
+    add.epilog = fields_epilog("appliance config add --node web --path /etc/motd --content "
+                               "'hello' --wait", CONFIGS, OPTION_OF_FIELD)
     update = verb("update", "change fields of a config", _write("PUT"),
                   epilog="appliance config update motd --mode 0600")
     for sub in (add, update):
         _options(sub, create=sub is add)
+        add_wait_options(sub, WAITS_FOR)
     delete = verb("delete", "delete a config, or with --node every config targeting a node",
                   cmd_delete, item=False, epilog="appliance config delete motd")
     delete.add_argument("ref", metavar="NAME-OR-UUID", nargs="?")
@@ -56,7 +66,7 @@ def add_group(commands, common, make_parser, handlers):
                                "CLI's)", cmd_add_from_env, item=False,
                epilog="GCT_ENV_PORT=80 GCT_CFG_TEXT_MOTD=hi GCT_CFG_PATH_MOTD=/etc/motd "
                       "appliance config add-from-env -p PROJECT web")
-    env.add_argument("-p", "--project-id", "--project", dest="project", required=True)
+    add_project_option(env)
     env.add_argument("node", metavar="NODE", help="the node's UUID or name")
     env.add_argument("--env-prefix", default=ENV_PREFIX)
     env.add_argument("--env-path", default=ENV_PATH)
@@ -72,7 +82,7 @@ def _options(sub, create):
     opt("-n", "--name")
     opt("-D", "--description")
     if create:
-        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+        add_project_option(sub)
     opt("--path", help="absolute path of the file on the node")
     target = sub.add_mutually_exclusive_group()
     target.add_argument("--node", metavar="NODE", action="append",
@@ -92,9 +102,7 @@ def _options(sub, create):
     on_change.add_argument("--on-change", metavar="COMMAND",
                            help="a shell command run on the node after each change")
     on_change.add_argument("--no-on-change", action="store_true", help="run nothing")
-    opt("fields", metavar="FIELD", nargs="*",
-        help="more fields: key=value (string) or key:=json (typed); they override options")
-    opt("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    add_body_options(sub)
 
 
 def _text(spec):
@@ -137,8 +145,7 @@ def _write(method):
         client = session_client(args, env)
         item = resolve(client, CONFIGS, args.ref) if method == "PUT" else None
         body = {field: getattr(args, opt) for opt, field in (
-            ("name", "name"), ("description", "description"), ("project", "project_id"),
-            ("path", "path"), ("mode", "mode"), ("owner", "owner"), ("group", "group"))
+            ("name", "name"), ("description", "description"), ("path", "path"), ("mode", "mode"), ("owner", "owner"), ("group", "group"))
             if getattr(args, opt, None) is not None}
         target = _target(client, args)
         if target:
@@ -163,9 +170,9 @@ def _write(method):
                 template = _text(args.template)
             body["body"] = {"kind": "template", "template": template, "variables": variables}
         with_given_fields(body, args, env, method)
-        sent = client.request(method, item or CONFIGS, body=body).payload()
-        emit(args, env, sent, CONFIGS + sent["uuid"])
-        return 0
+        sent = update(client, item, body) if item else \
+            create(client, CONFIGS, body, getattr(args, "project", None))
+        return emit_after_wait(args, env, client, CONFIGS + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
@@ -227,7 +234,6 @@ def cmd_add_from_env(args, env):
         bodies.append({"name": name, "path": pair["PATH"],
                        "body": {"kind": "text", "content": pair["TEXT"]}})
     for body in bodies:
-        sent = client.request("POST", CONFIGS, body={
-            **body, "target": target, "project_id": args.project}).payload()
+        sent = create(client, CONFIGS, {**body, "target": target}, args.project)
         env.stdout.write(f"saved {sent['path']} ({CONFIGS}{sent['uuid']})\n")
     return 0

@@ -11,7 +11,7 @@ import time
 import yaml
 
 from . import CliError, UsageError
-from .common import emit, session_client
+from .common import add_wait_options, emit, session_client
 
 POLL_SECONDS = 0.2
 MANIFESTS = "/v1/em/manifests/"
@@ -100,10 +100,7 @@ def add_em_group(commands, common, make_parser):
         return sub
 
     def wait_options(sub):
-        sub.add_argument("--wait", action="store_true",
-                         help="follow until done, printing each status move")
-        sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
-                         help="default 300")
+        add_wait_options(sub, "the Element Manager to finish")
 
     for name, summary in (("install", "install the element of a manifest file"),
                           ("upgrade", "upgrade the installed element to a manifest file")):

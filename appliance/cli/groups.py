@@ -2,19 +2,19 @@
 
 They are the generic verbs with the collection filled in (`appliance secret passwords
 list` is `appliance list secret/passwords`), plus what only makes sense per resource:
-naming an item by its name instead of its UUID, defaults the API leaves to the client,
-and `--wait` for resources that a daemon moves to ACTIVE.
+naming an item by its name instead of its UUID, the grammar every group shares
+(`-n/--name`, `-p/--project`, `--wait`, docs/cli.md), defaults the API leaves to the
+client, and `--wait` for resources that a daemon moves to ACTIVE.
 """
 
 import argparse
-import re
 import time
 
 from . import CliError, UsageError
-from .common import add_list_arguments, build_body, emit, option, session_client
-
-UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+from .common import (add_body_options, add_list_arguments,
+                     add_project_option, add_wait_options, build_body, create, emit,
+                     fields_epilog, option, resolve, session_client, update)
+from . import schema
 
 # service -> collections. Optional per collection: `name_field` (how items are named),
 # `parents` (a sub-collection under an item of another collection), `create_defaults`
@@ -28,8 +28,9 @@ GROUPS = {
             # word -> (GET action of an item, summary)
             "item_reads": {"projects": {"quotas": (
                 "quotas", "each quota's use and limit in the project")}},
-            "create_example": {"projects": "name=demo",
-                               "users": "username=alice password=s3cret-pass"}},
+            "create_example": {"projects": "-n demo",
+                               "users": "-n alice password=s3cret-pass",
+                               "role_bindings": "user=alice role=viewer project=demo"}},
     "vs": {"help": "values store: profiles, variables, values",
            "collections": ["profiles", "variables", "values"]},
     "dns": {"help": "domains and their records",
@@ -37,7 +38,7 @@ GROUPS = {
             # records live under a domain: `appliance dns records list example.test`
             "parents": {"records": ("domain", "domains")},
             "create_example": {
-                "domains": f"name=example.test project_id={ADMIN_PROJECT}",
+                "domains": "-n example.test",
                 "records": "type=A record:='{\"kind\": \"A\", \"name\": \"www\", "
                            "\"address\": \"10.0.0.5\"}'"}},
     "secret": {"help": "secrets, passwords, SSH and RSA keys, certificates",
@@ -48,25 +49,14 @@ GROUPS = {
                # to leave room for others, so the CLI fills it in.
                "create_defaults": {"secrets": {"constructor": {"kind": "plain"}}},
                "create_example": {
-                   "secrets": f"name=token project_id={ADMIN_PROJECT} value=abc --wait",
-                   "passwords": f"name=db project_id={ADMIN_PROJECT} --wait",
-                   "ssh_keys": f"name=deploy project_id={ADMIN_PROJECT} --wait",
-                   "rsa_keys": f"name=tls project_id={ADMIN_PROJECT} --wait"}},
+                   "secrets": "-n token value=abc --wait",
+                   "passwords": "-n db --wait",
+                   "ssh_keys": "-n deploy --wait",
+                   "rsa_keys": "-n tls --wait"}},
 }
 POLL_SECONDS = 0.2
-WAIT_TIMEOUT = 60.0
-
-
-def resolve(client, collection_path, ref, name_field="name"):
-    """An item path from a UUID or a unique name."""
-    if UUID.match(ref):
-        return collection_path.rstrip("/") + "/" + ref
-    found = client.request("GET", collection_path, query=[(name_field, ref)]).payload()
-    if not found:
-        raise CliError(f"no {name_field} {ref!r} in {collection_path}")
-    if len(found) > 1:
-        raise CliError(f"{len(found)} items named {ref!r} in {collection_path}; use a UUID")
-    return collection_path.rstrip("/") + "/" + found[0]["uuid"]
+NO_PASSWORD = ("note: {name} has no password, so it cannot log in until one is set: "
+               "`appliance iam users update {name} password=...`\n")
 
 
 def never_delivered(item_path, obj):
@@ -127,8 +117,11 @@ def on_item_or_collection(generic, collection):
 
 
 def emit_after_wait(args, env, client, item_path, obj, waits_for):
-    """Print `obj`, or with --wait the item once it is ACTIVE."""
-    if getattr(args, "wait", False):
+    """Print `obj`, or with --wait the item once it is ACTIVE (a record without a status
+    is done when the API answers)."""
+    if getattr(args, "wait", False) and obj is None:
+        obj = client.request("GET", item_path).payload()
+    if getattr(args, "wait", False) and isinstance(obj, dict) and "status" in obj:
         obj = wait_active(client, item_path, env, args.wait_timeout, waits_for)
     emit(args, env, obj, item_path)
     return 0
@@ -176,44 +169,52 @@ def add_groups(commands, common, make_parser, handlers, extra=None):
 def _add_verbs(verbs, common, service, spec, name, handlers):
     path = f"{service}/{name}"
     name_field = spec.get("name_field", {}).get(name, "name")
-    waitable = spec.get("waitable", False)
+    waits_for = spec.get("waits_for") or "the API to apply it"
     parent = spec.get("parents", {}).get(name)
     parent_arg = f" {parent[0].upper()}" if parent else ""
-    create_example = spec.get("create_example", {}).get(name, "name=...")
+    create_example = spec.get("create_example", {}).get(name, "-n NAME")
+    collection_path = f"/v1/{service}/{parent[1]}/<{parent[0]}>/{name}/" if parent \
+        else f"/v1/{path}/"
+    with_project = not parent and any(
+        f["name"] == "project_id" for f in schema.create_fields(collection_path))
 
-    def verb(word, summary, handler, item=False, fields=False):
+    def verb(word, summary, handler, item=False, body=False, aliases=()):
         example = f"appliance {service} {name} {word}{parent_arg}" + \
-            (" NAME-OR-UUID" if item else "") + (f" {create_example}" if word == "create" else "")
+            (" NAME-OR-UUID" if item else "") + (f" {create_example}" if word == "add" else "")
+        epilog = fields_epilog(example, collection_path, {
+            name_field: "-n/--name", **({"project_id": "-p/--project"} if with_project else {})
+        }) if word == "add" \
+            else f"example:\n  {example}"
         sub = verbs.add_parser(word, help=summary, description=summary, parents=[common],
+                               aliases=list(aliases),
                                formatter_class=argparse.RawDescriptionHelpFormatter,
-                               epilog=f"example:\n  {example}")
+                               epilog=epilog)
         if parent:
             sub.add_argument("parent_ref", metavar=parent[0].upper(),
                              help=f"the {parent[0]}'s name or UUID")
         if item:
             sub.add_argument("ref", metavar="NAME-OR-UUID",
                              help=f"the item's UUID or its {name_field}")
-        if fields:
-            sub.add_argument("fields", metavar="FIELD", nargs="*",
-                             help="key=value (string) or key:=json (typed)")
-            sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
-        if waitable and word in ("create", "update", "show"):
-            sub.add_argument("--wait", action="store_true",
-                             help=f"wait until it is ACTIVE, that is for "
-                                  f"{spec['waits_for']}, showing progress")
-            sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
-                             metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
+        if body:
+            sub.add_argument("-n", "--name", dest="item_name", metavar="NAME",
+                             help=f"the {name_field} field")
+            if word == "add" and with_project:
+                add_project_option(sub)
+            add_body_options(sub)
+        if body or word == "show":
+            add_wait_options(sub, waits_for)
         sub.set_defaults(handler=handler, group_path=path, name_field=name_field,
                          parent=parent, create_defaults=spec.get("create_defaults", {}).get(name),
-                         waits_for=spec.get("waits_for"))
+                         waits_for=waits_for)
         return sub
 
     listing = verb("list", f"list {name}", _run(handlers["list"]))
     add_list_arguments(listing)
     verb("show", f"show one of {name}", _run(handlers["show"], item=True), item=True)
-    verb("create", f"create one of {name}", _run(None, method="POST"), fields=True)
+    verb("add", f"add one of {name}", _run(None, method="POST"), body=True,
+         aliases=("create",))
     verb("update", f"change fields of one of {name}", _run(None, item=True, method="PUT"),
-         item=True, fields=True)
+         item=True, body=True)
     verb("delete", f"delete one of {name}", _run(handlers["delete"], item=True), item=True)
     for word, (action, summary) in spec.get("item_reads", {}).get(name, {}).items():
         verb(word, summary, _read_action(action), item=True)
@@ -237,8 +238,8 @@ def _read_action(action):
 
 def _run(generic, item=False, method=None):
     """The verb on this collection (an item named by UUID or name): reads go to the generic
-    verb; writes are sent here, with the collection's defaults; with --wait, wait for
-    ACTIVE and print the final object."""
+    verb; writes are sent here, with the collection's defaults, -n and -p, references
+    given by name resolved; with --wait, wait for ACTIVE and print the final object."""
     def handler(args, env):
         client = session_client(args, env)
         if args.parent:
@@ -253,21 +254,34 @@ def _run(generic, item=False, method=None):
         if method is None:
             if not getattr(args, "wait", False):
                 return generic(args, env)
+            sent = None
+            shown = client.request("GET", target).payload()
+            if "status" not in shown:
+                emit(args, env, shown, target)      # nothing to wait for
+                return 0
         else:
-            body = build_body(args, env)
-            if method == "PUT" and body is None:
-                raise UsageError("nothing to update: give key=value fields or --data")
-            if method == "POST" and (body is None or isinstance(body, dict)):
-                body = {**(args.create_defaults or {}), **(body or {})}
-            sent = client.request(method, target, body=body).payload()
-            target = collection + sent["uuid"]
-            if not getattr(args, "wait", False):
+            given = build_body(args, env)
+            if given is not None and not isinstance(given, dict):
+                raise UsageError("the body must be a JSON object")
+            body = {args.name_field: args.item_name} if args.item_name is not None else {}
+            body.update(given or {})
+            if method == "PUT":
+                if not body:
+                    raise UsageError("nothing to update: give -n, key=value fields or --data")
+                sent = update(client, target, body)
+            else:
+                body = {**(args.create_defaults or {}), **body}
+                sent = create(client, collection, body, option(args, "project"))
+                target = collection + sent["uuid"]
+                if collection == "/v1/iam/users/" and not body.get("password"):
+                    env.stderr.write(NO_PASSWORD.format(name=sent.get("username")))
+            if not getattr(args, "wait", False) or "status" not in sent:
                 emit(args, env, sent, target)
                 return 0
         try:
             result = wait_active(client, target, env, args.wait_timeout, args.waits_for)
         except CliError:
-            if method is not None:
+            if sent is not None:
                 env.stderr.write(f"{target} was saved; the wait failed\n")
             raise
         emit(args, env, result, target)

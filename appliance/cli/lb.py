@@ -14,13 +14,22 @@ import json
 from pathlib import Path
 
 from . import UsageError
-from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
-from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, emit, fields_epilog, session_client, update,
+                     verb_adder, with_given_fields)
+from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait, wait_active
 
 LBS = "/v1/network/lb/"
 NODES, SETS = "/v1/compute/nodes/", "/v1/compute/sets/"
-WAIT_TIMEOUT = 120.0
 WAITS_FOR = "the LB's nodes to apply it"
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "type": "--type, --node, --cpu, --ram, "
+                   "--disk-size, --nodes-number", "protocol": "--protocol", "port": "--port",
+                   "domains": "--domain", "cert": "--certificate [--key]",
+                   "redirect_http": "--redirect-http",
+                   "proxy_protocol_from": "--proxy-protocol-from", "condition": "--pool, "
+                   "--kind, --value, --backend-protocol, --allowed-ip, --condition",
+                   "endpoints": "--host, --node, --node-set", "enabled": "--disabled, --enabled"}
 
 
 def add_group(commands, common, make_parser, handlers):
@@ -44,8 +53,9 @@ def add_group(commands, common, make_parser, handlers):
     _waiting(verb("show", "show a load balancer (status, ipsv4, node_status)",
                   show_or_wait(handlers["show"], LBS, WAITS_FOR)))
     add = _waiting(verb("add", "add a load balancer", _write_lb("POST"), item=False,
-                        aliases=("create",),
-                        epilog="appliance lb add -n web --type external_node --node n1"))
+                        aliases=("create",)))
+    add.epilog = fields_epilog("appliance lb add -n web --type external_node --node n1",
+                               LBS, OPTION_OF_FIELD)
     update = _waiting(verb("update", "change fields of a load balancer", _write_lb("PUT"),
                            epilog="appliance lb update web --type core --nodes-number 2"))
     for sub in (add, update):
@@ -87,11 +97,7 @@ def child_path_help(name):
 
 
 def _waiting(sub):
-    sub.add_argument("--wait", action="store_true",
-                     help="wait until the LB is ACTIVE, printing each status change")
-    sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT, metavar="SECONDS",
-                     help=f"default {WAIT_TIMEOUT:g}")
-    return sub
+    return add_wait_options(sub, WAITS_FOR + " (for a vhost, route or pool: its LB)")
 
 
 def _lb_options(sub, create):
@@ -99,7 +105,7 @@ def _lb_options(sub, create):
     opt("-n", "--name")
     opt("-D", "--description")
     if create:
-        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+        add_project_option(sub)
     opt("--type", choices=["core_agent", "external_node", "core"],
         help="where nginx runs: the appliance itself (admin project only, its default "
              "there), a node of the project (--node), or a node set of its own (a "
@@ -113,10 +119,7 @@ def _lb_options(sub, create):
 
 
 def _body_options(sub):
-    sub.add_argument("fields", metavar="FIELD", nargs="*",
-                     help="more fields: key=value (string) or key:=json (typed); they "
-                          "override the options")
-    sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    add_body_options(sub)
 
 
 def _lb_type(client, args):
@@ -141,20 +144,21 @@ def _write_lb(method):
     def handler(args, env):
         client = session_client(args, env)
         item = resolve(client, LBS, args.ref) if method == "PUT" else None
-        body = _named(args, project=True)
+        body = _named(args)
         spec = _lb_type(client, args)
         if spec is not None:
             body["type"] = spec
         with_given_fields(body, args, env, method)
-        sent = client.request(method, item or LBS, body=body).payload()
+        sent = update(client, item, body) if item else \
+            create(client, LBS, body, getattr(args, "project", None))
         return emit_after_wait(args, env, client, LBS + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
-def _named(args, project=False):
+def _named(args):
     body = {field: getattr(args, opt) for opt, field in (
-        ("name", "name"), ("description", "description"), ("project", "project_id"))
-        if getattr(args, opt, None) is not None and (project or opt != "project")}
+        ("name", "name"), ("description", "description"))
+        if getattr(args, opt, None) is not None}
     if getattr(args, "disabled", False):
         body["enabled"] = False
     if getattr(args, "enabled", False):
@@ -184,8 +188,64 @@ def cmd_info(args, env):
     if getattr(args, "json", False):
         emit(args, env, info, lb)
         return 0
-    env.stdout.write(json.dumps(info, indent=2) + "\n")
+    env.stdout.write(render_info(info))
     return 0
+
+
+def _flag(item):
+    return "" if item.get("enabled", True) else " (disabled)"
+
+
+def _describe_condition(condition, pools):
+    condition = condition or {}
+    actions = condition.get("actions") or []
+    to = ", ".join(pools.get(a.get("pool"), a.get("pool") or "?") +
+                   (f" ({a['protocol']['kind']})" if isinstance(a.get("protocol"), dict) else "")
+                   for a in actions if a.get("kind") == "backend") or \
+        ", ".join(a.get("kind", "?") for a in actions) or "-"
+    match = "everything" if condition.get("kind") == "raw" else \
+        f"{condition.get('kind')} {condition.get('value')}"
+    allowed = condition.get("allowed_ips")
+    return f"{match} -> {to}" + (f", from {', '.join(allowed)}" if allowed else "")
+
+
+def _describe_endpoint(endpoint):
+    kind = endpoint.get("kind")
+    where = endpoint.get(kind)
+    where = where.rsplit("/", 1)[-1] if isinstance(where, str) else where
+    label = {"node": "node ", "node_set": "node set "}.get(kind, "")
+    weight = f" weight {endpoint['weight']}" if endpoint.get("weight") is not None else ""
+    return f"{label}{where}:{endpoint.get('port')}{weight}"
+
+
+def render_info(info):
+    """`lb info` for people: the LB, each vhost with its routes, each pool with its
+    endpoints, one line each (--json has the whole object)."""
+    kind = (info.get("type") or {}).get("kind", "?")
+    lines = [f"load balancer {info.get('name') or info.get('uuid')}  {info.get('status')}"
+             f"  type {kind}  {info.get('uuid')}"]
+    if info.get("status_reason"):
+        lines.append(f"  reason: {info['status_reason']}")
+    if info.get("ipsv4"):
+        lines.append(f"  addresses: {', '.join(map(str, info['ipsv4']))}")
+    pools = {p["uuid"]: p.get("name") or p["uuid"] for p in info.get("backend_pools", [])}
+    lines.append("vhosts:" if info.get("vhosts") else "vhosts: (none)")
+    for vhost in info.get("vhosts", []):
+        cert = vhost.get("cert") or {}
+        tls = f"  cert {cert.get('certificate', '').rsplit('/', 1)[-1] or cert.get('kind')}" \
+            if cert else ""
+        domains = ", ".join(vhost.get("domains") or []) or "any name"
+        lines.append(f"  {vhost.get('name') or vhost['uuid']}: {vhost.get('protocol')} port "
+                     f"{vhost.get('port')}  {domains}{tls}{_flag(vhost)}")
+        for route in vhost.get("routes", []):
+            lines.append(f"    route {route.get('name') or route['uuid']}: "
+                         f"{_describe_condition(route.get('condition'), pools)}{_flag(route)}")
+    lines.append("pools:" if info.get("backend_pools") else "pools: (none)")
+    for pool in info.get("backend_pools", []):
+        endpoints = ", ".join(_describe_endpoint(e) for e in pool.get("endpoints") or []) \
+            or "(no endpoints)"
+        lines.append(f"  {pool.get('name') or pool['uuid']}: {endpoints}")
+    return "\n".join(lines) + "\n"
 
 
 # ---- children ---------------------------------------------------------------------------
@@ -212,11 +272,14 @@ def _child_verbs(verbs, common, name, parents, example, handlers):
     add = verb("add", f"add a {noun}", _child_write("POST"), item=False, aliases=("create",),
                epilog=example)
     update = verb("update", f"change fields of a {noun}", _child_write("PUT"))
+    add.epilog = fields_epilog(example, child_path_help(name).replace("<LB>", "<lb>").replace(
+        "<VHOST>", "<vhost>"), OPTION_OF_FIELD)
     for sub in (add, update):
         sub.add_argument("-n", "--name")
         sub.add_argument("-D", "--description")
         OPTIONS[name](sub, create=sub is add)
         _body_options(sub)
+        _waiting(sub)
     verb("delete", f"delete a {noun}", _child_generic(handlers["delete"]))
 
 
@@ -228,10 +291,11 @@ def _vhost_options(sub, create):
     opt("--port", type=int, help="default 80")
     opt("--domain", metavar="NAME", action="append",
         help="a domain (http, https); repeat for several")
-    opt("--cert", metavar="FILE", help="https: the PEM certificate chain (with --key)")
-    opt("--key", metavar="FILE", help="https: the PEM private key (with --cert)")
-    opt("--certificate", metavar="CERT",
-        help="https: a certificate of /v1/secret/certificates/ (UUID or name)")
+    opt("--certificate", "--cert", dest="cert", metavar="CERT",
+        help="https: a certificate of /v1/secret/certificates/ (name or UUID); with --key, "
+             "a file with the PEM chain instead (--cert FILE --key FILE, the reference "
+             "CLI's)")
+    opt("--key", metavar="FILE", help="https: the PEM private key of --cert FILE")
     opt("--redirect-http", action="store_true",
         help="https: answer plain HTTP on port 80 with a redirect")
     opt("--proxy-protocol-from", metavar="NET", help="accept the PROXY protocol from NET")
@@ -299,7 +363,10 @@ def _child_write(method):
         body = _named(args)
         BODIES[args.child](client, args, body, lb, item)
         with_given_fields(body, args, env, method)
-        sent = client.request(method, item or collection, body=body).payload()
+        sent = update(client, item, body) if item else create(client, collection, body)
+        if getattr(args, "wait", False):
+            # a vhost, route or pool has no status of its own: its LB applies it
+            wait_active(client, lb, env, args.wait_timeout, WAITS_FOR)
         emit(args, env, sent, collection + sent["uuid"])
         return 0
     return handler
@@ -319,14 +386,17 @@ def _vhost_body(client, args, body, lb, item):
             body[field] = getattr(args, opt)
     if args.domain:
         body["domains"] = args.domain
-    if (args.cert is None) != (args.key is None):
-        raise UsageError("--cert and --key go together")
-    if args.cert and args.certificate:
-        raise UsageError("--cert/--key or --certificate, not both")
-    if args.cert:
+    if args.key is not None:
+        if args.cert is None:
+            raise UsageError("--cert and --key go together: --key FILE is the key of "
+                             "--cert FILE")
         body["cert"] = {"kind": "raw", "crt": _read(args.cert), "key": _read(args.key)}
-    if args.certificate:
-        cert = resolve(client, "/v1/secret/certificates/", args.certificate)
+    elif args.cert is not None:
+        if Path(args.cert).is_file():
+            raise UsageError(f"--cert and --key go together: {args.cert} is a file, so give "
+                             "its key with --key FILE (without --key, --cert names a "
+                             "certificate of `appliance secret certificates`)")
+        cert = resolve(client, "/v1/secret/certificates/", args.cert)
         body["cert"] = {"kind": "certificate", "certificate": _uuid(cert)}
     if args.redirect_http:
         body["redirect_http"] = True

@@ -9,6 +9,7 @@ the clock — comes in through `Environment`, so tests run it without a terminal
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import importlib
@@ -22,6 +23,7 @@ from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, Us
 from appliance.cli import (agent, backup, certificates, compute, configs, em, groups, lb,
                            output, repo, services, sqldb)
 from appliance.cli.client import (
+    ApiError,
     INTROSPECT_PATH,
     LOGOUT_PATH,
     MARKER_HEADER,
@@ -30,6 +32,8 @@ from appliance.cli.client import (
     normalize_endpoint,
 )
 from appliance.cli.common import (
+    PROJECTS,
+    resolve_uuid,
     DEFAULT_PAGE_SIZE,
     DEFAULT_TIMEOUT_SECONDS,
     add_list_arguments,
@@ -189,7 +193,8 @@ def build_parser(env: Environment) -> ArgumentParser:
     login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
     login.add_argument("--password-stdin", action="store_true",
                        help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")
-    login.add_argument("--project", metavar="UUID", help="scope the token to this project")
+    login.add_argument("--project", metavar="PROJECT",
+                       help="scope the token to this project (name or UUID)")
 
     command("logout", "revoke the token and forget the session", "appliance logout", cmd_logout)
     command("whoami", "show the logged-in user, project and permissions", "appliance whoami", cmd_whoami)
@@ -345,17 +350,13 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
     endpoint = login_endpoint(args, env)
     username = args.username or env.environ.get("APPLIANCE_USERNAME") or "admin"
     scope = ""
-    if args.project:
-        try:
-            scope = f"project:{uuid.UUID(args.project)}"
-        except ValueError:
-            raise UsageError(f"--project needs a project UUID, got {args.project!r}") from None
     password = _read_password(args, env, username, endpoint)
 
     client = ApiClient(endpoint, env.transport, timeout(args), env.clock)
-    tokens = client.get_token(
-        {"grant_type": "password", "username": username, "password": password, "scope": scope}
-    )
+    grant = {"grant_type": "password", "username": username, "password": password}
+    if args.project:
+        scope = f"project:{project_by_name_or_uuid(client, grant, args.project, env)}"
+    tokens = client.get_token({**grant, "scope": scope})
     session = new_session(endpoint, username, scope, tokens, env.clock())
     store = SessionStore(env.config_dir)
     store.save(session)
@@ -374,6 +375,27 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
         env.stdout.write(f"logged in to {endpoint} as {username}{where}; "
                          f"token valid until {summary['expires_at']}\n")
     return ExitStatus.SUCCESS
+
+
+def project_by_name_or_uuid(client, grant, project, env):
+    """A project's UUID; a name is looked up with an unscoped token, revoked after."""
+    try:
+        return str(uuid.UUID(project))
+    except ValueError:
+        pass
+    unscoped = new_session(client.endpoint, grant["username"], "",
+                           client.get_token({**grant, "scope": ""}), env.clock())
+    lookup = ApiClient(client.endpoint, env.transport, client.timeout, env.clock, unscoped)
+    try:
+        return resolve_uuid(lookup, PROJECTS, project)
+    except ApiError as exc:
+        if exc.status != 403:
+            raise
+        raise CliError(f"cannot look the project {project!r} up by name ({exc.message}): "
+                       "give its UUID", exc.exit_status) from None
+    finally:
+        with contextlib.suppress(CliError):
+            lookup.request("POST", LOGOUT_PATH, body={})
 
 
 def cmd_logout(args: argparse.Namespace, env: Environment) -> int:

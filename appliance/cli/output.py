@@ -97,13 +97,79 @@ def certificate_row(cert: dict) -> dict:
             "expiration_at": cert.get("expiration_at")}
 
 
+def node_row(node: dict) -> dict:
+    """A node: where it runs and the address it is reached at, not its disk layout."""
+    network = node.get("default_network") if isinstance(node.get("default_network"), dict) \
+        else {}
+    return {"uuid": node.get("uuid"), "name": node.get("name"), "status": node.get("status"),
+            "address": network.get("ipv4"), "hypervisor": node.get("hypervisor"),
+            "node_set": node.get("node_set"), "power_state": node.get("power_state"),
+            "cores": node.get("cores"), "ram": node.get("ram"),
+            "project_id": node.get("project_id")}
+
+
+def set_row(node_set: dict) -> dict:
+    return {"uuid": node_set.get("uuid"), "name": node_set.get("name"),
+            "status": node_set.get("status"), "replicas": node_set.get("replicas"),
+            "nodes": len(node_set.get("nodes") or ()), "cores": node_set.get("cores"),
+            "ram": node_set.get("ram"), "project_id": node_set.get("project_id")}
+
+
+def service_row(service: dict) -> dict:
+    """A service: its command (the API's field `path`) and where it runs."""
+    target = service.get("target") if isinstance(service.get("target"), dict) else {}
+    kind = target.get("kind")
+    where = target.get(kind) if kind in ("node", "node_set") else \
+        ", ".join(target.get("nodes") or ()) if kind == "nodes" else kind
+    return {"uuid": service.get("uuid"), "name": service.get("name"),
+            "status": service.get("status"), "command": service.get("path"),
+            "target": where, "type": (service.get("service_type") or {}).get("kind"),
+            "target_status": service.get("target_status"),
+            "project_id": service.get("project_id")}
+
+
+def instance_row(instance: dict) -> dict:
+    return {"uuid": instance.get("uuid"), "name": instance.get("name"),
+            "status": instance.get("status"), "endpoint": instance.get("endpoint"),
+            "nodes": instance.get("nodes_number"), "cpu": instance.get("cpu"),
+            "ram": instance.get("ram"), "disk_size": instance.get("disk_size"),
+            "project_id": instance.get("project_id")}
+
+
+# collection path -> the row shape of its tables
+ROW_SHAPES = {"/v1/secret/certificates": certificate_row, "/v1/compute/nodes": node_row,
+              "/v1/compute/sets": set_row, "/v1/em/services": service_row,
+              "/v1/sqldb/instances": instance_row}
+
+
 def table_rows(path: str | None, rows: list) -> list:
     """Rows shaped for the collection they came from, where the generic shape says too little."""
     if path and path.rstrip("/").endswith("/records") and path.startswith("/v1/dns/"):
         return [dns_record_row(row) if isinstance(row, dict) else row for row in rows]
-    if path and path.rstrip("/") == "/v1/secret/certificates":
-        return [certificate_row(row) if isinstance(row, dict) else row for row in rows]
+    shape = ROW_SHAPES.get((path or "").rstrip("/"))
+    if shape:
+        return [shape(row) if isinstance(row, dict) else row for row in rows]
     return rows
+
+
+def detail_view(path: str | None, item: Any) -> Any:
+    """One object shaped for people where a field's API name misleads: a service's `path`
+    is the command it runs."""
+    if isinstance(item, dict) and (path or "").startswith("/v1/em/services") and "path" in item:
+        return {("command" if key == "path" else key): value for key, value in item.items()}
+    return item
+
+
+def is_empty(value: Any) -> bool:
+    return value is None or value == "" or value == [] or value == {}
+
+
+def without_empty_columns(rows: list[dict]) -> list[dict]:
+    """Rows without the fields that no row sets: a column of dashes only takes the room of
+    one that says something."""
+    keep = {key for row in rows for key, value in row.items() if not is_empty(value)}
+    keep.update(("uuid", "name"))
+    return [{key: value for key, value in row.items() if key in keep} for row in rows]
 
 
 def render_table(rows: Iterable[Any], hidden: Iterable[str] = (), wanted: Iterable[str] = ()) -> str:
@@ -112,7 +178,7 @@ def render_table(rows: Iterable[Any], hidden: Iterable[str] = (), wanted: Iterab
         return "(no items)"
     if not all(isinstance(row, dict) for row in rows):
         return "\n".join(truncate(format_value(row), TABLE_CELL_WIDTH * 2) for row in rows)
-    rows = [_hide(row, hidden) for row in rows]
+    rows = [_hide(row, hidden) for row in without_empty_columns(rows)]
     columns = choose_columns(rows, wanted) or ["uuid"]
     cells = [[truncate(format_value(row.get(column)), TABLE_CELL_WIDTH) for column in columns] for row in rows]
     headers = [column.upper() for column in columns]

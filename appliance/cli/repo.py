@@ -14,7 +14,7 @@ from appliance.versions import VersionError, parse
 
 from . import CliError, UsageError
 from .client import ApiError
-from .common import emit, session_client
+from .common import add_wait_options, emit, session_client
 from .em import read_manifest
 
 REPOS = "/v1/repo/repositories/"
@@ -87,10 +87,7 @@ def add_groups(commands, common, make_parser):
                                epilog=f"example:\n  {example}")
         sub.set_defaults(handler=handler)
         if wait:
-            sub.add_argument("--wait", action="store_true",
-                             help="follow until done, printing each status move")
-            sub.add_argument("--wait-timeout", type=float, default=300.0, metavar="SECONDS",
-                             help="default 300")
+            add_wait_options(sub, "the Element Manager to finish")
         return sub
 
     repo = group("repo", "element repositories",

@@ -7,11 +7,18 @@ command, where it runs, its kind and ordering), the actions start, stop and rest
 
 import argparse
 
-from .common import add_list_arguments, session_client, verb_adder, with_given_fields
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, fields_epilog, session_client, update,
+                     verb_adder, with_given_fields)
 from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 COLLECTION = "/v1/em/services/"
-WAIT_TIMEOUT = 300.0
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "path": "--command",
+                   "target": "--node, --node-set", "service_type": "--type", "user": "--user",
+                   "group": "--group", "target_status": "--target-status",
+                   "before": "--before-shell, --before-service",
+                   "after": "--after-shell, --after-service"}
 WAITS_FOR = "the node agents to run it"
 KINDS = ("simple", "oneshot", "monopoly", "monopoly_oneshot")
 TARGET_STATUSES = ("enabled", "disabled", "started", "stopped")
@@ -30,21 +37,17 @@ def add_group(commands, common, make_parser, handlers):
     verb = verb_adder(verbs, common, "service", collection_path=COLLECTION)
 
     def waiting(sub):
-        sub.add_argument("--wait", action="store_true",
-                         help="wait until ACTIVE on every node, printing each status "
-                              "change; exit 1 on ERROR or after --wait-timeout")
-        sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT,
-                         metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
-        return sub
+        return add_wait_options(sub, WAITS_FOR + " on every node")
 
     add_list_arguments(verb("list", "list services",
                             on_item_or_collection(handlers["list"], COLLECTION), item=False))
     waiting(verb("show", "show a service (node_status: how each node runs it)",
                  show_or_wait(handlers["show"], COLLECTION, WAITS_FOR)))
     add = waiting(verb("add", "add a service", _write("POST"), item=False,
-                       aliases=("create",),
-                       epilog="appliance services add -n backup --command '/usr/local/bin/"
-                              "backup' --type oneshot --node-set db"))
+                       aliases=("create",)))
+    add.epilog = fields_epilog("appliance services add -n backup --command '/usr/local/bin/"
+                               "backup' --type oneshot --node-set db", COLLECTION,
+                               OPTION_OF_FIELD)
     update = waiting(verb("update", "change fields of a service (its status goes back to "
                                     "NEW)", _write("PUT")))
     for sub in (add, update):
@@ -62,8 +65,8 @@ def _shape_options(sub, create):
     opt("-n", "--name")
     opt("-D", "--description")
     if create:
-        opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
-    opt("--command", help="the command (field path), run through /bin/sh -c")
+        add_project_option(sub)
+    opt("--command", help="the command (the API's field `path`), run through /bin/sh -c")
     where = sub.add_mutually_exclusive_group()
     where.add_argument("--node", action="append", metavar="NODE",
                        help="a node (name or UUID) to run on; repeat for several")
@@ -80,16 +83,12 @@ def _shape_options(sub, create):
         opt(f"--{field}-service", action="append", metavar="SERVICE",
             help=f"a service (name or UUID) that runs {when} this one where both run "
                  "(repeatable)")
-    opt("fields", metavar="FIELD", nargs="*",
-        help="more fields: key=value (string) or key:=json (typed); they override the "
-             "options")
-    opt("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    add_body_options(sub)
 
 
 def _body(args, client, create):
     body = {field: getattr(args, opt) for opt, field in (
-        ("name", "name"), ("description", "description"), ("project", "project_id"),
-        ("command", "path"), ("user", "user"), ("group", "group"),
+        ("name", "name"), ("description", "description"), ("command", "path"), ("user", "user"), ("group", "group"),
         ("target_status", "target_status")) if getattr(args, opt, None) is not None}
     if args.node:
         nodes = [resolve(client, "/v1/compute/nodes/", n).rsplit("/", 1)[1] for n in args.node]
@@ -116,7 +115,8 @@ def _write(method):
         body = _body(args, client, create=method == "POST")
         with_given_fields(body, args, env, method)
         target = resolve(client, COLLECTION, args.ref) if method == "PUT" else COLLECTION
-        sent = client.request(method, target, body=body).payload()
+        sent = create(client, target, body, getattr(args, "project", None)) \
+            if method == "POST" else update(client, target, body)
         return emit_after_wait(args, env, client, COLLECTION + sent["uuid"], sent, WAITS_FOR)
     return handler
 

@@ -10,8 +10,10 @@ fields and `--data` override them, as in the other groups.
 
 import argparse
 
-from . import UsageError
-from .common import add_list_arguments, emit, session_client, verb_adder, with_given_fields
+from . import UsageError, schema
+from .common import (add_body_options, add_list_arguments, add_project_option,
+                     add_wait_options, create, emit, session_client, update,
+                     verb_adder, with_given_fields)
 from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
 
 INSTANCES = "/v1/sqldb/instances/"
@@ -19,9 +21,18 @@ INSTANCES = "/v1/sqldb/instances/"
 # reference CLI's path answer a plain list, which listing, paging and names work with
 VERSIONS = "/v1/types/postgres/versions/"
 NODES = "/v1/compute/nodes/"
-WAIT_TIMEOUT = 600.0
 WAITS_FOR = "the sqldb daemon and the nodes' agents to run PostgreSQL"
 PROMPT = object()       # --password given without a value: prompt
+FIELDS_OF = {"versions": VERSIONS, "instances": INSTANCES,
+             "users": INSTANCES + "<instance>/users/",
+             "databases": INSTANCES + "<instance>/databases/"}
+OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
+                   "project_id": "-p/--project", "version": "-v/--version",
+                   "placement": "--node", "cpu": "--cpu", "ram": "--ram",
+                   "disk_size": "--disk-size", "nodes_number": "--nodes-number",
+                   "sync_replica_number": "--sync-replica-number", "password": "--password",
+                   "owner": "--owner", "image": "--image", "major": "--major",
+                   "deprecated": "--deprecated"}
 
 
 def add_group(commands, common, make_parser, handlers):
@@ -44,21 +55,18 @@ def add_group(commands, common, make_parser, handlers):
         verbs = coll.add_subparsers(dest="verb", metavar="VERB", required=True,
                                     parser_class=make_parser)
         adder(verbs, common, handlers)
+        add = verbs.choices["add"]
+        add.epilog = "\n\n".join(filter(None, [add.epilog, schema.fields_help(
+            FIELDS_OF[name], OPTION_OF_FIELD, add)]))
 
 
 def _body_options(sub):
-    sub.add_argument("fields", metavar="FIELD", nargs="*",
-                     help="more fields: key=value (string) or key:=json (typed); they "
-                          "override the options")
-    sub.add_argument("--data", metavar="JSON|@FILE|-", help="the whole body as JSON")
+    add_body_options(sub)
+    add_wait_options(sub, WAITS_FOR)
 
 
 def _waiting(sub):
-    sub.add_argument("--wait", action="store_true",
-                     help="wait until the instance is ACTIVE, printing each status change")
-    sub.add_argument("--wait-timeout", type=float, default=WAIT_TIMEOUT, metavar="SECONDS",
-                     help=f"default {WAIT_TIMEOUT:g}")
-    return sub
+    return add_wait_options(sub, WAITS_FOR)
 
 
 def _given(args, pairs):
@@ -136,7 +144,7 @@ def _instances(verbs, common, handlers):
         opt("-n", "--name")
         opt("-D", "--description")
         if sub is add:
-            opt("-p", "--project", metavar="UUID", help="project_id (default: the token's)")
+            add_project_option(sub)
             opt("-v", "--version", metavar="VERSION", help="the version's UUID or name")
             opt("--node", metavar="NODE", action="append",
                 help="place it on this existing node (UUID or name) of the project, not "
@@ -148,7 +156,7 @@ def _instances(verbs, common, handlers):
                                              "(default 1; with --node, their count)")
         opt("--sync-replica-number", type=int,
             help="synchronous replicas, 0..nodes-1 (default min(1, nodes - 1))")
-        _body_options(sub)
+        add_body_options(sub)
     verb("delete", "delete an instance with its users and databases",
          on_item_or_collection(handlers["delete"], INSTANCES))
 
@@ -158,7 +166,7 @@ def _write_instance(method):
         client = session_client(args, env)
         item = resolve(client, INSTANCES, args.ref) if method == "PUT" else None
         body = _given(args, (("name", "name"), ("description", "description"),
-                             ("project", "project_id"), ("cpu", "cpu"), ("ram", "ram"),
+                             ("cpu", "cpu"), ("ram", "ram"),
                              ("disk_size", "disk_size"), ("nodes_number", "nodes_number"),
                              ("sync_replica_number", "sync_replica_number")))
         if getattr(args, "version", None):
@@ -168,7 +176,8 @@ def _write_instance(method):
             body["placement"] = {"kind": "nodes", "nodes": nodes}
             body.setdefault("nodes_number", len(nodes))
         with_given_fields(body, args, env, method)
-        sent = client.request(method, item or INSTANCES, body=body).payload()
+        sent = update(client, item, body) if item else \
+            create(client, INSTANCES, body, getattr(args, "project", None))
         return emit_after_wait(args, env, client, INSTANCES + sent["uuid"], sent, WAITS_FOR)
     return handler
 
@@ -268,8 +277,7 @@ def _write_user(method):
             body["password"] = password
         with_given_fields(body, args, env, method)
         sent = client.request(method, item or collection, body=body).payload()
-        emit(args, env, sent, collection + sent["uuid"])
-        return 0
+        return emit_after_wait(args, env, client, collection + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 
@@ -303,8 +311,7 @@ def _write_database(method):
             body["owner"] = _uuid(resolve(client, f"{instance}/users/", args.owner))
         with_given_fields(body, args, env, method)
         sent = client.request(method, item or collection, body=body).payload()
-        emit(args, env, sent, collection + sent["uuid"])
-        return 0
+        return emit_after_wait(args, env, client, collection + sent["uuid"], sent, WAITS_FOR)
     return handler
 
 

@@ -39,7 +39,7 @@ def test_records_help_names_the_real_path_and_the_words_in_order(cli):
     show = cli("dns", "records", "show", "--help")
     assert "appliance dns records show DOMAIN NAME-OR-UUID" in show.stdout
     create = cli("dns", "records", "create", "--help").stdout
-    assert "appliance dns records create DOMAIN type=A record:=" in create
+    assert "appliance dns records add DOMAIN type=A record:=" in create
     group = cli("dns", "--help").stdout
     assert "/v1/dns/domains/<DOMAIN>/records/" in group
 

@@ -78,7 +78,7 @@ def test_wait_on_a_secret_without_value_stops_at_once_and_says_why(cli):
                  "--wait")
     assert result.code == 1
     lines = result.stderr.splitlines()
-    assert lines[0].startswith("waiting up to 60 s for the delivery daemon to write it to the "
+    assert lines[0].startswith("waiting up to 900 s for the delivery daemon to write it to the "
                                "data plane (/v1/secret/secrets/")
     assert "neither value nor default_value" in result.stderr
     assert "stays NEW by design" in result.stderr and "was saved" in result.stderr
@@ -96,7 +96,7 @@ def test_wait_on_a_secret_without_value_stops_at_once_and_says_why(cli):
 def test_wait_help_says_what_it_waits_for(cli):
     result = cli("secret", "secrets", "create", "--help")
     assert "the delivery daemon to write it to the data plane" in " ".join(result.stdout.split())
-    assert "appliance secret secrets create name=token" in result.stdout
+    assert "appliance secret secrets add -n token" in result.stdout
 
 
 def test_secret_values_are_hidden_from_people_unless_asked(cli):

@@ -57,6 +57,12 @@ def test_a_whole_lb_by_names(logged_in, tmp_path):
     assert [v["uuid"] for v in info["vhosts"]] == [vhost["uuid"]]
     assert [r["uuid"] for r in info["vhosts"][0]["routes"]] == [route["uuid"]]
     assert [p["uuid"] for p in info["backend_pools"]] == [pool["uuid"]]
+    view = logged_in("lb", "info", name)        # for people: a view, not raw JSON
+    assert view.code == 0 and view.stdout.startswith(f"load balancer {name}  "), view.stdout
+    assert "  www: http port 8080  www.example.test\n" in view.stdout
+    assert f"    route {route['uuid']}: prefix /api/ -> app (http), from 10.0.0.0/8 " \
+        "(disabled)\n" in view.stdout
+    assert "  app: 10.0.0.5:8080 weight 1, 10.0.0.6:8080 weight 3\n" in view.stdout
     shown = ok(logged_in("--json", "lb", "show", name))
     assert shown["status"] == "IN_PROGRESS" and shown["ipsv4"] == ["192.0.2.10"]
     # the pool is in use: the API's refusal comes through
@@ -92,6 +98,11 @@ def test_https_vhost_from_files_and_l4_routes(logged_in, tmp_path):
                          str(tmp_path / "crt.pem"), "--key", str(tmp_path / "key.pem"),
                          "--redirect-http"))
     assert vhost["cert"] == {"kind": "raw", "crt": crt, "key": key}
+    # without --key, --cert (an alias of --certificate) names a certificate record
+    record = logged_in("lb", "vhosts", "add", name, "--protocol", "https", "--port", "9443",
+                       "--domain", "other.example.test", "--cert", "no-such-cert")
+    assert record.code == 1 and "no name 'no-such-cert' in /v1/secret/certificates/" in \
+        record.stderr
     assert vhost["redirect_http"] is True
     half = logged_in("lb", "vhosts", "add", name, "--protocol", "https", "--domain", "a.b",
                      "--cert", str(tmp_path / "crt.pem"))

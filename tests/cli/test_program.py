@@ -98,10 +98,21 @@ def test_login_password_from_stdin_with_project_scope(cli):
     assert cli("whoami", "--json").json()["project_id"] == ADMIN_PROJECT
 
 
-def test_login_bad_project_is_a_usage_error(cli):
-    result = cli("login", "--password-stdin", "--project", "default", stdin="x\n")
-    assert (result.code, result.stderr) == (2, "error: --project needs a project UUID, got 'default'\n")
-    assert cli.sent == []
+def test_login_project_by_name(cli, real_api):
+    """--project takes a name as well as a UUID: it is looked up with an unscoped token,
+    which is revoked after; a name that names no project is an error and no session."""
+    missing = cli("login", "--password-stdin", "--project", "no-such-project",
+                  stdin=ADMIN_PASSWORD + "\n")
+    assert (missing.code, missing.stderr) == (
+        1, "error: no name 'no-such-project' in /v1/iam/projects/\n")
+    assert not cli.session_path.exists()
+    assert cli.sent[-1].path == "/v1/iam/clients/default/actions/logout/invoke"
+    cli.login()
+    made = cli("--json", "iam", "projects", "add", "-n", "login-by-name").json()
+    scoped = cli("login", "--password-stdin", "--project", "login-by-name",
+                 stdin=ADMIN_PASSWORD + "\n")
+    assert scoped.code == 0, scoped.stderr
+    assert cli.session()["scope"] == f"project:{made['uuid']}"
 
 
 def test_login_password_from_environment_and_endpoint_flag(cli, real_api):
