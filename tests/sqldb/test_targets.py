@@ -54,7 +54,11 @@ def test_every_member_gets_its_item(world):
     assert [m["node"] for m in value["members"]] == sorted(n["uuid"] for n in nodes)
     assert (value["instance"], value["epoch"], value["major"], value["port"],
             value["sync_replica_number"]) == (instance["uuid"], 2, 15, 5432, 1)
-    assert value["hba"] == ["10.20.0.0/24", "192.0.2.0/24", "198.51.100.7/32"]
+    # the default client networks: the project's networks (not another project's), each
+    # member's own address, then the setting (its malformed entry left out)
+    hosts = [f"{n['default_network']['ipv4']}/32" for n in
+             sorted(nodes, key=lambda n: n["uuid"])]
+    assert value["hba"] == ["10.20.0.0/24", *hosts, "192.0.2.0/24", "198.51.100.7/32"]
     assert value["replication"] == {"user": "dbaas_replicator", "password": "repl-secret"}
     assert value["admin"] == {"user": "dbaas_admin", "password": "admin-secret"}
     assert value["users"] == {"alice": "SCRAM-SHA-256$4096:YQ==$b:c",
@@ -114,4 +118,18 @@ def test_settings_absent_fall_back_to_the_defaults(world):
     instance = world.add_instance([a], sync=0)
     world.set_primary(instance, a)
     (item,) = for_node(View(world.store, world.box), a)
-    assert item["value"]["port"] == 5432 and item["value"]["hba"] == []
+    assert item["value"]["port"] == 5432 and item["value"]["hba"] == ["127.0.0.21/32"]
+
+
+def test_client_networks_of_the_instance_replace_the_default(world):
+    a = world.add_node(1, "127.0.0.21")
+    instance = world.add_instance([a], sync=0)
+    world.set_primary(instance, a)
+    instances = world.store.collection("sqldb_instances")
+    instances.update(instance["uuid"], {"client_networks": ["203.0.113.0/24"]})
+    (item,) = for_node(view(world), a)
+    assert item["value"]["hba"] == ["203.0.113.0/24"]
+    # [] lets no client in: the setting does not come back through it
+    instances.update(instance["uuid"], {"client_networks": []})
+    (closed,) = for_node(view(world), a)
+    assert closed["value"]["hba"] == []
