@@ -40,6 +40,9 @@ SET_OWNED = ("cores", "ram", "disk_spec", "placement_policies")
 NODE_REF = {"$ref": "#/components/schemas/Node"}
 # an IPv4 address as typed, nothing around it (ipaddress alone is not the check: the text
 # is stored and shown as given)
+# HW addresses are checked for uniqueness and written under this lock (named: taken
+# before the quota and kind locks)
+ADDRESS_LOCK = "compute-hw-address"
 IPV4_TEXT = re.compile(r"^[0-9]{1,3}(\.[0-9]{1,3}){3}\Z")
 VOLUME_REF = {"$ref": "#/components/schemas/Volume"}
 
@@ -371,6 +374,19 @@ class Nodes(ComputeResource):
             changes.pop("status", None)
             changes.pop("status_reason", None)
         return changes
+
+    def create_record(self, call, body):
+        if isinstance(body, dict) and body.get("address") is not None:
+            # one address one node: the check and the write under one lock
+            with self.api.store.named_lock(ADDRESS_LOCK):
+                return super().create_record(call, body)
+        return super().create_record(call, body)
+
+    def update_record(self, call, uuid, body):
+        if isinstance(body, dict) and body.get("address") is not None:
+            with self.api.store.named_lock(ADDRESS_LOCK):
+                return super().update_record(call, uuid, body)
+        return super().update_record(call, uuid, body)
 
     def checked_address(self, call, node, given):
         """A HW node's `address` (docs/compute.md, docs/security.md "Addresses a project

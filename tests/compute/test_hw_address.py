@@ -4,6 +4,8 @@ it; a project's owner only an address its project may reach (the one rule of
 appliance/tenancy/addresses.py), a platform caller any. default_network shows it, IPAM
 leases it to no VM, and every refusal is a clean 4xx that changes nothing."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from appliance.network import ports
@@ -70,11 +72,8 @@ def test_an_owner_sets_an_address_of_its_own_network(server, tenants):
 def test_an_owner_is_refused_what_its_project_may_not_reach(server, admin, tenants, which,
                                                             why):
     mine, theirs = tenants
-    platform_node = created(admin.post(N, hw_body(ADMIN_PROJECT)))
-    admin_address = "192.0.2.77"
-    if not admin.get(f"{N}/{platform_node['uuid']}").json["address"]:
-        server.store.collection("compute_nodes").update(platform_node["uuid"], {
-            "address": None, "default_network": {"ipv4": admin_address}})
+    admin_address = "192.0.2.77"        # a platform node's, set by the admin
+    platform_node = created(admin.post(N, hw_body(ADMIN_PROJECT, address=admin_address)))
     given = {"loopback": "127.0.0.1", "theirs": host(theirs.network, 9),
              "outside": "198.51.100.7", "gateway": mine.network["gateway"],
              "network_address": host(mine.network, 0), "appliance": admin_address}[which]
@@ -147,3 +146,16 @@ def test_one_address_one_node_and_ipam_leases_it_to_no_vm(server, admin, tenants
     message = unchanged(server, b["uuid"], lambda: mine.client.put(
         f"{N}/{b['uuid']}", {"address": port["ipv4"]}), 409)
     assert vm["uuid"] in message
+
+
+def test_concurrent_claims_of_one_address_give_it_to_one_node(server, tenants):
+    mine, _ = tenants
+    nodes = [created(mine.client.post(N, hw_body(mine.project))) for _ in range(6)]
+    address = host(mine.network, 33)
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        answers = list(pool.map(lambda n: mine.client.put(f"{N}/{n['uuid']}",
+                                                          {"address": address}), nodes))
+    assert sorted(a.status for a in answers) == [200] + [409] * (len(nodes) - 1)
+    holders = [n for n in server.store.collection("compute_nodes").records()
+               if (n.get("default_network") or {}).get("ipv4") == address]
+    assert len(holders) == 1
