@@ -191,3 +191,17 @@ def test_a_wait_that_ends_with_a_reason_says_it(logged_in, real_api):
     assert "still NEW after 0.5 s: waiting for the address of node appliance" in \
         result.stderr
     assert "is the daemon running" not in result.stderr
+
+
+def test_client_networks_option(logged_in):
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    made = make_instance(logged_in, name, "--client-networks", "192.0.2.7, 10.0.0.0/8")
+    assert made["client_networks"] == ["192.0.2.7/32", "10.0.0.0/8"]
+    closed = ok(logged_in("--json", "sqldb", "instances", "update", name,
+                          "--client-networks", ""))
+    assert closed["client_networks"] == [] and closed["status"] == "IN_PROGRESS"
+    back = ok(logged_in("--json", "sqldb", "instances", "update", name,
+                        "--client-networks", "default"))
+    assert back["client_networks"] is None
+    bad = logged_in("sqldb", "instances", "update", name, "--client-networks", "10.0.0.0/33")
+    assert bad.code != 0 and "client_networks.0" in bad.stderr
