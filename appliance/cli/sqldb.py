@@ -148,7 +148,7 @@ def _instances(verbs, common, handlers):
                                           "needed with --node)")
         opt("--client-networks", metavar="CIDR,...",
             help="who may log in: comma-separated CIDRs (\"\": nobody); \"default\": the "
-                 "project's networks, the nodes' own addresses and the setting "
+                 "project's networks, the nodes' own networks and the setting "
                  "sqldb_client_networks (docs/sqldb.md). Applies without a restart")
         opt("--nodes-number", type=int, help="nodes, 1..16: a primary and replicas "
                                              "(default 1; with --node, their count)")

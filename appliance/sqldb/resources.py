@@ -310,8 +310,9 @@ class Instances(SqldbResource):
                       filterable=False,
                       description="the networks (CIDRs, or addresses for /32) whose "
                                   "clients may log in with a password; normalized. null: "
-                                  "the default, the project's networks, the member nodes' "
-                                  "own addresses and the setting sqldb_client_networks "
+                                  "the default, the project's networks, the networks the "
+                                  "member nodes sit on and the setting "
+                                  "sqldb_client_networks "
                                   "(docs/sqldb.md). [] lets no client in. A change applies "
                                   "without a restart"),
                 Field("effective_client_networks", List(String(64)), read_only=True,

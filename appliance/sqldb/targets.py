@@ -125,17 +125,16 @@ def hba(store, instance, settings):
 def default_client_networks(store, instance, settings):
     """Where an instance's clients are unless its owner says otherwise (docs/sqldb.md,
     "Client networks"): the CIDRs of the project's networks, then each member node's own
-    address (a client on the database's node, such as psql in the guest or on a HW
-    machine), then the setting sqldb_client_networks (the way out before the field
-    existed, kept as a source of the default); each once, in that order. A malformed CIDR
-    in the setting is left out (pg_hba.conf would refuse the whole file)."""
+    network (`member_network`), then the setting sqldb_client_networks (the way out
+    before the field existed, kept as a source of the default); each once, in that order.
+    A malformed CIDR in the setting is left out (pg_hba.conf would refuse the whole
+    file)."""
     out = [n["cidr"] for n in sorted(store.collection(NETWORKS).by(
         "project_id", instance["project_id"]), key=lambda n: n["uuid"]) if n.get("cidr")]
     for node in nodes_of(store, instance):
-        try:
-            out.append(str(ipaddress.ip_network(host_of(node) or "")))
-        except ValueError:
-            continue
+        where = member_network(node)
+        if where:
+            out.append(where)
     for text in str(settings.get("sqldb_client_networks") or "").split(","):
         text = text.strip()
         if not text:
@@ -145,6 +144,30 @@ def default_client_networks(store, instance, settings):
         except ValueError:
             continue
     return list(dict.fromkeys(out))
+
+
+def member_network(node):
+    """The network a member node sits on, from its default_network (address and mask): a
+    VM's is its project network's; a HW node's is the project network holding the
+    address the operator gave it, or the LAN the appliance's own node found on its NIC
+    (where the booted image's clients come from, QEMU's forwarded ports included); only
+    the address (/32) when no mask is known or the mask is wider than /8. None without an
+    address."""
+    network = node.get("default_network") or {}
+    host = network.get("ipv4")
+    try:
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return None
+    mask = network.get("mask")
+    if mask not in (None, ""):
+        try:
+            net = ipaddress.ip_network(f"{address}/{mask}", strict=False)
+            if net.prefixlen >= 8:
+                return str(net)
+        except ValueError:
+            pass
+    return str(ipaddress.ip_network(address))
 
 
 def items_of(view, instance, nodes):
