@@ -350,6 +350,17 @@ class Instances(SqldbResource):
                                                    self.api.settings)
         return out
 
+    def _normalize(self, body, current=None):
+        # effective_client_networks is computed, never stored: sent back as read, it is
+        # ignored like any read-only field sent back unchanged
+        if current is not None and isinstance(body, dict) and \
+                "effective_client_networks" in body:
+            from .targets import hba  # noqa: PLC0415
+            if body["effective_client_networks"] == hba(self.api.store, current,
+                                                        self.api.settings):
+                body = {k: v for k, v in body.items() if k != "effective_client_networks"}
+        return super()._normalize(body, current)
+
     # ---- checks ----------------------------------------------------------------------
 
     def checked_version(self, call, value):

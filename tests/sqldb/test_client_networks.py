@@ -125,3 +125,12 @@ def test_sizes_are_optional_on_given_nodes_and_checked_when_given(server, admin)
         assert missing in message and "placement" in message
     set_made = make_instance(admin)
     refused_unchanged(server, lambda: admin.put(path(set_made), {"cpu": None}), 400)
+
+
+def test_what_was_read_may_be_put_back(server, admin):
+    made = make_instance(admin, client_networks=["192.0.2.0/24"])
+    read = admin.get(path(made)).json
+    body = {k: v for k, v in read.items() if k not in ("uuid", "created_at", "updated_at")}
+    assert admin.put(path(made), body).status == 200
+    refused_unchanged(server, lambda: admin.put(path(made), {
+        "effective_client_networks": ["0.0.0.0/0"]}), 403)
