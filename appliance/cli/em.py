@@ -55,7 +55,8 @@ def follow(client, env, name, timeout, until_gone=False):
                 env.stderr.write(f"{name}: uninstalled ({elapsed:.1f} s)\n")
                 return None
             raise CliError(f"element {name} disappeared")
-        moves = [("element", element["status"])] + [
+        reason = element.get("status_reason")
+        moves = [("element", element["status"] + (f": {reason}" if reason else ""))] + [
             (key, slot["status"]) for key, slot in sorted(element["resources"].items())]
         for what, status in moves:
             if seen.get(what) != status:

@@ -72,29 +72,51 @@ def never_delivered(item_path, obj):
     return None
 
 
+def progress_line(label, status, reason, elapsed):
+    """One line of a wait's progress: the status, and why when the record says why
+    (`status_reason`: what a daemon waits for, or what failed)."""
+    why = f": {reason}" if reason else ""
+    return f"{label}: {status}{why} ({elapsed:.1f} s)\n"
+
+
+class Progress:
+    """Writes a progress line each time (status, status_reason) changes, once each: every
+    --wait of the CLI shows what the daemons say they wait for as it changes."""
+
+    def __init__(self, env, label):
+        self.env, self.label, self.last = env, label, None
+
+    def show(self, status, reason, elapsed):
+        if (status, reason) != self.last:
+            self.last = (status, reason)
+            self.env.stderr.write(progress_line(self.label, status, reason, elapsed))
+            self.env.stderr.flush()
+
+
 def wait_active(client, item_path, env, timeout, waits_for):
-    """Poll until ACTIVE, showing what we wait for and each status move on stderr.
+    """Poll until ACTIVE, showing what we wait for and each move of the status or its
+    reason on stderr.
 
     ERROR, timeout, or a record that can never become ACTIVE: CliError."""
     env.stderr.write(f"waiting up to {timeout:g} s for {waits_for} ({item_path} to be ACTIVE)\n")
     started = env.clock()
-    last = None
+    progress = Progress(env, item_path)
     while True:
         obj = client.request("GET", item_path).payload()
-        status = obj.get("status")
+        status, reason = obj.get("status"), obj.get("status_reason")
         elapsed = env.clock() - started
-        if status != last:
-            env.stderr.write(f"{item_path}: {status} ({elapsed:.1f} s)\n")
-            env.stderr.flush()
-            last = status
+        progress.show(status, reason, elapsed)
         if status == "ACTIVE":
             return obj
         if status == "ERROR":
-            raise CliError(f"{item_path} is in ERROR: {obj.get('status_reason') or 'no reason'}")
-        reason = never_delivered(item_path, obj)
-        if reason:
-            raise CliError(f"not waiting: {reason}")
+            raise CliError(f"{item_path} is in ERROR: {reason or 'no reason'}")
+        never = never_delivered(item_path, obj)
+        if never:
+            raise CliError(f"not waiting: {never}")
         if elapsed > timeout:
+            if reason:
+                # the daemon runs and says what it waits for: that is the answer
+                raise CliError(f"{item_path} is still {status} after {timeout:g} s: {reason}")
             raise CliError(f"{item_path} is still {status} after {timeout:g} s; "
                            f"is the daemon running? (--wait waits for {waits_for})")
         time.sleep(POLL_SECONDS)

@@ -16,6 +16,7 @@ from . import CliError, UsageError
 from .client import ApiError
 from .common import add_wait_options, emit, session_client
 from .em import read_manifest
+from .groups import Progress
 
 REPOS = "/v1/repo/repositories/"
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -35,21 +36,20 @@ def find_repo(client, ref):
 
 
 def follow(client, env, path, done, timeout, field="status"):
-    started, last = env.clock(), None
+    started, progress = env.clock(), None
     while True:
         obj = client.request("GET", path).payload()
         elapsed = env.clock() - started
-        if obj.get(field) != last:
-            last = obj.get(field)
-            env.stderr.write(f"{obj.get('name', path)}: {last} ({elapsed:.1f} s)\n")
-            env.stderr.flush()
+        progress = progress or Progress(env, obj.get("name", path))
+        progress.show(obj.get(field), obj.get("status_reason"), elapsed)
         if done(obj):
             return obj
         if obj.get("status") == "ERROR":
             raise CliError(f"{obj.get('name', path)} is in ERROR: {obj.get('status_reason')}")
         if elapsed > timeout:
+            why = f": {obj['status_reason']}" if obj.get("status_reason") else ""
             raise CliError(f"{obj.get('name', path)} is still {obj.get(field)} after "
-                           f"{timeout:g} s")
+                           f"{timeout:g} s{why}")
         time.sleep(POLL_SECONDS)
 
 

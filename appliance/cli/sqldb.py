@@ -44,6 +44,7 @@ def add_group(commands, common, make_parser, handlers):
         epilog="example:\n  appliance sqldb versions list\n"
                "  appliance sqldb instances add -n shop -v 15 --cpu 2 --ram 2048 "
                "--disk-size 20 --nodes-number 3 --wait\n"
+               "  appliance sqldb instances add -n local -v 15 --node hw1 --wait   # no sizes\n"
                "  appliance sqldb users add shop -n alice      # prompts for the password\n"
                "  appliance sqldb databases add shop -n orders --owner alice\n"
                "  appliance sqldb instances show shop")
@@ -149,9 +150,14 @@ def _instances(verbs, common, handlers):
             opt("--node", metavar="NODE", action="append",
                 help="place it on this existing node (UUID or name) of the project, not "
                      "on a node set of its own; repeat once per node (nodes_number)")
-        opt("--cpu", type=int, help="cores per node, 1..128")
-        opt("--ram", type=int, help="MB per node, 512..1048576")
-        opt("--disk-size", type=int, help="GB per node, 8..1024; never shrinks")
+        opt("--cpu", type=int, help="cores per node, 1..128 (not needed with --node)")
+        opt("--ram", type=int, help="MB per node, 512..1048576 (not needed with --node)")
+        opt("--disk-size", type=int, help="GB per node, 8..1024; never shrinks (not "
+                                          "needed with --node)")
+        opt("--client-networks", metavar="CIDR,...",
+            help="who may log in: comma-separated CIDRs (\"\": nobody); \"default\": the "
+                 "project's networks, the nodes' own networks and the setting "
+                 "sqldb_client_networks (docs/sqldb.md). Applies without a restart")
         opt("--nodes-number", type=int, help="nodes, 1..16: a primary and replicas "
                                              "(default 1; with --node, their count)")
         opt("--sync-replica-number", type=int,
@@ -169,6 +175,10 @@ def _write_instance(method):
                              ("cpu", "cpu"), ("ram", "ram"),
                              ("disk_size", "disk_size"), ("nodes_number", "nodes_number"),
                              ("sync_replica_number", "sync_replica_number")))
+        if args.client_networks is not None:
+            given = args.client_networks.strip()
+            body["client_networks"] = None if given == "default" else \
+                [n.strip() for n in given.split(",") if n.strip()]
         if getattr(args, "version", None):
             body["version"] = _uuid(resolve(client, VERSIONS, args.version))
         if getattr(args, "node", None):

@@ -6,7 +6,9 @@ nodes that `sets.reconcile_sets` creates and deletes.
 """
 
 import base64
+import ipaddress
 import os
+import re
 import secrets
 
 from appliance.api.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -36,6 +38,12 @@ CONSOLE_TAIL = 64 * 1024
 # fields a set owns on its members: a PUT of them on a member is refused
 SET_OWNED = ("cores", "ram", "disk_spec", "placement_policies")
 NODE_REF = {"$ref": "#/components/schemas/Node"}
+# an IPv4 address as typed, nothing around it (ipaddress alone is not the check: the text
+# is stored and shown as given)
+# HW addresses are checked for uniqueness and written under this lock (named: taken
+# before the quota and kind locks)
+ADDRESS_LOCK = "compute-hw-address"
+IPV4_TEXT = re.compile(r"^[0-9]{1,3}(\.[0-9]{1,3}){3}\Z")
 VOLUME_REF = {"$ref": "#/components/schemas/Volume"}
 
 
@@ -289,10 +297,18 @@ class Nodes(ComputeResource):
             description="a virtual machine (or a HW machine) of a project",
             fields=base_fields() + machine_fields() + [
                 Field("hostname", String(253, pattern=HOSTNAME)),
+                Field("address", String(15),
+                      description="HW only: the IPv4 address the machine has on its "
+                                  "network, set by the operator and shown in "
+                                  "default_network.ipv4; for a project's node, a host of "
+                                  "one of its networks or of an outside network an admin "
+                                  "allows (docs/compute.md). VM nodes get theirs from "
+                                  "IPAM: null"),
                 Field("hypervisor", UUID(), read_only=True, description="picked by placement"),
                 Field("default_network", Object(), read_only=True,
                       description="{network, subnet, port, ipv4, mask, mac, gateway, dns} "
-                                  "once the node has its port; {} before"),
+                                  "once the node has its port (VM) or its address (HW); "
+                                  "{} before"),
                 Field("node_set", Reference(SETS_PATH), read_only=True,
                       description="the set the node is a member of"),
                 Field("set_index", Integer(), hidden=True),
@@ -332,6 +348,9 @@ class Nodes(ComputeResource):
         self.check_machine(call, record)
         record.update(status="NEW", status_reason=None, default_network={},
                       power_state="on", agent_key=seal_agent_key(self.box, record["uuid"]))
+        if record.get("address") is not None:
+            record["address"] = self.checked_address(call, record, record["address"])
+            record["default_network"] = self.hw_default_network(record, record["address"])
         return record
 
     def prepare_update(self, call, current, changes):
@@ -339,7 +358,82 @@ class Nodes(ComputeResource):
                                            for f in SET_OWNED):
             raise Conflict(f"node {current['uuid']} is a member of set "
                            f"{current['node_set']}: change {', '.join(SET_OWNED)} on the set")
-        return self.machine_changes(call, current, changes)
+        if "address" in changes and changes["address"] != current.get("address"):
+            given = changes["address"]
+            if given is None:
+                shown = current.get("default_network") or {}
+                if shown.get("ipv4") == current.get("address"):
+                    changes["default_network"] = {}
+            else:
+                changes["address"] = self.checked_address(call, current, given)
+                changes["default_network"] = self.hw_default_network(current,
+                                                                     changes["address"])
+        changes = self.machine_changes(call, current, changes)
+        if current.get("node_type") == "HW":
+            # nothing moves a HW node's status on (no daemon builds it): a PUT leaves it
+            changes.pop("status", None)
+            changes.pop("status_reason", None)
+        return changes
+
+    def create_record(self, call, body):
+        if isinstance(body, dict) and body.get("address") is not None:
+            # one address one node: the check and the write under one lock
+            with self.api.store.named_lock(ADDRESS_LOCK):
+                return super().create_record(call, body)
+        return super().create_record(call, body)
+
+    def update_record(self, call, uuid, body):
+        if isinstance(body, dict) and body.get("address") is not None:
+            with self.api.store.named_lock(ADDRESS_LOCK):
+                return super().update_record(call, uuid, body)
+        return super().update_record(call, uuid, body)
+
+    def checked_address(self, call, node, given):
+        """A HW node's `address` (docs/compute.md, docs/security.md "Addresses a project
+        may reach"): an IPv4 address that the node's project may reach by the one address
+        rule (tenancy/addresses; a platform caller sets any), and no other node's. 400/409
+        otherwise."""
+        if node.get("node_type") != "HW":
+            raise BadRequest("address: only a HW node takes an address; a VM node gets "
+                             "its own from its network (IPAM)")
+        if not isinstance(given, str) or not IPV4_TEXT.match(given):
+            raise BadRequest(f"address: {given!r} is not an IPv4 address like 192.0.2.10")
+        try:
+            address = str(ipaddress.IPv4Address(given))
+        except ValueError:
+            raise BadRequest(f"address: {given!r} is not an IPv4 address like "
+                             "192.0.2.10") from None
+        why = addresses.for_caller(call.store, self.api.settings, call.principal,
+                                   node["project_id"]).refusal(address)
+        if why is not None:
+            raise BadRequest(f"address: {why}")
+        for port in self.store_kind("network_ports").by("ipv4", address):
+            if port.get("node") != node["uuid"]:
+                raise Conflict(f"address: {address} is the address of node "
+                               f"{port.get('node')} on its network")
+        for other in self.store_kind(NODES).records():
+            if other["uuid"] != node["uuid"] and \
+                    (other.get("default_network") or {}).get("ipv4") == address:
+                whose = f"node {other.get('name') or other['uuid']}" if \
+                    other.get("project_id") == node["project_id"] else "another node"
+                raise Conflict(f"address: {address} is already the address of {whose}")
+        return address
+
+    def hw_default_network(self, node, address):
+        """`default_network` of a HW node at `address`: the project's network holding it
+        (its mask, gateway and DNS), or nothing more than the address."""
+        ip = ipaddress.IPv4Address(address)
+        for network in self.store_kind(NETWORKS).by("project_id", node["project_id"]):
+            try:
+                net = ipaddress.IPv4Network(network.get("cidr") or "")
+            except ValueError:
+                continue
+            if ip in net:
+                return {"network": network["uuid"], "subnet": network["uuid"], "port": None,
+                        "ipv4": address, "mask": str(net.netmask), "mac": None,
+                        "gateway": network.get("gateway"), "dns": network.get("dns")}
+        return {"network": None, "subnet": None, "port": None, "ipv4": address,
+                "mask": None, "mac": None, "gateway": None, "dns": None}
 
     def after_delete(self, call, record):
         release_volumes(self.api.store, [record["uuid"]])

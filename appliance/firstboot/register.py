@@ -118,6 +118,9 @@ def register_self(store, hostname, network, cores, ram):
     facts = {"cores": cores, "ram": ram, "hostname": hostname, "default_network": network or {}}
     existing = nodes.find_one(**key)
     if existing is not None:
+        if existing.get("address"):
+            # an address the operator set (docs/compute.md) wins over the NIC's
+            facts.pop("default_network")
         changes = {k: v for k, v in facts.items() if existing.get(k) != v}
         if changes:
             existing = nodes.update(existing["uuid"], changes)

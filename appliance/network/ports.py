@@ -36,6 +36,13 @@ def network_of(store, settings, node):
     return default_of_project(store, settings, node["project_id"])
 
 
+def operator_addresses(store):
+    """The addresses operators gave HW nodes (their `address`, docs/compute.md): a
+    bare-metal machine already holds it on its network, so no VM may lease it."""
+    return [n["address"] for n in store.collection("compute_nodes").by("node_type", "HW")
+            if n.get("address")]
+
+
 def allocate(store, settings, node):
     """The node's port, made on first call: the lowest free address of its network and a
     fresh MAC. Raises NotFoundError (no such network), AddressesExhausted (none left)."""
@@ -54,7 +61,8 @@ def allocate(store, settings, node):
             return dict(found[0])
         if networks(store).get(network["uuid"]) is None:
             raise NotFoundError(f"network {network['uuid']} was deleted")
-        used = [p["ipv4"] for p in coll.by("network", network["uuid"])]
+        used = [p["ipv4"] for p in coll.by("network", network["uuid"])] + \
+            operator_addresses(store)
         ipv4 = ipam.lowest_free(net_layout, used)
         if ipv4 is None:
             raise AddressesExhausted(

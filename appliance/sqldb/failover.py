@@ -57,10 +57,15 @@ def first(instance, nodes):
     if len(nodes) < want:
         return Decision("wait", None, instance.get("epoch") or 0,
                         f"waiting for nodes: {len(nodes)} of {want}")
-    without = [n["name"] if n.get("name") else n["uuid"] for n in nodes if not host_of(n)]
+    without = [n for n in nodes if not host_of(n)]
     if without:
+        node = without[0]
+        name = node.get("name") or node["uuid"]
+        # a VM's comes from IPAM; a HW node's only from its operator: say how
+        hint = (f" (a HW node: give it the address it has, e.g. `appliance compute nodes "
+                f"update {name} address=<IPv4>`)") if node.get("node_type") == "HW" else ""
         return Decision("wait", None, instance.get("epoch") or 0,
-                        f"waiting for the address of node {without[0]}")
+                        f"waiting for the address of node {name}{hint}")
     chosen = min(n["uuid"] for n in nodes)
     return Decision("first", chosen, instance.get("epoch") or 0, "first primary")
 

@@ -21,6 +21,7 @@ nothing. Statuses are the data plane's (the sqldb daemon's): a create is NEW, a 
 data plane must apply is IN_PROGRESS (instances) or NEW (users, databases).
 """
 
+import ipaddress
 import re
 import secrets
 
@@ -89,7 +90,16 @@ USER_REF = re.compile(rf"^(?:{_INSTANCES}/({_U})/users/)?({_U})/?$")
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 CHILD_STATUSES = ("NEW", "ACTIVE", "ERROR")
 # what the data plane uses: a change of any of them is IN_PROGRESS until applied
-DATA_PLANE_FIELDS = ("cpu", "ram", "disk_size", "nodes_number", "sync_replica_number")
+DATA_PLANE_FIELDS = ("cpu", "ram", "disk_size", "nodes_number", "sync_replica_number",
+                     "client_networks")
+# what sizes the hidden node set: required with placement node_set; with placement nodes
+# the machines are given, so they may be left out (cpu and ram then only tune PostgreSQL)
+MACHINE_FIELDS = ("cpu", "ram", "disk_size")
+CLIENT_NETWORKS_MAX = 64
+# a CIDR or a bare address as typed: digits, hex, dots and colons, an optional /prefix;
+# nothing else (no whitespace, no zone, no netmask form) reaches ipaddress, which forgives
+# a trailing newline in the prefix
+CIDR_TEXT = re.compile(r"^[0-9A-Fa-f.:]{2,45}(/[0-9]{1,3})?\Z")
 SEALED_FIELDS = ("replication_password", "admin_password")
 NAME_MAX = 63
 DATABASE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -175,9 +185,11 @@ def base_fields():
             Field("description", String(255), default="", nullable=False)]
 
 
-def check_range(record, name):
+def check_range(record, name, optional=False):
     low, high = LIMITS[name]
     value = record.get(name)
+    if value is None and optional:
+        return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise BadRequest(f"{name}: must be an integer from {low} to {high}, not {value!r}")
 
@@ -275,11 +287,15 @@ class Instances(SqldbResource):
                         "replicas, sync_replica_number of them synchronous",
             fields=base_fields() + [
                 Field("project_id", UUID(), required=True, create_only=True),
-                Field("cpu", Integer(*LIMITS["cpu"]), required=True, description="cores"),
-                Field("ram", Integer(*LIMITS["ram"]), required=True,
-                      description="MB, 512 to 1048576 (1 TB)"),
-                Field("disk_size", Integer(*LIMITS["disk_size"]), required=True,
-                      description="GB, 8 to 1024 (1 TB); never shrinks"),
+                Field("cpu", Integer(*LIMITS["cpu"]),
+                      description="cores per node; required unless placement is kind "
+                                  "nodes (then it only tunes PostgreSQL)"),
+                Field("ram", Integer(*LIMITS["ram"]),
+                      description="MB per node, 512 to 1048576 (1 TB); required unless "
+                                  "placement is kind nodes (then it only tunes PostgreSQL)"),
+                Field("disk_size", Integer(*LIMITS["disk_size"]),
+                      description="GB per node, 8 to 1024 (1 TB); never shrinks; required "
+                                  "unless placement is kind nodes (unused there)"),
                 Field("nodes_number", Integer(*LIMITS["nodes_number"]), default=1,
                       nullable=False),
                 Field("sync_replica_number", Integer(*LIMITS["sync_replica_number"]),
@@ -290,6 +306,19 @@ class Instances(SqldbResource):
                       description="read-only after create (the same value may be sent back)"),
                 Field("placement", Object(PLACEMENT), create_only=True,
                       description=PLACEMENT["description"]),
+                Field("client_networks", List(String(64), max_items=CLIENT_NETWORKS_MAX),
+                      filterable=False,
+                      description="the networks (CIDRs, or addresses for /32) whose "
+                                  "clients may log in with a password; normalized. null: "
+                                  "the default, the project's networks, the networks the "
+                                  "member nodes sit on and the setting "
+                                  "sqldb_client_networks "
+                                  "(docs/sqldb.md). [] lets no client in. A change applies "
+                                  "without a restart"),
+                Field("effective_client_networks", List(String(64)), read_only=True,
+                      filterable=False,
+                      description="what pg_hba.conf allows now: client_networks, or the "
+                                  "default when it is null"),
                 Field("status", Enum(*STATUSES), read_only=True,
                       description="NEW, IN_PROGRESS after a change the data plane applies, "
                                   "ACTIVE, ERROR (with status_reason); the daemon's"),
@@ -315,7 +344,22 @@ class Instances(SqldbResource):
         out = super().render(record, only)
         if out.get("version"):
             out["version"] = self.family.version_path(record["version"])
+        if "effective_client_networks" in out:
+            from .targets import hba  # noqa: PLC0415 (targets imports the agent's modules)
+            out["effective_client_networks"] = hba(self.api.store, record,
+                                                   self.api.settings)
         return out
+
+    def _normalize(self, body, current=None):
+        # effective_client_networks is computed, never stored: sent back as read, it is
+        # ignored like any read-only field sent back unchanged
+        if current is not None and isinstance(body, dict) and \
+                "effective_client_networks" in body:
+            from .targets import hba  # noqa: PLC0415
+            if body["effective_client_networks"] == hba(self.api.store, current,
+                                                        self.api.settings):
+                body = {k: v for k, v in body.items() if k != "effective_client_networks"}
+        return super()._normalize(body, current)
 
     # ---- checks ----------------------------------------------------------------------
 
@@ -330,8 +374,9 @@ class Instances(SqldbResource):
         return uuid
 
     def check_sizes(self, record):
+        on_nodes = (record.get("placement") or {}).get("kind") == "nodes"
         for name in LIMITS:
-            check_range(record, name)
+            check_range(record, name, optional=on_nodes and name in MACHINE_FIELDS)
         if record["sync_replica_number"] > record["nodes_number"] - 1:
             raise BadRequest(f"sync_replica_number: at most nodes_number - 1 = "
                              f"{record['nodes_number'] - 1}, not "
@@ -368,8 +413,15 @@ class Instances(SqldbResource):
         record["version"] = self.checked_version(call, record["version"])
         if record.get("sync_replica_number") is None:
             record["sync_replica_number"] = min(1, record["nodes_number"] - 1)
+        kind = (record.get("placement") or {}).get("kind", "node_set")
+        missing = [f for f in MACHINE_FIELDS if record.get(f) is None]
+        if kind == "node_set" and missing:
+            raise BadRequest(f"{missing[0]}: required: the instance gets nodes of its own "
+                             f"of that size (give {', '.join(missing)}), unless it is "
+                             "placed on given nodes (placement kind nodes)")
         self.check_sizes(record)
         record["placement"] = self.checked_placement(call, record)
+        record["client_networks"] = checked_client_networks(record.get("client_networks"))
         for name in SEALED_FIELDS:
             record[name] = self.box.seal(self.kind, record["uuid"], name,
                                          secrets.token_urlsafe(24))
@@ -383,19 +435,25 @@ class Instances(SqldbResource):
             if given != current["version"]:
                 raise BadRequest("version: an instance's version cannot change (from "
                                  f"{self.family.version_path(current['version'])})")
+        on_nodes = (current.get("placement") or {}).get("kind") == "nodes"
         for name in ("name",) + DATA_PLANE_FIELDS:
+            if name == "client_networks" or on_nodes and name in MACHINE_FIELDS:
+                continue
             if name in changes and changes[name] is None:
                 raise BadRequest(f"{name}: cannot be null")
+        if "client_networks" in changes:
+            changes["client_networks"] = checked_client_networks(changes["client_networks"])
         merged = {**current, **changes}
         self.check_sizes(merged)
-        if merged["disk_size"] < current["disk_size"]:
+        if None not in (merged["disk_size"], current["disk_size"]) and \
+                merged["disk_size"] < current["disk_size"]:
             raise BadRequest(f"disk_size: cannot shrink (from {current['disk_size']} GB to "
                              f"{merged['disk_size']} GB)")
         if (current.get("placement") or {}).get("kind") == "nodes" and \
                 merged["nodes_number"] != current["nodes_number"]:
             raise BadRequest("nodes_number: cannot change on an instance placed on given "
                              "nodes (placement kind nodes)")
-        if any(merged[f] != current[f] for f in DATA_PLANE_FIELDS):
+        if any(merged.get(f) != current.get(f) for f in DATA_PLANE_FIELDS):
             changes.update(status="IN_PROGRESS", status_reason=None)
         return changes
 
@@ -404,6 +462,33 @@ class Instances(SqldbResource):
         for kind in (DATABASES, USERS):
             call.store.collection(kind).delete_where(
                 lambda r: r.get("instance") == record["uuid"])
+
+
+def checked_client_networks(value):
+    """`client_networks` normalized (each a network in its shortest form, host bits
+    cleared, a bare address as /32 or /128, duplicates dropped), or 400 naming the first
+    entry that is not a CIDR. None stays None: the default. No tenant rule applies: the
+    list only widens who may *try* to log in to the owner's own database (a password is
+    still needed, the platform's roles stay closed), it reaches nothing (docs/sqldb.md)."""
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        raise BadRequest("client_networks: must be a list of CIDRs like 192.0.2.0/24, or "
+                         "null for the default")
+    out = []
+    for i, item in enumerate(value):
+        net = None
+        if isinstance(item, str) and CIDR_TEXT.match(item):
+            try:
+                net = ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                net = None
+        if net is None:
+            raise BadRequest(f"client_networks.{i}: {item!r} is not a network like "
+                             "192.0.2.0/24 or 2001:db8::/32 (or an address)")
+        if str(net) not in out:
+            out.append(str(net))
+    return out
 
 
 # ---- users and databases ----------------------------------------------------------------

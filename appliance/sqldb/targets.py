@@ -4,7 +4,8 @@ value the contract's (the prompt-level contract is restated in docs/sqldb-failov
 everything the node's driver needs, resolved, so that it looks nothing up.
 
 Pure over the store through `appliance.agent.targets.View`; the sealed passwords are
-opened with `view.box()`, the port and client networks read from `view.settings`.
+opened with `view.box()`, the port read from `view.settings`, the client networks from
+the instance (`client_networks`) or, when it leaves them unset, from the default (`hba`).
 
 No item until the instance has a `primary` (its daemon picks the first one). After that a
 member without an address gets an `unavailable` item, and while the primary itself has no
@@ -113,11 +114,27 @@ def value(view, instance):
 
 
 def hba(store, instance, settings):
-    """The client networks: the CIDRs of the project's networks, then the setting
-    sqldb_client_networks; each once, in that order. A malformed CIDR in the setting is
-    left out (pg_hba.conf would refuse the whole file)."""
+    """The client networks written into pg_hba.conf: the instance's `client_networks`
+    when set (checked and normalized by the API), else `default_client_networks`."""
+    given = instance.get("client_networks")
+    if given is not None:
+        return [str(n) for n in given]
+    return default_client_networks(store, instance, settings)
+
+
+def default_client_networks(store, instance, settings):
+    """Where an instance's clients are unless its owner says otherwise (docs/sqldb.md,
+    "Client networks"): the CIDRs of the project's networks, then each member node's own
+    network (`member_network`), then the setting sqldb_client_networks (the way out
+    before the field existed, kept as a source of the default); each once, in that order.
+    A malformed CIDR in the setting is left out (pg_hba.conf would refuse the whole
+    file)."""
     out = [n["cidr"] for n in sorted(store.collection(NETWORKS).by(
         "project_id", instance["project_id"]), key=lambda n: n["uuid"]) if n.get("cidr")]
+    for node in nodes_of(store, instance):
+        where = member_network(node)
+        if where:
+            out.append(where)
     for text in str(settings.get("sqldb_client_networks") or "").split(","):
         text = text.strip()
         if not text:
@@ -127,6 +144,30 @@ def hba(store, instance, settings):
         except ValueError:
             continue
     return list(dict.fromkeys(out))
+
+
+def member_network(node):
+    """The network a member node sits on, from its default_network (address and mask): a
+    VM's is its project network's; a HW node's is the project network holding the
+    address the operator gave it, or the LAN the appliance's own node found on its NIC
+    (where the booted image's clients come from, QEMU's forwarded ports included); only
+    the address (/32) when no mask is known or the mask is wider than /8. None without an
+    address."""
+    network = node.get("default_network") or {}
+    host = network.get("ipv4")
+    try:
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return None
+    mask = network.get("mask")
+    if mask not in (None, ""):
+        try:
+            net = ipaddress.ip_network(f"{address}/{mask}", strict=False)
+            if net.prefixlen >= 8:
+                return str(net)
+        except ValueError:
+            pass
+    return str(ipaddress.ip_network(address))
 
 
 def items_of(view, instance, nodes):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 
 from appliance.sqldb import scram
@@ -134,3 +136,72 @@ def test_placement_on_named_nodes_and_a_wait_that_ends_in_error(logged_in, real_
         "status": "ERROR", "status_reason": "no PostgreSQL on the nodes"})
     waited = logged_in("sqldb", "instances", "show", name, "--wait")
     assert waited.code != 0 and "no PostgreSQL on the nodes" in waited.stderr
+
+
+def test_add_on_a_node_needs_no_sizes_and_wait_shows_each_reason_once(logged_in, real_api):
+    """--wait (the CLI's shared wait) prints each new (status, status_reason) once, as the
+    daemon writes them; a thread here plays the sqldb daemon, writing what it would."""
+    node = ok(logged_in("--json", "compute", "nodes", "add", "-p", ADMIN_PROJECT, "-n",
+                        f"hw-{uuid.uuid4().hex[:6]}", "-c", "1", "-r", "1024",
+                        "node_type=HW"))
+    name = f"w-{uuid.uuid4().hex[:6]}"
+    instances = real_api.store.collection("sqldb_instances")
+    moves = [("NEW", "waiting for nodes"), ("NEW", "waiting for nodes"),
+             ("IN_PROGRESS", "node hw: waiting for the node's address"),
+             ("IN_PROGRESS", "node hw: waiting for the node's address"),
+             ("IN_PROGRESS", "node hw: the agent has not applied it yet"),
+             ("ACTIVE", None)]
+
+    def daemon():
+        for _ in range(200):
+            found = instances.find(name=name)
+            if found:
+                for status, reason in moves:
+                    time.sleep(0.3)
+                    instances.update(found[0]["uuid"], {"status": status,
+                                                        "status_reason": reason})
+                return
+            time.sleep(0.05)
+    thread = threading.Thread(target=daemon, daemon=True)
+    thread.start()
+    result = logged_in("--json", "sqldb", "instances", "add", "-n", name, "-p",
+                       ADMIN_PROJECT, "-v", "15", "--node", node["uuid"], "--wait",
+                       "--wait-timeout", "60")
+    thread.join(10)
+    made = ok(result)
+    assert made["status"] == "ACTIVE"
+    sent = logged_in.transport.to(INSTANCES)[-1].body
+    assert not {"cpu", "ram", "disk_size"} & set(sent)
+    lines = [line.split(": ", 1)[1].rsplit(" (", 1)[0]
+             for line in result.stderr.splitlines()[1:]]
+    wanted = ["NEW: waiting for nodes", "IN_PROGRESS: node hw: waiting for the node's address",
+              "IN_PROGRESS: node hw: the agent has not applied it yet", "ACTIVE"]
+    # each once, in order; the create's own NEW (no reason yet) may come first
+    assert [line for line in lines if line != "NEW"] == wanted, result.stderr
+
+
+def test_a_wait_that_ends_with_a_reason_says_it(logged_in, real_api):
+    made = make_instance(logged_in, f"t-{uuid.uuid4().hex[:6]}")
+    real_api.store.collection("sqldb_instances").update(made["uuid"], {
+        "status": "NEW", "status_reason": "waiting for the address of node appliance"})
+    result = logged_in("sqldb", "instances", "show", made["uuid"], "--wait",
+                       "--wait-timeout", "0.5")
+    assert result.code == 1
+    assert "NEW: waiting for the address of node appliance (" in result.stderr
+    assert "still NEW after 0.5 s: waiting for the address of node appliance" in \
+        result.stderr
+    assert "is the daemon running" not in result.stderr
+
+
+def test_client_networks_option(logged_in):
+    name = f"c-{uuid.uuid4().hex[:6]}"
+    made = make_instance(logged_in, name, "--client-networks", "192.0.2.7, 10.0.0.0/8")
+    assert made["client_networks"] == ["192.0.2.7/32", "10.0.0.0/8"]
+    closed = ok(logged_in("--json", "sqldb", "instances", "update", name,
+                          "--client-networks", ""))
+    assert closed["client_networks"] == [] and closed["status"] == "IN_PROGRESS"
+    back = ok(logged_in("--json", "sqldb", "instances", "update", name,
+                        "--client-networks", "default"))
+    assert back["client_networks"] is None
+    bad = logged_in("sqldb", "instances", "update", name, "--client-networks", "10.0.0.0/33")
+    assert bad.code != 0 and "client_networks.0" in bad.stderr

@@ -46,7 +46,8 @@ def test_first_primary_waits_for_every_node_then_takes_the_lowest_uuid(world):
     instance = world.add_instance([a, b])
     d = decide(world, instance, now())
     assert (d.action, d.primary) == ("wait", None)
-    assert d.reason == "waiting for the address of node node1"
+    assert d.reason == ("waiting for the address of node node1 (a HW node: give it the "
+         "address it has, e.g. `appliance compute nodes update node1 address=<IPv4>`)")
     world.set_address(b, "127.0.0.21")
     d = decide(world, instance, now())
     assert (d.action, d.primary, d.epoch) == ("first", b["uuid"], 0)

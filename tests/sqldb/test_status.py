@@ -50,7 +50,8 @@ def test_new_until_a_primary_then_in_progress_until_reports(world):
     planner.pass_once()
     got = world.instance(instance)
     assert (got["status"], got["status_reason"], got["primary"]) == \
-        ("NEW", "waiting for the address of node node2", None)
+        ("NEW", ("waiting for the address of node node2 (a HW node: give it the "
+         "address it has, e.g. `appliance compute nodes update node2 address=<IPv4>`)"), None)
     world.set_address(b, "127.0.0.22")
     planner.pass_once()
     got = world.instance(instance)

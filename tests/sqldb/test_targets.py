@@ -7,7 +7,7 @@ from appliance.agent import capabilities
 from appliance.agent.protocol import target_uuid
 from appliance.agent.targets import View, items_for
 from appliance.sqldb.members import pg_name
-from appliance.sqldb.targets import for_node
+from appliance.sqldb.targets import for_node, member_network
 
 from .planworld import PROJECT, World
 
@@ -54,7 +54,12 @@ def test_every_member_gets_its_item(world):
     assert [m["node"] for m in value["members"]] == sorted(n["uuid"] for n in nodes)
     assert (value["instance"], value["epoch"], value["major"], value["port"],
             value["sync_replica_number"]) == (instance["uuid"], 2, 15, 5432, 1)
-    assert value["hba"] == ["10.20.0.0/24", "192.0.2.0/24", "198.51.100.7/32"]
+    # the default client networks: the project's networks (not another project's), the
+    # network each member sits on (no mask known here: its address), then the setting (its
+    # malformed entry left out)
+    hosts = [f"{n['default_network']['ipv4']}/32" for n in
+             sorted(nodes, key=lambda n: n["uuid"])]
+    assert value["hba"] == ["10.20.0.0/24", *hosts, "192.0.2.0/24", "198.51.100.7/32"]
     assert value["replication"] == {"user": "dbaas_replicator", "password": "repl-secret"}
     assert value["admin"] == {"user": "dbaas_admin", "password": "admin-secret"}
     assert value["users"] == {"alice": "SCRAM-SHA-256$4096:YQ==$b:c",
@@ -114,4 +119,30 @@ def test_settings_absent_fall_back_to_the_defaults(world):
     instance = world.add_instance([a], sync=0)
     world.set_primary(instance, a)
     (item,) = for_node(View(world.store, world.box), a)
-    assert item["value"]["port"] == 5432 and item["value"]["hba"] == []
+    assert item["value"]["port"] == 5432 and item["value"]["hba"] == ["127.0.0.21/32"]
+
+
+def test_client_networks_of_the_instance_replace_the_default(world):
+    a = world.add_node(1, "127.0.0.21")
+    instance = world.add_instance([a], sync=0)
+    world.set_primary(instance, a)
+    instances = world.store.collection("sqldb_instances")
+    instances.update(instance["uuid"], {"client_networks": ["203.0.113.0/24"]})
+    (item,) = for_node(view(world), a)
+    assert item["value"]["hba"] == ["203.0.113.0/24"]
+    # [] lets no client in: the setting does not come back through it
+    instances.update(instance["uuid"], {"client_networks": []})
+    (closed,) = for_node(view(world), a)
+    assert closed["value"]["hba"] == []
+
+
+@pytest.mark.parametrize("default_network,expected", [
+    ({"ipv4": "10.0.2.15", "mask": 24}, "10.0.2.0/24"),           # first boot's NIC: a prefix
+    ({"ipv4": "10.20.0.21", "mask": "255.255.252.0"}, "10.20.0.0/22"),  # a port: dotted
+    ({"ipv4": "198.51.100.7", "mask": None}, "198.51.100.7/32"),   # a HW address, no network
+    ({"ipv4": "10.1.2.3", "mask": 4}, "10.1.2.3/32"),              # wider than /8: itself
+    ({"ipv4": "10.1.2.3", "mask": "garbage"}, "10.1.2.3/32"),
+    ({}, None), (None, None), ({"ipv4": "not-an-address"}, None),
+])
+def test_the_network_a_member_sits_on(default_network, expected):
+    assert member_network({"default_network": default_network}) == expected
