@@ -44,6 +44,10 @@ class ElementBuilder:
         self.store = api.store
         self.log = log
         self.call = SystemCall(api, SYSTEM)
+        # what an element owns is removed by the element only: its own deletes pass the
+        # in-use rule's ownership link (every other link still refuses)
+        self.call.ignore_in_use = lambda link, user: link.user_kind == "em_elements" \
+            and link.label == "resources"
         self._plans = {}            # (manifest uuid, revision) -> Plan
         self._announced = set()     # (element, resource, reason) already logged
 

@@ -9,6 +9,7 @@ no installed element still requires it within range.
 from appliance import versions
 from appliance.api.errors import BadRequest, Conflict
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
+from appliance.api.links import ANY, Link
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import JSON, UPLOAD, YAML
 
@@ -67,9 +68,6 @@ class Manifests(Resource):
         self.plan(record)           # a manifest that cannot be planned is never stored
         return record
 
-    def check_delete(self, call, record):
-        for element in call.store.collection("em_elements").by("manifest", record["uuid"]):
-            raise Conflict(f"element {element['name']} was installed from this manifest")
 
     # ---- install-time checks -------------------------------------------------------
 
@@ -212,6 +210,9 @@ class Manifests(Resource):
 
 
 class Elements(Resource):
+    def declared_links(self):
+        return owned_links(self.api)
+
     def __init__(self):
         super().__init__(
             name="Element", path="/v1/em/elements", kind="em_elements", service="em",
@@ -238,6 +239,24 @@ class Elements(Resource):
                       description="the last resource restored after a change behind the "
                                   "element's back"),
             ])
+
+
+def owned_links(api):
+    """The links of an element to the records it owns (its `resources` map): the
+    Element Manager re-creates what is deleted behind its back, so such a delete is a
+    409, save the Element Manager's own (builder.py)."""
+    def owned(element):
+        found = []
+        for slot in (element.get("resources") or {}).values():
+            resource = api.resources.get(slot.get("collection"))
+            if resource is not None and slot.get("uuid"):
+                found.append((resource.kind, slot["uuid"]))
+        return found
+    return [Link("em_elements", ANY, label="resources", values=owned,
+                 message=None),
+            Link("em_elements", "em_manifests", field="manifest",
+                 message=lambda manifest, elements: f"element {elements[0]['name']} was "
+                                                    "installed from this manifest")]
 
 
 def all_resources():
