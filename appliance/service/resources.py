@@ -211,7 +211,7 @@ class Services(Resource):
     def declared_links(self):
         def ordering(field):
             return Link(self.kind, self.kind, label=field, values=lambda r: [
-                e.get("service") for e in r.get(field) or ()],
+                e["service"] for e in r.get(field) or () if e.get("kind") == "service"],
                 message=lambda used, users: f"service {users[0]['uuid']} names this one "
                                             f"in its {field}: change that first")
         return [*target_links(self.kind), ordering("before"), ordering("after")]
