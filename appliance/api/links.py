@@ -188,7 +188,7 @@ def refusal(what, named, hidden):
         parts.append(f"{len(named) - SHOWN} more")
     if hidden:
         parts.append(f"{hidden} record{'s' if hidden > 1 else ''} you cannot see")
-    return (f"{what} is in use: used by {', '.join(parts)}; delete or change "
+    return (f"{what} is in use: it is used by {', '.join(parts)}; delete or change "
             f"{'them' if len(named) + hidden > 1 else 'it'} first")
 
 
