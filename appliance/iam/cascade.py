@@ -30,7 +30,7 @@ def holdings(api, project_uuid):
     project-scoped records and the role bindings that name it."""
     registry = links.registry(api)
     found = []
-    for kind, resource in registry.resource_of.items():
+    for resource in registry.resource_of.values():
         if resource.project_scoped and resource.field("project_id") is not None:
             found += [(resource, r) for r in resource.collection().by("project_id",
                                                                         project_uuid)]

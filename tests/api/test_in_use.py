@@ -23,7 +23,7 @@ from tests.compute.conftest import created, node_body, refused
 from tests.conftest import ADMIN_PASSWORD
 from tests.iam.helpers import bind, make_project, make_user
 from tests.lb.helpers import (LB, certificate_record, make_lb, make_pool, make_route,
-                              make_vhost, pools, prefix, backend, vhosts)
+                              make_vhost, pools, prefix, vhosts)
 
 NODES, SETS, VOLUMES = "/v1/compute/nodes", "/v1/compute/sets", "/v1/compute/volumes"
 HYPERVISORS, POLICIES = "/v1/compute/hypervisors", "/v1/compute/placement_policies"
