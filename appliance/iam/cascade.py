@@ -39,6 +39,13 @@ def holdings(api, project_uuid):
     return found
 
 
+def goes_with_owner(registry, resource, record, inside):
+    """True for a part (api/links.py) of a record that the cascade deletes: a domain's
+    records, a repository's elements go with it."""
+    return any(link.part and link.field and (link.used_kind, record.get(link.field)) in inside
+               for link in registry.links if link.user_kind == resource.kind)
+
+
 def named(registry, pairs):
     shown = [registry.describe(resource.kind, r) for resource, r in pairs[:SHOWN]]
     if len(pairs) > SHOWN:
@@ -69,9 +76,12 @@ def delete_project(projects, call, project):
     system = SystemCall(api, None)
     blockers = []
     for resource, record in held:
-        if resource.parent and (api.resources[resource.parent[1]].kind,
-                                record.get(resource.parent[0])) in inside:
-            continue        # goes with its parent
+        if goes_with_owner(registry, resource, record, inside):
+            continue
+        if "delete" not in resource.operations:
+            blockers.append(f"{registry.describe(resource.kind, record)} is removed by the "
+                            "daemons (wait until they have, and try again)")
+            continue
         try:
             resource.check_delete(system, record)
         except ApiError as e:
@@ -92,8 +102,8 @@ def delete_project(projects, call, project):
                            else ""))
     # in passes: a record goes once nothing left links to it (a vhost before its
     # certificate, a config before its password)
-    pending = [(res, r) for res, r in held if not (
-        res.parent and (api.resources[res.parent[1]].kind, r.get(res.parent[0])) in inside)]
+    pending = [(res, r) for res, r in held
+               if not goes_with_owner(registry, res, r, inside)]
     while pending:
         left = []
         for resource, record in pending:

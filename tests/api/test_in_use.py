@@ -553,3 +553,28 @@ def test_a_delete_among_ten_thousand_records(world, capsys):
         print("\nin-use check with 10,000 configs: " + ", ".join(
             f"{k} {v * 1000:.1f} ms" for k, v in timings.items()))
     store.collection("config_configs").delete_where(lambda r: r["name"].startswith("bulk"))
+
+
+def test_cascade_needs_the_delete_permission_of_what_it_deletes(world):
+    """An IAM administrator (iam.*.* only) cannot reach the project's secrets through a
+    cascade: 403 naming the permission, nothing deleted."""
+    admin = world.admin
+    role = created(admin.post("/v1/iam/roles", {"name": name()}))
+    found = admin.get("/v1/iam/permissions", query={"name": "iam.*.*"}).json
+    perm = found[0] if found else created(admin.post("/v1/iam/permissions",
+                                                     {"name": "iam.*.*"}))
+    created(admin.post("/v1/iam/permission_bindings", {"role": role["uuid"],
+                                                       "permission": perm["uuid"]}))
+    uid, username, password = make_user(admin)
+    created(admin.post(BINDINGS, {"user": uid, "role": role["uuid"]}))
+    iam_admin = world.server.client(world.server.login(username, password))
+    project = make_project(admin)
+    secret = world.post(SECRETS, {"name": name(), "project_id": project,
+                                  "constructor": {"kind": "plain"}})
+    before = world.snapshot()
+    message = refused(iam_admin.delete(f"{PROJECTS}/{project}", query={"cascade": "true"}),
+                      403)
+    assert "secret.secret.delete" in message, message
+    assert world.snapshot() == before
+    assert admin.get(f"{SECRETS}/{secret['uuid']}").status == 200
+    assert admin.delete(f"{PROJECTS}/{project}", query={"cascade": "true"}).status == 204
