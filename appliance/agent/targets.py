@@ -28,6 +28,25 @@ TARGET_SCHEMA = {
 }
 
 
+def target_links(user_kind, field="target"):
+    """The links of a `target` field to the nodes and sets it names (api/links.py): a
+    node or set that a config, secret or service targets is in use."""
+    from appliance.api.links import Link
+
+    def named(kind):
+        def values(record):
+            target = record.get(field) or {}
+            if kind == "node_set":
+                return [target["node_set"]] if target.get("kind") == "node_set" else []
+            if target.get("kind") == "node":
+                return [target["node"]]
+            return list(target.get("nodes") or ()) if target.get("kind") == "nodes" else []
+        return values
+    return [Link(user_kind, "compute_nodes", values=named("node"), label=f"{field} node"),
+            Link(user_kind, "compute_sets", values=named("node_set"),
+                 label=f"{field} node_set")]
+
+
 class View:
     """Read access to the store for producers (pure functions of what it returns)."""
 

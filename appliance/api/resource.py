@@ -10,6 +10,7 @@ import uuid as uuidlib
 
 from appliance.tenancy import quotas
 
+from . import links
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
@@ -308,8 +309,25 @@ class Resource:
     def after_update(self, call, before, after):
         pass
 
+    # Reference fields naming records this one is a part of: it goes with them, so they
+    # never refuse a delete for it (a sub-collection's parent field is one already)
+    part_of = ()
+    # a view over another kind's records (the Element Manager's parts): declares no links
+    virtual = False
+
+    def declared_links(self):
+        """Links of this kind's records beyond its Reference fields and project_id
+        (appliance/api/links.py): kind-objects that carry uuids."""
+        return ()
+
     def check_delete(self, call, record):
-        """Raise Conflict when something still depends on the record."""
+        """Raise Conflict for a kind's own rule (the built-in admin, an active profile);
+        what links to the record is the framework's check (appliance/api/links.py)."""
+
+    def check_in_use(self, call, record):
+        """409 while another record links to this one, or an element owns it."""
+        links.registry(self.api).check(call, self.kind, record,
+                                       ignore=getattr(call, "ignore_in_use", None))
 
     def after_delete(self, call, record):
         pass
@@ -422,6 +440,7 @@ class Resource:
         if self.project_scoped:
             self.writable_project(call, current.get("project_id"))
         self.check_delete(call, current)
+        self.check_in_use(call, current)
         self.collection().delete(current["uuid"])
         self.after_delete(call, current)
         return current

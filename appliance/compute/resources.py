@@ -15,6 +15,7 @@ from appliance.api.errors import BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldType,
                                   FilterError, Integer, List, Object, Reference, String, Tags,
                                   UUID_RE)
+from appliance.api.links import Link
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
@@ -234,11 +235,11 @@ class Hypervisors(ComputeResource):
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None
         return changes
 
-    def check_delete(self, call, record):
-        placed = self.store_kind(NODES).by("hypervisor", record["uuid"])
-        if placed:
-            raise Conflict(f"hypervisor {record['uuid']} runs {len(placed)} node(s): "
-                           "delete or move them first")
+    def declared_links(self):
+        return [Link(NODES, HYPERVISORS, field="hypervisor",
+                     message=lambda hypervisor, placed: f"hypervisor {hypervisor['uuid']} "
+                     f"runs {len(placed)} node(s): delete or move them first"),
+                Link(VOLUMES, HYPERVISORS, field="hypervisor")]
 
 
 # ---- placement policies -----------------------------------------------------------------
@@ -256,13 +257,10 @@ class PlacementPolicies(ComputeResource):
                       nullable=False, create_only=True),
             ])
 
-    def check_delete(self, call, record):
-        for kind in (NODES, SETS):
-            users = [r for r in self.store_kind(kind).records()
-                     if record["uuid"] in (r.get("placement_policies") or ())]
-            if users:
-                raise Conflict(f"placement policy {record['uuid']} is used by "
-                               f"{kind[len('compute_'):][:-1]} {users[0]['uuid']}")
+    def declared_links(self):
+        return [Link(kind, POLICIES, label="placement_policies",
+                     values=lambda r: r.get("placement_policies") or ())
+                for kind in (NODES, SETS)]
 
 
 # ---- nodes --------------------------------------------------------------------------------
@@ -338,6 +336,16 @@ class Nodes(ComputeResource):
                        response_schema={"type": "object", "required": ["log"],
                                         "properties": {"log": {"type": "string"}}}),
             ])
+
+    # a set's members go with it (Sets.after_delete)
+    part_of = ("node_set",)
+
+    def declared_links(self):
+        return [Link(NODES, NETWORKS, field="network"),
+                # the attachment is written on the volume: the node holds it
+                Link(NODES, VOLUMES, held_by="node",
+                     message=lambda volume, _: f"volume {volume['uuid']} is attached to node "
+                                               f"{volume['node']}: detach it first")]
 
     def register(self, api):
         super().register(api)
@@ -500,6 +508,9 @@ class Sets(ComputeResource):
                             response_schema={"type": "object", "additionalProperties": {
                                 "type": "string"}})])
 
+    def declared_links(self):
+        return [Link(SETS, NETWORKS, field="network")]
+
     def prepare_create(self, call, record):
         self.check_machine(call, record)
         record.update(status="NEW", status_reason=None, nodes={})
@@ -591,10 +602,8 @@ class Volumes(ComputeResource):
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None
         return changes
 
-    def check_delete(self, call, record):
-        if record.get("node"):
-            raise Conflict(f"volume {record['uuid']} is attached to node {record['node']}: "
-                           "detach it first")
+    # a node's delete releases its volumes (sets.release_volumes)
+    part_of = ("node",)
 
     def attach(self, call, record):
         body = call.body if call.body is not None else {}

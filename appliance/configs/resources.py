@@ -9,9 +9,10 @@ IN_PROGRESS); one to a record of another project is refused. Status is the statu
 (appliance/agent/status.py): read-only, and every PUT returns it to NEW.
 """
 
-from appliance.agent.targets import TARGET_SCHEMA
+from appliance.agent.targets import TARGET_SCHEMA, target_links
 from appliance.api.errors import BadRequest
 from appliance.api.fields import UUID, UUID_RE, Enum, Field, Object, String, Tags
+from appliance.api.links import ANY, Link
 from appliance.api.resource import Resource
 from appliance.tenancy.nodes import check_target
 
@@ -107,6 +108,11 @@ class Configs(Resource):
         changes.update(status="NEW", status_reason=None)
         return changes
 
+    def declared_links(self):
+        # the records its `$core` links name (a password, a variable...), and its target
+        return [Link(self.kind, ANY, values=linked_records, label="body links"),
+                *target_links(self.kind)]
+
     # ---- checks beyond the schema ----------------------------------------------------
 
     def check(self, call, config):
@@ -144,6 +150,15 @@ class Configs(Resource):
 
     def check_target(self, call, target, project_id):
         check_target(call.store, call.principal, project_id, target)
+
+
+def linked_records(config):
+    """(kind, uuid) of each record a config's body links to."""
+    found = []
+    for link in render.variable_links(config["body"]).values():
+        if link.element == "core" and not link.is_import and len(link.segments) == 3:
+            found.append(link_target(link))
+    return found
 
 
 def normalized_target(values):

@@ -38,6 +38,12 @@ from . import acting, builtin, links
 from .acting import SYSTEM
 
 
+def owned_by_element(link, user):
+    """What an element owns is removed by the element only: the builder's own deletes
+    pass the in-use rule's ownership link (every other link still refuses)."""
+    return link.user_kind == "em_elements" and link.label == "resources"
+
+
 class Waiting(Exception):
     pass
 
@@ -49,6 +55,7 @@ class ElementBuilder:
         self.log = log
         self.call = SystemCall(api, SYSTEM)
         self._calls = {None: self.call}     # acting project -> its call
+        self.call.ignore_in_use = owned_by_element
         self._plans = {}            # (manifest uuid, revision) -> Plan
         self._announced = set()     # (element, resource, reason) already logged
 
@@ -56,7 +63,9 @@ class ElementBuilder:
         """The call an element's resources are written and read with."""
         project = acting.acting_project(self.store, element)
         if project not in self._calls:
-            self._calls[project] = SystemCall(self.api, acting.principal_for(project))
+            call = SystemCall(self.api, acting.principal_for(project))
+            call.ignore_in_use = owned_by_element
+            self._calls[project] = call
         return self._calls[project]
 
     def kinds(self):

@@ -134,6 +134,8 @@ class ElementParts(Resource):
     Reading an element already shows these parts, so they share its permission
     (`em.element.read`)."""
 
+    virtual = True      # a view of the elements' records: their links are the elements'
+
     def __init__(self, part, nested):
         name, self.rows, fields = PARTS[part]
         super().__init__(

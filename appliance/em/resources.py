@@ -9,6 +9,7 @@ no installed element still requires it within range.
 from appliance import versions
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, Object, Reference, String, Text
+from appliance.api.links import ANY, Link
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import JSON, UPLOAD, YAML
 
@@ -90,9 +91,6 @@ class Manifests(ActingProjectVisibility, Resource):
         record["project_id"] = acting.for_caller(principal)
         return record
 
-    def check_delete(self, call, record):
-        for element in call.store.collection("em_elements").by("manifest", record["uuid"]):
-            raise Conflict(f"element {element['name']} was installed from this manifest")
 
     # ---- install-time checks -------------------------------------------------------
 
@@ -252,6 +250,9 @@ class Manifests(ActingProjectVisibility, Resource):
 
 
 class Elements(ActingProjectVisibility, Resource):
+    def declared_links(self):
+        return owned_links(self.api)
+
     def __init__(self):
         super().__init__(
             name="Element", path="/v1/em/elements", kind="em_elements", service="em",
@@ -279,6 +280,24 @@ class Elements(ActingProjectVisibility, Resource):
                                   "element's back"),
                 Field("project_id", UUID(), read_only=True, description=ACTING_PROJECT),
             ])
+
+
+def owned_links(api):
+    """The links of an element to the records it owns (its `resources` map): the
+    Element Manager re-creates what is deleted behind its back, so such a delete is a
+    409, save the Element Manager's own (builder.py)."""
+    def owned(element):
+        found = []
+        for slot in (element.get("resources") or {}).values():
+            resource = api.resources.get(slot.get("collection"))
+            if resource is not None and slot.get("uuid"):
+                found.append((resource.kind, slot["uuid"]))
+        return found
+    return [Link("em_elements", ANY, label="resources", values=owned,
+                 message=None),
+            Link("em_elements", "em_manifests", field="manifest",
+                 message=lambda manifest, elements: f"element {elements[0]['name']} was "
+                                                    "installed from this manifest")]
 
 
 def all_resources():

@@ -8,7 +8,7 @@ from appliance.api.routing import AUTHENTICATED
 from appliance.api.validation import Validator
 from appliance.tenancy import is_platform, quotas
 
-from . import builtin, lockout, passwords
+from . import builtin, cascade, lockout, passwords
 from .permissions import NAME_PATTERN
 
 PASSWORD = {"type": "string", "minLength": 8, "maxLength": 256}
@@ -119,9 +119,6 @@ class Organizations(Resource):
     def check_delete(self, call, record):
         if record["uuid"] == builtin.DEFAULT_ORGANIZATION:
             raise Conflict("the built-in organization cannot be deleted")
-        users = call.store.collection("iam_projects").by("organization", record["uuid"])
-        if users:
-            raise Conflict(f"organization {record['name']} still has {len(users)} project(s)")
 
 
 class Projects(Resource):
@@ -165,6 +162,15 @@ class Projects(Resource):
     def check_delete(self, call, record):
         if record["uuid"] == builtin.ADMIN_PROJECT:
             raise Conflict("the admin project cannot be deleted")
+
+    def delete_record(self, call, uuid):
+        # ?cascade=true: the project's records first (iam/cascade.py, docs/iam.md)
+        query = getattr(call, "query", None)
+        if query is not None and cascade.truthy(query.get("cascade", "")):
+            record = self.load_visible(call, uuid)
+            self.check_delete(call, record)
+            cascade.delete_project(self, call, record)
+        return super().delete_record(call, uuid)
 
     def after_delete(self, call, record):
         call.store.collection("iam_role_bindings").delete_where(
@@ -218,6 +224,9 @@ class Permissions(lockout.Guarded, Resource):
 
 
 class PermissionBindings(lockout.Guarded, Resource):
+    # a binding is a part of its role and of its permission: it goes with either
+    part_of = ("role", "permission")
+
     def __init__(self):
         super().__init__(
             name="PermissionBinding", path="/v1/iam/permission_bindings",
@@ -237,6 +246,10 @@ class PermissionBindings(lockout.Guarded, Resource):
 
 
 class RoleBindings(lockout.Guarded, Resource):
+    # a binding is a part of its user and of its role (it goes with either, as in
+    # Keystone); a project's bindings are its members, and refuse the project's delete
+    part_of = ("user", "role")
+
     def __init__(self):
         super().__init__(
             name="RoleBinding", path="/v1/iam/role_bindings", kind="iam_role_bindings",

@@ -17,6 +17,7 @@ import re
 from appliance.api.errors import BadRequest, Conflict, NotFound
 from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Object,
                                   Reference, String, Tags, UUID_RE)
+from appliance.api.links import Link
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
 from appliance.tenancy import addresses, fetch, is_platform
@@ -192,6 +193,11 @@ class LoadBalancers(Resource):
                 Field("node_status", Object(), read_only=True,
                       description="{node uuid: {status, reason, nginx_check, applied_at}}"),
             ])
+
+    def declared_links(self):
+        return [Link(LBS, NODES, label="type.external_node", values=lambda r: [
+            r["type"]["external_node"]] if (r.get("type") or {}).get("kind") ==
+            "external_node" else [])]
 
     # ---- type ------------------------------------------------------------------------
 
@@ -385,6 +391,11 @@ class Vhosts(LbChild):
         from appliance.secret.crypto import SecretBox
         self.box = SecretBox(api.store)
 
+    def declared_links(self):
+        return [Link(VHOSTS, CERTIFICATES, label="cert", values=lambda r: [
+            r["cert"]["certificate"]] if (r.get("cert") or {}).get("kind") ==
+            "certificate" else [])]
+
     # ---- the cert key is sealed in the store, opened for readers and the producer ----
 
     def open_cert(self, record):
@@ -551,6 +562,13 @@ class Routes(LbChild):
     def item_path(self, record):
         return super().item_path(record).replace("<lb>", record["lb"])
 
+    def declared_links(self):
+        # 409 (api-conventions: a delete with dependents) with the reference's message
+        return [Link(ROUTES, POOLS, label="condition",
+                     values=lambda r: conditions.pools(r["condition"]),
+                     message=lambda pool, routes: "Backend pool in use, remove route first "
+                                                  f"(route {routes[0]['uuid']})")]
+
     def load_visible(self, call, uuid):
         record = super().load_visible(call, uuid)
         if call.params.get("lb") not in (None, record["lb"]):
@@ -677,12 +695,12 @@ class BackendPools(LbChild):
             changes["platform_endpoints"] = is_platform(call.principal)
         return changes
 
-    def check_delete(self, call, record):
-        # 409 (api-conventions: a delete with dependents) with the reference's message
-        for route in call.store.collection(ROUTES).by("lb", record["lb"]):
-            if record["uuid"] in conditions.pools(route["condition"]):
-                raise Conflict(f"Backend pool in use, remove route first (route "
-                               f"{route['uuid']})")
+    def declared_links(self):
+        def endpoints(kind):
+            return lambda r: [e[kind] for e in r.get("endpoints") or ()
+                              if e.get("kind") == kind]
+        return [Link(POOLS, NODES, label="endpoints node", values=endpoints("node")),
+                Link(POOLS, SETS, label="endpoints node_set", values=endpoints("node_set"))]
 
 
 def check_host_endpoint(where, host, reach):

@@ -81,6 +81,9 @@ class Networks(Resource):
 
 
 class Ports(Resource):
+    # a node's ports go once the compute daemon removed the node
+    part_of = ("node",)
+
     def __init__(self):
         super().__init__(
             name="Port", path="/v1/network/ports", kind=PORTS, service="network",

@@ -227,6 +227,9 @@ class Repositories(Resource):
 
 
 class RepoElements(Resource):
+    # a repository's elements go with it (Repositories.after_delete)
+    part_of = ("repository",)
+
     def __init__(self):
         super().__init__(
             name="RepoElement", path="/v1/repo/elements", kind="repo_elements",
@@ -373,6 +376,9 @@ class RepoElements(Resource):
 
 
 class Artifacts(Resource):
+    # an element's artifacts go with it
+    part_of = ("element",)
+
     """Read-only: the sync and the download of a lazy element write them (one per file of
     the element's inventory index), and they go with their element."""
 

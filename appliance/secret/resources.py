@@ -218,6 +218,10 @@ class SshKeys(SecretMaterial):
         self.check_target(call, {**current, **changes})
         return super().prepare_update(call, current, changes)
 
+    def declared_links(self):
+        from appliance.agent.targets import target_links
+        return target_links(self.kind)
+
     def check_target(self, call, record):
         from appliance.configs.resources import normalized_target
         from appliance.tenancy.nodes import check_target

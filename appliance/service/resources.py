@@ -8,7 +8,8 @@ agents' payload) and answer at once.
 
 import datetime
 
-from appliance.agent.targets import TARGET_SCHEMA, View
+from appliance.agent.targets import TARGET_SCHEMA, View, target_links
+from appliance.api.links import Link
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, List, Object, String, Tags
 from appliance.api.resource import Action, Resource
@@ -207,12 +208,13 @@ class Services(Resource):
         changes.update(status="NEW", status_reason=None)
         return changes
 
-    def check_delete(self, call, record):
-        for other in self.collection().records():
-            for field in ("before", "after"):
-                if any(e.get("service") == record["uuid"] for e in other.get(field) or ()):
-                    raise Conflict(f"service {other['uuid']} names this one in its "
-                                   f"{field}: change that first")
+    def declared_links(self):
+        def ordering(field):
+            return Link(self.kind, self.kind, label=field, values=lambda r: [
+                e["service"] for e in r.get(field) or () if e.get("kind") == "service"],
+                message=lambda used, users: f"service {users[0]['uuid']} names this one "
+                                            f"in its {field}: change that first")
+        return [*target_links(self.kind), ordering("before"), ordering("after")]
 
     def after_delete(self, call, record):
         call.store.collection(LEASES).delete_where(lambda r: r["uuid"] == record["uuid"])

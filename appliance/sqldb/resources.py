@@ -28,6 +28,7 @@ import secrets
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType, FilterError,
                                   Integer, List, Object, String)
+from appliance.api.links import Link
 from appliance.api.resource import ADMIN_PROJECT, Resource
 from appliance.api.routing import PUBLIC
 from appliance.tenancy import is_platform
@@ -269,11 +270,11 @@ class Versions(SqldbResource):
         listed = super().list_handler(call)
         return {"versions": listed} if self.family.wrap_versions else listed
 
-    def check_delete(self, call, record):
-        users = call.store.collection(INSTANCES).by("version", record["uuid"])
-        if users:
-            raise Conflict(f"version {record['name']!r} is used by {len(users)} instance(s), "
-                           f"e.g. {users[0]['uuid']}: mark it deprecated instead")
+    def declared_links(self):
+        return [Link(INSTANCES, VERSIONS, field="version",
+                     message=lambda version, users: f"version {version['name']!r} is used by "
+                     f"{len(users)} instance(s), e.g. {users[0]['uuid']}: mark it "
+                     "deprecated instead")]
 
 
 # ---- instances --------------------------------------------------------------------------
@@ -381,6 +382,10 @@ class Instances(SqldbResource):
             raise BadRequest(f"sync_replica_number: at most nodes_number - 1 = "
                              f"{record['nodes_number'] - 1}, not "
                              f"{record['sync_replica_number']}")
+
+    def declared_links(self):
+        return [Link(INSTANCES, "compute_nodes", label="placement.nodes",
+                     values=lambda r: (r.get("placement") or {}).get("nodes") or ())]
 
     def checked_placement(self, call, record):
         spec = record.get("placement") or {"kind": "node_set"}
@@ -594,14 +599,11 @@ class Users(InstanceChild):
                                status_reason=None)
         return changes
 
-    def check_delete(self, call, record):
-        owned = [d for d in call.store.collection(DATABASES).by("instance", record["instance"])
-                 if d.get("owner") == record["uuid"]]
-        if owned:
-            raise Conflict(f"user {record['name']!r} owns database(s) "
-                           f"{', '.join(repr(d['name']) for d in owned)} "
-                           f"({owned[0]['uuid']}): delete them or give them another owner "
-                           "first")
+    def declared_links(self):
+        return [Link(DATABASES, USERS, field="owner",
+                     message=lambda user, owned: f"user {user['name']!r} owns database(s) "
+                     f"{', '.join(repr(d['name']) for d in owned)} ({owned[0]['uuid']}): "
+                     "delete them or give them another owner first")]
 
 
 class Databases(InstanceChild):

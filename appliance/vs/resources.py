@@ -9,6 +9,7 @@ the newest bound value without any write to the variable.
 
 from appliance.api.errors import BadRequest, Conflict, NotFound
 from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Tags, Text
+from appliance.api.links import Link
 from appliance.api.resource import Action, Resource
 from appliance.iam.builtin import ADMIN_PROJECT
 
@@ -162,12 +163,14 @@ class Profiles(Resource):
         if record.get("active"):
             raise Conflict(f"profile {record['name']} is the active profile; activate "
                            "another one first")
-        users = [v["name"] for v in call.store.collection(VARIABLES).records()
-                 if (v.get("setter") or {}).get("kind") == "profile"
-                 and any(e["profile"] == record["uuid"] for e in v["setter"]["profiles"])]
-        if users:
-            raise Conflict(f"profile {record['name']} is used by variable(s) "
-                           + ", ".join(sorted(users)[:10]))
+
+    def declared_links(self):
+        return [Link(VARIABLES, PROFILES, label="setter.profiles", values=lambda v: [
+            e["profile"] for e in v["setter"]["profiles"]]
+            if (v.get("setter") or {}).get("kind") == "profile" else [],
+            message=lambda profile, users: f"profile {profile['name']} is used by "
+                                           "variable(s) " + ", ".join(
+                                               sorted(u["name"] for u in users)[:10]))]
 
 
 class Variables(Resource):
@@ -297,6 +300,9 @@ class Variables(Resource):
 
 
 class Values(Resource):
+    # a variable's values are its own history: they go with it (Variables.after_delete)
+    part_of = ("variable",)
+
     def __init__(self, variables):
         self.variables = variables
         super().__init__(
