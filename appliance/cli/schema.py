@@ -114,8 +114,8 @@ def fields_help(collection_path: str, options: dict[str, str] | None = None,
         options = {field: label for field, label in options.items()
                    if all(word in known for word in re.findall(r"--?[\w-]+", label))}
     width = max(len(f["name"]) for f in rows)
-    lines = [f"fields of the body (from the API's OpenAPI document; set as key=value, "
-             f"key:=json, or the option shown):"]
+    lines = ["fields of the body (from the API's OpenAPI document; set as key=value, "
+             "key:=json, or the option shown):"]
     for field in rows:
         kind = field["type"] + (f" {field['reference']}, a name or UUID"
                                 if field["reference"] else "")
