@@ -20,6 +20,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 from appliance.cli import NotLoggedIn, UsageError, output
 from appliance.cli.client import ApiClient, Transport, UrllibTransport, normalize_endpoint
 from appliance.cli.session import SessionStore, config_dir_from_environ
+from appliance.cli.trust import ask_on_terminal
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_PAGE_SIZE = 100
@@ -38,6 +39,9 @@ class Environment:
     stdout_isatty: bool = False
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    # asks a question on the user's terminal and returns the answer, or None when there is
+    # no terminal (login's trust on first use); None: never ask
+    ask: Callable[[str], str | None] | None = None
 
     @classmethod
     def from_process(cls) -> "Environment":
@@ -51,6 +55,7 @@ class Environment:
             getpass=getpass.getpass,
             stdin_isatty=bool(sys.stdin and sys.stdin.isatty()),
             stdout_isatty=bool(sys.stdout and sys.stdout.isatty()),
+            ask=ask_on_terminal,
         )
 
 
@@ -134,7 +139,7 @@ def session_client(args: argparse.Namespace, env: Environment) -> ApiClient:
             f"run `appliance login --endpoint {requested}`"
         )
     return ApiClient(session.endpoint, env.transport, timeout(args), env.clock, session,
-                     on_session_change=store.save)
+                     on_session_change=store.save, warn=lambda line: env.stderr.write(line + "\n"))
 
 
 def emit(args: argparse.Namespace, env: Environment, data, path: str | None = None) -> None:
