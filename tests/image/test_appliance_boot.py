@@ -1,8 +1,8 @@
 """The appliance image, booted under QEMU (TCG), seen from the host as a user sees it.
 
 One VM boots the built image with a blank second disk for the state, the admin password
-and root's SSH key in fw_cfg, and ports 443, 53 (UDP and TCP) and 22 forwarded on
-127.0.0.1. DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
+and root's SSH key in fw_cfg, and TCP ports 443, 53 and 22 forwarded on 127.0.0.1
+(the QEMU line of docs/boot.md). DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
 every UDP datagram the guest sends except DHCP and TFTP (udp_input: `if
 (slirp->restricted) goto bad;`), forwarded replies included; the guest is seen to answer
 (its UDP counters move) but the reply never leaves QEMU. So DNS is asked from the host
@@ -34,8 +34,9 @@ from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
 from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
-from tests.image.guest import FW_PASSWORD, PASSWORD, Box, listening_tcp, wait_status
-from tests.image.qemu import APPLIANCE_UNITS, VM, build_image, unit_memory
+from tests.image.guest import (FW_PASSWORD, PASSWORD, Box, appliance_vm, listening_tcp,
+                               wait_status)
+from tests.image.qemu import APPLIANCE_UNITS, build_image, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
 # test's set-up): the bound here covers build, boots and upgrade
@@ -377,8 +378,8 @@ def test_an_upgrade_keeps_the_state_and_migrates_it(box, made, workdir, state_di
     assert newer.version != old_version
     # fw_cfg gives another password and no SSH key: the kept password must win, and the
     # kept key must reach the new root's authorized_keys
-    vm = VM(newer.raw, workdir, tcp=[443, 53, 22], udp=[53], extra_disks=[state_disk],
-            fw_cfg={FW_PASSWORD: "not-the-kept-one"}, name="new")
+    vm = appliance_vm(newer.raw, workdir, state_disk, {FW_PASSWORD: "not-the-kept-one"},
+                      name="new")
     with vm:
         upgraded = Box(vm, workdir, box.ssh_key, box.known_hosts)
         print(f"\nupgrade boot: healthy HTTPS API {upgraded.healthy_seconds:.1f} s "
