@@ -21,6 +21,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -122,6 +124,62 @@ def test_dns_answers_a_record_made_through_the_api(box, made):
     box.wait_answer(made["name"], made["address"])
     assert box.dns("nothing.boot.test").rcode() == dns.rcode.NXDOMAIN
     assert box.guest_udp_answer(made["name"]) == [made["address"]]
+
+
+CLI = os.path.join(ROOT, ".venv", "bin", "appliance")
+BANNER_LOGIN = re.compile(r"appliance login --endpoint https://\S+ --fingerprint (SHA256:[0-9A-F:]+)")
+
+
+def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
+    """docs/boot.md, steps 3 and 4: the fingerprint read from the console's banner, the
+    installed CLI as a subprocess logging in over the forwarded 443 with it (the trust
+    store untouched: no SSL_CERT_FILE), then a secret and a DNS record made and read back
+    through the CLI, and the record asked over the forwarded TCP port 53."""
+    banner = box.vm.serial()
+    fingerprint = BANNER_LOGIN.search(banner).group(1)
+    assert fingerprint == box.fingerprint                   # the banner's two lines agree
+    assert "(given through fw_cfg opt/appliance/admin-password)" in banner
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")}
+    env.update(APPLIANCE_CLI_CONFIG_DIR=os.path.join(workdir, "cli-config"),
+               APPLIANCE_PASSWORD=PASSWORD)
+    env.pop("APPLIANCE_ENDPOINT", None)
+    command = [CLI] if os.path.exists(CLI) else [sys.executable, "-m", "appliance.cli.main"]
+
+    def cli(*args):
+        res = subprocess.run([*command, *args], capture_output=True, text=True, env=env,
+                             timeout=120, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0, f"{args}: {res.returncode}\n{res.stderr}"
+        return res
+
+    endpoint = f"https://127.0.0.1:{box.vm.port(443)}"
+    refused = subprocess.run([*command, "login", "--endpoint", endpoint], capture_output=True,
+                             text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1                          # no terminal, no --fingerprint
+    assert f"--fingerprint {fingerprint}" in refused.stderr
+    login = cli("login", "--endpoint", endpoint, "--fingerprint", fingerprint)
+    assert f"trusting the pinned certificate {fingerprint}" in login.stdout
+
+    value = "cli-boot-value-" + uuid.uuid4().hex
+    secret = json.loads(cli("--json", "create", "secret/secrets", "name=cli-boot-test",
+                            f"project_id={ADMIN_PROJECT}", 'constructor:={"kind": "plain"}',
+                            f"value={value}").stdout)
+    deadline = time.monotonic() + 120
+    while True:
+        shown = json.loads(cli("--json", "show", f"secret/secrets/{secret['uuid']}").stdout)
+        if shown["status"] == "ACTIVE" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert (shown["status"], shown["value"]) == ("ACTIVE", value)
+
+    domain = json.loads(cli("--json", "create", "dns/domains", "name=cli.boot.test",
+                            f"project_id={ADMIN_PROJECT}").stdout)
+    cli("create", f"dns/domains/{domain['uuid']}/records", "type=A",
+        'record:={"kind": "A", "name": "www", "address": "10.77.0.9"}')
+    records = json.loads(cli("--json", "list", f"dns/domains/{domain['uuid']}/records").stdout)
+    assert [r["record"]["address"] for r in records if r["record"].get("name") == "www"] == [
+        "10.77.0.9"]
+    box.wait_answer("www.cli.boot.test", "10.77.0.9")       # over the forwarded TCP 53
 
 
 def is_active(box, unit):
