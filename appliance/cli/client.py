@@ -111,10 +111,10 @@ class UrllibTransport:
                 headers = {name.lower(): value for name, value in reply.headers.items()}
                 return HttpResponse(status, headers, reply.read())
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise Unreachable(_describe_unreachable(url, exc, timeout)) from None
+            raise Unreachable(describe_unreachable(url, exc, timeout)) from None
 
 
-def _describe_unreachable(url: str, exc: Exception, timeout: float) -> str:
+def describe_unreachable(url: str, exc: Exception, timeout: float) -> str:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
     if isinstance(reason, ssl.SSLCertVerificationError):
         parts = urllib.parse.urlsplit(url)

@@ -27,7 +27,7 @@ from appliance.cli.client import (
     MARKER_HEADER,
     ApiClient,
     Unreachable,
-    _describe_unreachable,
+    describe_unreachable,
     api_path,
     normalize_endpoint,
 )
@@ -406,7 +406,7 @@ def login_trust(args: argparse.Namespace, env: Environment, endpoint: str,
     try:
         found = tls.probe(endpoint, timeout(args))
     except OSError as exc:
-        raise Unreachable(_describe_unreachable(endpoint, exc, timeout(args))) from None
+        raise Unreachable(describe_unreachable(endpoint, exc, timeout(args))) from None
     if found.refusal is None:
         return tls.Trust()
     answer = env.ask(tls.question(endpoint, found)) if env.ask is not None else None
