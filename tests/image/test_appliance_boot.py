@@ -138,6 +138,14 @@ def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
     banner = box.vm.serial()
     fingerprint = BANNER_LOGIN.search(banner).group(1)
     assert fingerprint == box.fingerprint                   # the banner's two lines agree
+    # docs/boot.md's way to take it from the console log finds the same
+    with open(os.path.join(ROOT, "docs", "boot.md")) as f:
+        doc_line = next(line for line in f if line.startswith("FINGERPRINT="))
+    doc_line = doc_line.replace("build/images/appliance/appliance-serial.log",
+                                box.vm.serial_log)
+    from_doc = subprocess.run(["bash", "-c", doc_line + 'printf %s "$FINGERPRINT"'],
+                              capture_output=True, text=True, timeout=60).stdout
+    assert from_doc == fingerprint
     assert "(given through fw_cfg opt/appliance/admin-password)" in banner
     env = {name: value for name, value in os.environ.items()
            if name not in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")}
