@@ -3,7 +3,8 @@
 Layout: `main` parses arguments and dispatches, `common` holds what every command module
 shares (the environment, the logged-in client, output, request bodies), `groups`, `em` and
 `repo` add the commands per capability, `client` speaks HTTP to the API, `session` keeps
-the login between runs, `output` renders results for people or scripts.
+the login between runs, `trust` says how an https endpoint is trusted (a pinned
+certificate fingerprint, a CA file), `output` renders results for people or scripts.
 
 The exit-code contract lives here because every module raises errors that carry one.
 """

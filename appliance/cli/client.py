@@ -11,6 +11,7 @@ import http
 import http.client
 import json
 import socket
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,6 +20,9 @@ from typing import Callable, Iterator, Mapping, Protocol, Sequence
 from appliance import __version__
 from appliance.cli import CliError, ExitStatus, NotLoggedIn, UsageError
 from appliance.cli.session import Session
+from appliance.cli.trust import (INSECURE_WARNING, CertificateMismatch, Trust,
+                                 UntrustedCertificate, changed_message, https_handler,
+                                 mismatch_message)
 
 TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
 INTROSPECT_PATH = "/v1/iam/clients/default/actions/introspect"
@@ -48,8 +52,13 @@ class HttpResponse:
 
 
 class Transport(Protocol):
+    """Sends one request. `trust` (appliance.cli.trust.Trust) says which certificates an
+    https URL may present; ApiClient passes it only when the session has one, so a plain
+    http session calls the transport exactly as before."""
+
     def __call__(
-        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float
+        self, method: str, url: str, headers: Mapping[str, str], body: bytes | None, timeout: float,
+        *, trust: Trust | None = None,
     ) -> HttpResponse: ...
 
 
@@ -77,16 +86,24 @@ class _RefuseRedirects(urllib.request.HTTPRedirectHandler):
 class UrllibTransport:
     def __init__(self, proxies: Mapping[str, str] | None = None):
         """`proxies=None` honours the usual *_proxy variables; `{}` disables proxies."""
-        handlers: list[urllib.request.BaseHandler] = [_RefuseRedirects()]
-        if proxies is not None:
-            handlers.append(urllib.request.ProxyHandler(dict(proxies)))
-        self._opener = urllib.request.build_opener(*handlers)
+        self._proxies = proxies
+        self._openers: dict[Trust | None, urllib.request.OpenerDirector] = {}
 
-    def __call__(self, method, url, headers, body, timeout) -> HttpResponse:
+    def _opener(self, trust: Trust | None) -> urllib.request.OpenerDirector:
+        if trust not in self._openers:
+            handlers: list[urllib.request.BaseHandler] = [_RefuseRedirects()]
+            if self._proxies is not None:
+                handlers.append(urllib.request.ProxyHandler(dict(self._proxies)))
+            if trust is not None:
+                handlers.append(https_handler(trust))
+            self._openers[trust] = urllib.request.build_opener(*handlers)
+        return self._openers[trust]
+
+    def __call__(self, method, url, headers, body, timeout, *, trust: Trust | None = None) -> HttpResponse:
         request = urllib.request.Request(url, data=body, headers=dict(headers), method=method)
         try:
             try:
-                reply = self._opener.open(request, timeout=timeout)
+                reply = self._opener(trust).open(request, timeout=timeout)
             except urllib.error.HTTPError as error_reply:
                 reply = error_reply  # an error status is still an answer; callers decode it
             with reply:
@@ -94,17 +111,26 @@ class UrllibTransport:
                 headers = {name.lower(): value for name, value in reply.headers.items()}
                 return HttpResponse(status, headers, reply.read())
         except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
-            raise Unreachable(_describe_unreachable(url, exc, timeout)) from None
+            raise Unreachable(describe_unreachable(url, exc, timeout)) from None
 
 
-def _describe_unreachable(url: str, exc: Exception, timeout: float) -> str:
+def describe_unreachable(url: str, exc: Exception, timeout: float) -> str:
     reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, ssl.SSLCertVerificationError):
+        parts = urllib.parse.urlsplit(url)
+        endpoint = f"{parts.scheme}://{parts.netloc}"
+        return (f"the certificate of {endpoint} is not trusted "
+                f"({reason.verify_message or reason}); if it is the appliance's own, pin the "
+                f"fingerprint its console shows: appliance login --endpoint {endpoint} "
+                "--fingerprint SHA256:... (see `appliance login --help`)")
     if isinstance(reason, TimeoutError):
         what = f"timed out after {timeout:g}s"
     elif isinstance(reason, ConnectionRefusedError):
         what = "connection refused"
     elif isinstance(reason, socket.gaierror):
         what = f"cannot resolve host ({reason.strerror})"
+    elif isinstance(reason, ssl.SSLError):
+        what = f"TLS failed ({reason.reason or reason})"
     elif isinstance(reason, OSError) and reason.strerror:
         what = reason.strerror
     else:
@@ -181,13 +207,24 @@ class ApiClient:
         clock: Callable[[], float],
         session: Session | None = None,
         on_session_change: Callable[[Session], None] | None = None,
+        *,
+        trust: Trust | None = None,
+        warn: Callable[[str], None] | None = None,
+        pinning: bool = False,
     ):
+        """`trust` defaults to the session's; `warn` receives warnings (the --insecure one,
+        before the first request); `pinning` says the pin was given at this login, not kept
+        in a session (another message when the server does not match)."""
         self.endpoint = endpoint
         self.transport = transport
         self.timeout = timeout
         self.clock = clock
         self.session = session
         self.on_session_change = on_session_change
+        self.trust = trust if trust is not None else (session.trust if session is not None else None)
+        self.warn = warn
+        self.pinning = pinning
+        self._warned = False
         self._refreshed = False
 
     def request(
@@ -247,7 +284,16 @@ class ApiClient:
             headers["Content-Type"] = "application/json"
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        return self.transport(method, url, headers, data, self.timeout)
+        if self.trust is None or not self.endpoint.startswith("https:"):
+            return self.transport(method, url, headers, data, self.timeout)
+        if self.trust.insecure and not self._warned and self.warn is not None:
+            self._warned = True
+            self.warn(INSECURE_WARNING.format(endpoint=self.endpoint))
+        try:
+            return self.transport(method, url, headers, data, self.timeout, trust=self.trust)
+        except CertificateMismatch as exc:
+            describe = mismatch_message if self.pinning else changed_message
+            raise UntrustedCertificate(describe(self.endpoint, exc.pinned, exc.served)) from None
 
     def _usable_access_token(self) -> str:
         if self.session is None:

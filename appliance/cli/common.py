@@ -22,6 +22,7 @@ import re
 from appliance.cli import CliError, NotLoggedIn, UsageError, output, schema
 from appliance.cli.client import ApiClient, ApiError, Transport, UrllibTransport, normalize_endpoint
 from appliance.cli.session import SessionStore, config_dir_from_environ
+from appliance.cli.trust import ask_on_terminal
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_PAGE_SIZE = 100
@@ -51,6 +52,9 @@ class Environment:
     stdout_isatty: bool = False
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    # asks a question on the user's terminal and returns the answer, or None when there is
+    # no terminal (login's trust on first use); None: never ask
+    ask: Callable[[str], str | None] | None = None
 
     @classmethod
     def from_process(cls) -> "Environment":
@@ -64,6 +68,7 @@ class Environment:
             getpass=getpass.getpass,
             stdin_isatty=bool(sys.stdin and sys.stdin.isatty()),
             stdout_isatty=bool(sys.stdout and sys.stdout.isatty()),
+            ask=ask_on_terminal,
         )
 
 
@@ -283,7 +288,7 @@ def session_client(args: argparse.Namespace, env: Environment) -> ApiClient:
             f"run `appliance login --endpoint {requested}`"
         )
     return ApiClient(session.endpoint, env.transport, timeout(args), env.clock, session,
-                     on_session_change=store.save)
+                     on_session_change=store.save, warn=lambda line: env.stderr.write(line + "\n"))
 
 
 def emit(args: argparse.Namespace, env: Environment, data, path: str | None = None) -> None:

@@ -28,6 +28,8 @@ from appliance.cli.client import (
     LOGOUT_PATH,
     MARKER_HEADER,
     ApiClient,
+    Unreachable,
+    describe_unreachable,
     api_path,
     normalize_endpoint,
 )
@@ -47,6 +49,7 @@ from appliance.cli.common import (
     timeout,
 )
 from appliance.cli.session import SessionStore, new_session, to_rfc3339
+from appliance.cli import trust as tls
 
 DEFAULT_API_HOST = "127.0.0.1"
 DEFAULT_API_PORT = 11010
@@ -150,7 +153,26 @@ LOGIN_DETAILS = f"""
 The API is the first of: --endpoint URL; $APPLIANCE_ENDPOINT;
 http://$APPLIANCE_API_HOST:$APPLIANCE_API_PORT, the variables `appliance up` reads (each
 optional); {DEFAULT_ENDPOINT}. The password is the first of: stdin with --password-stdin;
-$APPLIANCE_PASSWORD; a prompt when stdin is a terminal."""
+$APPLIANCE_PASSWORD; a prompt when stdin is a terminal.
+
+https endpoints: the appliance image serves a self-signed certificate, which no CA vouches
+for. Trust it the way ssh trusts a host, before the password is sent:
+  --fingerprint SHA256:AB:CD:...  pin the certificate whose fingerprint the appliance's
+                                  console banner shows (its login line has it)
+  --ca-file FILE                  trust certificates signed by the CA in FILE (PEM),
+                                  with hostname checks
+  neither                         a certificate this machine's CAs accept is used as is;
+                                  otherwise its fingerprint is shown and you are asked on
+                                  the terminal whether to pin it (trust on first use);
+                                  without a terminal login refuses and says how to pass
+                                  --fingerprint
+  --insecure                      check nothing (warns on every command; avoid)
+The choice is kept in the session and every later command checks the server against it: a
+pinned certificate is compared by its SHA-256 fingerprint alone (no CA or hostname check, as
+ssh's known_hosts), and a server whose certificate has changed is refused, with the old and
+new fingerprints and the `appliance login --fingerprint ...` that pins the new one. A new
+login to the same endpoint keeps the pin unless one of the options is given. Plain http
+endpoints need none of this."""
 
 
 def _common_options(env: Environment) -> ArgumentParser:
@@ -189,12 +211,23 @@ def build_parser(env: Environment) -> ArgumentParser:
 
     login = command("login", "log in and keep the session for later commands",
                     "appliance login --endpoint http://127.0.0.1:11010 --username admin\n"
-                    "  APPLIANCE_API_PORT=11020 appliance login", cmd_login, details=LOGIN_DETAILS)
+                    "  APPLIANCE_API_PORT=11020 appliance login\n"
+                    "  appliance login --endpoint https://127.0.0.1:8443 --fingerprint SHA256:AB:CD:...",
+                    cmd_login, details=LOGIN_DETAILS)
     login.add_argument("--username", help="user to log in as (default $APPLIANCE_USERNAME or admin)")
     login.add_argument("--password-stdin", action="store_true",
                        help="read the password from stdin (else $APPLIANCE_PASSWORD, else a prompt)")
     login.add_argument("--project", metavar="PROJECT",
                        help="scope the token to this project (name or UUID)")
+    trust_options = login.add_mutually_exclusive_group()
+    trust_options.add_argument("--fingerprint", metavar="SHA256:...",
+                               help="https: pin the certificate with this SHA-256 fingerprint, "
+                                    "as the appliance's console banner shows it")
+    trust_options.add_argument("--ca-file", metavar="FILE",
+                               help="https: trust certificates signed by the CA in FILE (PEM)")
+    trust_options.add_argument("--insecure", action="store_true",
+                               help="https: do not check the certificate at all (warns on "
+                                    "every command)")
 
     command("logout", "revoke the token and forget the session", "appliance logout", cmd_logout)
     command("whoami", "show the logged-in user, project and permissions", "appliance whoami", cmd_whoami)
@@ -346,19 +379,66 @@ def login_endpoint(args: argparse.Namespace, env: Environment) -> str:
     return normalize_endpoint(f"http://{host}:{int(port)}")
 
 
+def _warn(env: Environment):
+    return lambda line: env.stderr.write(line + "\n")
+
+
+def login_trust(args: argparse.Namespace, env: Environment, endpoint: str,
+                store: SessionStore) -> tls.Trust | None:
+    """How the endpoint's certificate is trusted (appliance/cli/trust.py), settled before a
+    password is read or sent; None for plain http."""
+    given = [name for name, value in (("--fingerprint", args.fingerprint),
+                                      ("--ca-file", args.ca_file), ("--insecure", args.insecure))
+             if value]
+    if not endpoint.startswith("https:"):
+        if given:
+            raise UsageError(f"{given[0]} is for https endpoints; {endpoint} is plain http")
+        return None
+    if args.fingerprint:
+        return tls.Trust(fingerprint=tls.parse_fingerprint(args.fingerprint))
+    if args.ca_file:
+        trust = tls.Trust(ca_file=os.path.abspath(args.ca_file))
+        trust.ssl_context()  # an unreadable or invalid file is refused now, not at each command
+        return trust
+    if args.insecure:
+        return tls.Trust(insecure=True)
+    try:
+        previous = store.load()
+    except NotLoggedIn:
+        previous = None
+    if previous is not None and previous.endpoint == endpoint and previous.trust is not None:
+        return previous.trust  # as ssh keeps known_hosts across logins
+    try:
+        found = tls.probe(endpoint, timeout(args))
+    except OSError as exc:
+        raise Unreachable(describe_unreachable(endpoint, exc, timeout(args))) from None
+    if found.refusal is None:
+        return tls.Trust()
+    answer = env.ask(tls.question(endpoint, found)) if env.ask is not None else None
+    if answer is None:
+        raise tls.UntrustedCertificate(tls.no_terminal_message(endpoint, found))
+    if answer.strip().lower() not in ("yes", "y"):
+        raise tls.UntrustedCertificate(
+            f"not trusted: the certificate of {endpoint} was not pinned; nothing was sent "
+            "or saved")
+    return tls.Trust(fingerprint=found.fingerprint)
+
+
 def cmd_login(args: argparse.Namespace, env: Environment) -> int:
     endpoint = login_endpoint(args, env)
     username = args.username or env.environ.get("APPLIANCE_USERNAME") or "admin"
     scope = ""
+    store = SessionStore(env.config_dir)
+    trust = login_trust(args, env, endpoint, store)
     password = _read_password(args, env, username, endpoint)
 
-    client = ApiClient(endpoint, env.transport, timeout(args), env.clock)
+    client = ApiClient(endpoint, env.transport, timeout(args), env.clock, trust=trust,
+                       warn=_warn(env), pinning=bool(args.fingerprint))
     grant = {"grant_type": "password", "username": username, "password": password}
     if args.project:
         scope = f"project:{project_by_name_or_uuid(client, grant, args.project, env)}"
     tokens = client.get_token({**grant, "scope": scope})
-    session = new_session(endpoint, username, scope, tokens, env.clock())
-    store = SessionStore(env.config_dir)
+    session = new_session(endpoint, username, scope, tokens, env.clock(), trust)
     store.save(session)
 
     summary = {
@@ -367,13 +447,15 @@ def cmd_login(args: argparse.Namespace, env: Environment) -> int:
         "scope": scope,
         "expires_at": to_rfc3339(session.expires_at),
         "session_file": str(store.path),
+        "tls": trust.to_json() if trust is not None else None,
     }
     if option(args, "json"):
         output.write_json(env.stdout, summary)
     else:
         where = f" in project {args.project}" if scope else ""
+        trusted = f"; trusting {trust.describe()}" if trust is not None else ""
         env.stdout.write(f"logged in to {endpoint} as {username}{where}; "
-                         f"token valid until {summary['expires_at']}\n")
+                         f"token valid until {summary['expires_at']}{trusted}\n")
     return ExitStatus.SUCCESS
 
 
@@ -411,7 +493,7 @@ def cmd_logout(args: argparse.Namespace, env: Environment) -> int:
 
     # A refresh only to revoke the fresh token would be pointless: an expired token is dead already.
     client = ApiClient(session.endpoint, env.transport, timeout(args), env.clock,
-                       dataclasses.replace(session, refresh_token=None))
+                       dataclasses.replace(session, refresh_token=None), warn=_warn(env))
     try:
         client.request("POST", LOGOUT_PATH, body={})
     except NotLoggedIn:

@@ -1,5 +1,9 @@
 """The login kept between runs: one JSON file, readable by its owner only.
 
+Besides the tokens it keeps how the https endpoint is trusted (`tls`: the pinned certificate
+fingerprint, a CA file, or --insecure; appliance/cli/trust.py), as ssh's known_hosts keeps
+a host key: every later command checks the server against it.
+
 Where: $APPLIANCE_CLI_CONFIG_DIR, else $XDG_CONFIG_HOME/appliance, else ~/.config/appliance.
 The file holds bearer and refresh tokens, so it is written 0600 inside a 0700 directory and
 replaced atomically: a crash mid-write leaves the old session, never half a file.
@@ -16,6 +20,7 @@ from pathlib import Path
 from typing import Mapping
 
 from appliance.cli import NotLoggedIn
+from appliance.cli.trust import Trust
 
 SESSION_FILE_NAME = "session.json"
 
@@ -50,6 +55,9 @@ class Session:
     refresh_token: str | None
     expires_at: float  # epoch seconds, as measured by our clock
     refresh_expires_at: float | None = None
+    # what the https endpoint's certificate must be (appliance.cli.trust); None for http
+    # and for sessions saved before it was kept
+    trust: Trust | None = None
 
     def access_expired(self, now: float) -> bool:
         return now >= self.expires_at - EXPIRY_MARGIN_SECONDS
@@ -80,6 +88,7 @@ class Session:
             "refresh_expires_at": (
                 to_rfc3339(self.refresh_expires_at) if self.refresh_expires_at is not None else None
             ),
+            "tls": self.trust.to_json() if self.trust is not None else None,
         }
 
     @classmethod
@@ -93,11 +102,14 @@ class Session:
             refresh_token=data.get("refresh_token"),
             expires_at=from_rfc3339(data["expires_at"]),
             refresh_expires_at=from_rfc3339(refresh_expires_at) if refresh_expires_at else None,
+            trust=Trust.from_json(data["tls"]) if data.get("tls") is not None else None,
         )
 
 
-def new_session(endpoint: str, username: str, scope: str, token_response: Mapping, now: float) -> Session:
-    empty = Session(endpoint, username, scope, access_token="", refresh_token=None, expires_at=now)
+def new_session(endpoint: str, username: str, scope: str, token_response: Mapping, now: float,
+                trust: Trust | None = None) -> Session:
+    empty = Session(endpoint, username, scope, access_token="", refresh_token=None, expires_at=now,
+                    trust=trust)
     return empty.with_tokens(token_response, now)
 
 

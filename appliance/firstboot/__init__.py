@@ -32,17 +32,37 @@ POSTGRES_ONLY = ("sqldb",)
 __all__ = ["Paths", "run"]
 
 
-def admin_password(store, given):
+# where the admin password came from, written beside it when it is set (at first boot), so
+# that every later boot's banner can still say it
+ADMIN_PASSWORD_ORIGIN_FILE = "admin-password-origin"
+GENERATED = "generated at first boot"
+
+
+def admin_password(store, given, settings=None):
     """Keep a given password in <state>/admin-password unless that file exists already (it
     wins: a deployment's fw_cfg is read at every boot, the password is set once). Without
-    one, bootstrap generates it there."""
-    if given.admin_password is None:
-        return
-    kept = store.write_private(ADMIN_PASSWORD_FILE, given.admin_password.encode(),
-                               exclusive=True)
-    if kept.decode().strip() != given.admin_password:
-        log.warning("an admin password was given but %s exists: it is kept",
-                    store.private_path(ADMIN_PASSWORD_FILE))
+    one, bootstrap generates it there. Returns where the kept password came from, for the
+    banner (None when APPLIANCE_ADMIN_PASSWORD sets it: bootstrap's line says so)."""
+    if (settings or {}).get("admin_password"):
+        return None
+    path = store.private_path(ADMIN_PASSWORD_FILE)
+    was_set = os.path.exists(path)
+    ignored = None
+    if given.admin_password is not None:
+        kept = store.write_private(ADMIN_PASSWORD_FILE, given.admin_password.encode(),
+                                   exclusive=True)
+        if kept.decode().strip() != given.admin_password:
+            log.warning("an admin password was given but %s exists: it is kept", path)
+            ignored = given.admin_password_source
+    if not was_set:
+        origin = given.admin_password_source or GENERATED
+        store.write_private(ADMIN_PASSWORD_ORIGIN_FILE, origin.encode())
+        return origin
+    recorded = store.read_private(ADMIN_PASSWORD_ORIGIN_FILE)
+    origin = recorded.decode(errors="replace").strip() if recorded else "set at an earlier boot"
+    if ignored:
+        origin += f"; a different password {ignored} at this boot is ignored: it is set once"
+    return origin
 
 
 def register_node(store, paths, settings):
@@ -100,13 +120,14 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     given = sources.read(paths)
     store = Store(state_dir)
     try:
-        admin_password(store, given)
+        password_origin = admin_password(store, given, settings)
     finally:
         store.close()
     ssh.host_keys(os.path.join(state_dir, "ssh"), paths.etc_ssh)
     count = ssh.authorized_keys(os.path.join(state_dir, "ssh"), paths.root_ssh, given.ssh_keys)
     log.info("root's authorized SSH keys: %d", count)
     address = banner.primary_address()
+    addresses = banner.addresses(address)
     cert_path, key_path, cert = tls.ensure(os.path.join(state_dir, "tls"),
                                            socket.gethostname(), [address] if address else [])
     upstream = f"{settings['api_host']}:{settings['api_port']}"
@@ -132,7 +153,9 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     mark_done(paths.done_mark)
     backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     ondemand.start(with_work, systemctl)
-    text = banner.text(address, tls.fingerprint(cert), password_line,
+    if password_origin:
+        password_line += f" ({password_origin})"
+    text = banner.text(addresses, tls.pin(cert), password_line,
                        banner.version(paths.build_info))
     banner.show(paths, text)
     return text

@@ -1,5 +1,7 @@
-"""The console banner: the API's URL, the certificate's fingerprint, where the admin
-password is, and the version. Printed on stdout (the unit sends it to the journal and
+"""The console banner: where the API is (this machine's addresses, port 443, or the host
+port a hypervisor forwards to it), the certificate's fingerprint in the form `appliance
+login --fingerprint` takes, the whole login line to copy, where the admin password is and
+where it came from, and the version with its build's recipe. Printed on stdout (the unit sends it to the journal and
 the console) and written to /etc/issue.d, which getty shows above each login prompt (agetty reads
 /run/issue.d only when there is no /etc/issue, and Debian has one; /etc/issue.d is on the
 root file system, so it is written again at every boot like the rest)."""
@@ -19,13 +21,18 @@ ISSUE_FILE = "50-appliance.issue"
 
 
 def version(build_info_path):
-    """The build's version label (/etc/appliance/build-info.json, written by the image
-    build), else the package's."""
+    """The build's version label with its recipe: `<version>+<recipe_hash>`, or
+    `<version>.<recipe_hash>` when the version has a local part already (a build with
+    --version-suffix), from /etc/appliance/build-info.json (written by the image build;
+    docs/image.md); else the package's version."""
     try:
         with open(build_info_path) as f:
             info = json.load(f)
         label = info.get("version") if isinstance(info, dict) else None
         if isinstance(label, str) and label:
+            recipe = info.get("recipe_hash")
+            if isinstance(recipe, str) and recipe:
+                label += ("." if "+" in label else "+") + recipe
             return label
     except FileNotFoundError:
         pass
@@ -68,13 +75,36 @@ def primary_address():
     return None
 
 
-def text(address, fingerprint, password_line, version_label):
-    host = address or "<this machine's address>"
+def addresses(primary=None):
+    """This machine's IPv4 addresses that users may reach: `primary` first, then those of
+    the other interfaces (bridges and taps of libvirt and containers left out)."""
+    found = [primary] if primary else []
+    for _, name in socket.if_nameindex():
+        if not name.startswith(LOCAL_INTERFACES):
+            address = interface_address(name)
+            if address and address not in found:
+                found.append(address)
+    return found
+
+
+HTTPS_PORT = 443
+
+
+def text(addresses, fingerprint, password_line, version_label):
+    """The banner. `fingerprint` is the form `appliance login --fingerprint` takes
+    (tls.pin); `addresses` those of addresses(), the first one in the login line."""
+    host = addresses[0] if addresses else "<this machine's address>"
+    where = ", ".join(addresses) if addresses else "this machine's addresses"
     return ("\n"
             f"appliance {version_label}\n"
-            f"  API:                      https://{host}/\n"
-            f"  TLS certificate SHA-256:  {fingerprint}\n"
+            f"  API:              https://{host}/  (port {HTTPS_PORT} of {where};\n"
+            f"                    or the host port forwarded to {HTTPS_PORT}, such as\n"
+            f"                    https://127.0.0.1:<port>/ under QEMU user networking)\n"
+            f"  TLS certificate:  {fingerprint}\n"
             f"  {password_line}\n"
+            "  Log in from a machine with the appliance CLI (the host port instead of the\n"
+            "  address when the port is forwarded):\n"
+            f"    appliance login --endpoint https://{host} --fingerprint {fingerprint}\n"
             "\n")
 
 

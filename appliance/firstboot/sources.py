@@ -107,10 +107,12 @@ def _text(value, what):
 
 
 class Given:
-    """The deployment's inputs: admin_password (str or None) and ssh_keys (list)."""
+    """The deployment's inputs: admin_password (str or None), where it came from (words
+    for the banner, None without a password) and ssh_keys (list)."""
 
-    def __init__(self, admin_password=None, ssh_keys=()):
+    def __init__(self, admin_password=None, ssh_keys=(), admin_password_source=None):
         self.admin_password = admin_password
+        self.admin_password_source = admin_password_source if admin_password else None
         self.ssh_keys = list(ssh_keys)
 
 
@@ -122,8 +124,11 @@ def read(paths):
     if not isinstance(section, dict):
         log.warning("the seed's `appliance` must be a mapping: ignored")
         section = {}
-    password = (fw_cfg(paths, FW_ADMIN_PASSWORD)
-                or _text(section.get("admin_password"), "the seed's appliance.admin_password"))
+    password = fw_cfg(paths, FW_ADMIN_PASSWORD)
+    source = f"given through fw_cfg {FW_ADMIN_PASSWORD}"
+    if password is None:
+        password = _text(section.get("admin_password"), "the seed's appliance.admin_password")
+        source = "given in the NoCloud seed's appliance.admin_password"
     fw_key = fw_cfg(paths, FW_SSH_KEY)
     if fw_key is not None:
         keys = fw_key.splitlines()
@@ -132,7 +137,7 @@ def read(paths):
         if not isinstance(keys, list):
             keys = [keys]
     keys = [k for k in (_text(k, "an SSH key of the seed") for k in keys) if k]
-    return Given(password, [k for k in keys if _valid_key(k)])
+    return Given(password, [k for k in keys if _valid_key(k)], source)
 
 
 def _valid_key(line):

@@ -27,6 +27,12 @@ def fingerprint(cert):
     return cert.fingerprint(hashes.SHA256()).hex(":").upper()
 
 
+def pin(cert):
+    """The fingerprint as the banner shows it and `appliance login --fingerprint` takes it
+    (appliance/cli/trust.py): ssh's `SHA256:` before the colon-separated hex."""
+    return "SHA256:" + fingerprint(cert)
+
+
 def make(hostname, addresses=()):
     """(certificate, key) for `hostname` and the IP `addresses`, plus localhost."""
     key = ec.generate_private_key(ec.SECP256R1())

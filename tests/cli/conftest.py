@@ -50,11 +50,12 @@ class RecordingTransport:
         self.inner = UrllibTransport(proxies={})
         self.sent: list[Sent] = []
 
-    def __call__(self, method, url, headers, body, timeout):
+    def __call__(self, method, url, headers, body, timeout, **trust):
         parts = urllib.parse.urlsplit(url)
         self.sent.append(Sent(method, url, parts.path, urllib.parse.parse_qsl(parts.query),
                               headers.get("Authorization"), json.loads(body) if body else None))
-        return self.inner(method, url, headers, body, timeout)
+        # `trust` comes only for an https session (the TLS tests, test_login_trust.py)
+        return self.inner(method, url, headers, body, timeout, **trust)
 
     def to(self, path):
         return [request for request in self.sent if request.path == path]
@@ -70,6 +71,9 @@ class Cli:
         self.prompts: list[str] = []
         self.typed_password = ADMIN_PASSWORD
         self.transport = RecordingTransport()
+        # the user's terminal for login's trust-on-first-use question: None is no terminal,
+        # else a function from the question to the typed answer
+        self.ask = None
 
     @property
     def sent(self) -> list[Sent]:
@@ -102,6 +106,7 @@ class Cli:
             stdin_isatty=tty,
             stdout_isatty=False,
             clock=lambda: self.clock(),
+            ask=self.ask,
         )
         code = program(list(argv), env)
         return Result(code, stdout.getvalue(), stderr.getvalue())

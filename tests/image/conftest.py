@@ -9,8 +9,8 @@ import subprocess
 
 import pytest
 
-from tests.image.guest import FW_PASSWORD, FW_SSH_KEY, PASSWORD, Box
-from tests.image.qemu import VM, blank_disk, build_image, require_root
+from tests.image.guest import FW_PASSWORD, FW_SSH_KEY, PASSWORD, Box, appliance_vm
+from tests.image.qemu import blank_disk, build_image, require_root
 
 
 def pytest_configure(config):
@@ -71,14 +71,14 @@ def state_disk(workdir):
 @pytest.fixture(scope="session")
 def box(image, workdir, ssh_key, state_disk):
     """The appliance image booted once under TCG, with the state on a blank second disk,
-    the admin password and root's SSH key in fw_cfg, and 443, 53 (UDP and TCP) and 22
-    forwarded on 127.0.0.1: `box.ssh(command)` runs a command in the guest as root,
+    the admin password and root's SSH key in fw_cfg, and TCP 443, 53 and 22 forwarded on
+    127.0.0.1 (no UDP: restrict=on drops the guest's datagrams; docs/boot.md): `box.ssh(command)` runs a command in the guest as root,
     `box.client` speaks HTTPS to its API (pinned to the console's fingerprint),
     `box.admin()` is that client logged in as admin."""
     with open(ssh_key + ".pub") as f:
         public = f.read().strip()
-    vm = VM(image.raw, workdir, tcp=[443, 53, 22], udp=[53], extra_disks=[state_disk],
-            fw_cfg={FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="old")
+    vm = appliance_vm(image.raw, workdir, state_disk, {FW_PASSWORD: PASSWORD, FW_SSH_KEY: public},
+                      name="old")
     with vm:
         b = Box(vm, workdir, ssh_key, os.path.join(workdir, "known_hosts"))
         print(f"\nfirst boot: banner {b.banner_seconds:.1f} s, healthy HTTPS API "

@@ -17,13 +17,28 @@ import dns.message
 import dns.query
 
 from tests.apiserver import TOKEN_PATH, Client
+from tests.image.qemu import VM
 
 PASSWORD = "boot-test-" + uuid.uuid4().hex[:12]
 FW_PASSWORD = "opt/appliance/admin-password"
 FW_SSH_KEY = "opt/appliance/ssh-key"
-FINGERPRINT = re.compile(r"TLS certificate SHA-256:\s+((?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
+# the banner's line; the fingerprint in the form `appliance login --fingerprint` takes
+FINGERPRINT = re.compile(r"TLS certificate:\s+(SHA256:(?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
+
+
+# the guest ports the appliance's VM forwards to 127.0.0.1: the API, DNS (over TCP: with
+# restrict=on QEMU drops every UDP datagram the guest sends) and SSH
+FORWARDED_TCP = (443, 53, 22)
+
+
+def appliance_vm(disk, workdir, state_disk, fw_cfg, **options):
+    """The QEMU of an appliance: its root disk, the state disk, fw_cfg entries and the
+    forwards of FORWARDED_TCP. docs/boot.md's line is this VM's command
+    (tests/image/test_boot_doc.py compares them)."""
+    return VM(disk, workdir, tcp=list(FORWARDED_TCP), extra_disks=[state_disk], fw_cfg=fw_cfg,
+              **options)
 
 
 def served_fingerprint(port):
@@ -35,7 +50,7 @@ def pinned_client(vm, workdir, expected_fingerprint):
     """An HTTPS client that trusts exactly the certificate whose fingerprint the console
     showed (hostname checks off: the certificate names the guest, not 127.0.0.1:<port>)."""
     digest, pem = served_fingerprint(vm.port(443))
-    assert digest.upper() == expected_fingerprint.replace(":", "")
+    assert digest.upper() == expected_fingerprint.removeprefix("SHA256:").replace(":", "")
     cafile = os.path.join(workdir, f"{vm.name}-cert.pem")
     with open(cafile, "w") as f:
         f.write(pem)
@@ -49,7 +64,7 @@ class Box:
 
     def __init__(self, vm, workdir, ssh_key, known_hosts, since=0):
         self.vm, self.workdir, self.ssh_key, self.known_hosts = vm, workdir, ssh_key, known_hosts
-        self.banner_seconds = vm.wait_for("TLS certificate SHA-256:", BANNER_SECONDS,
+        self.banner_seconds = vm.wait_for("TLS certificate:", BANNER_SECONDS,
                                           since=since)
         time.sleep(1)       # the banner's line may still be on its way to the log
         self.fingerprint = FINGERPRINT.search(vm.serial(since)).group(1)

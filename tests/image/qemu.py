@@ -152,10 +152,12 @@ class VM:
     seed: a NoCloud seed ISO path (nocloud_seed()).
     overlay: False boots `disk` itself (written!): a disk this test owns, e.g. to reboot
         the same disk in a second VM; the default makes a fresh overlay over `disk`.
+    host_ports: {(proto, guest port): host port} for forwards on fixed ports instead of
+        free ones (docs/boot.md's line, which tests/image/test_boot_doc.py compares).
     """
 
     def __init__(self, disk, workdir, *, tcp=(), udp=(), extra_disks=(), fw_cfg=None,
-                 seed=None, memory=1024, cpus=2, overlay=True, name="vm"):
+                 seed=None, memory=1024, cpus=2, overlay=True, name="vm", host_ports=None):
         self.workdir = str(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.name = name
@@ -170,6 +172,7 @@ class VM:
         self.qemu_log = os.path.join(self.workdir, f"{name}-qemu.log")
         self.qmp_path = os.path.join(self.workdir, f"{name}-qmp.sock")
         self.ports = {}          # ("tcp"|"udp", guest port) -> host port
+        self.host_ports = dict(host_ports or {})
         self.proc = None
         self.started_at = None
 
@@ -180,7 +183,7 @@ class VM:
         for proto, guest_ports in (("tcp", self.tcp), ("udp", self.udp)):
             kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
             for gp in guest_ports:
-                hp = free_port(kind)
+                hp = self.host_ports.get((proto, gp)) or free_port(kind)
                 self.ports[(proto, gp)] = hp
                 fwds.append(f"hostfwd={proto}:127.0.0.1:{hp}-:{gp}")
         cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(self.memory),

@@ -1,8 +1,8 @@
 """The appliance image, booted under QEMU (TCG), seen from the host as a user sees it.
 
 One VM boots the built image with a blank second disk for the state, the admin password
-and root's SSH key in fw_cfg, and ports 443, 53 (UDP and TCP) and 22 forwarded on
-127.0.0.1. DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
+and root's SSH key in fw_cfg, and TCP ports 443, 53 and 22 forwarded on 127.0.0.1
+(the QEMU line of docs/boot.md). DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
 every UDP datagram the guest sends except DHCP and TFTP (udp_input: `if
 (slirp->restricted) goto bad;`), forwarded replies included; the guest is seen to answer
 (its UDP counters move) but the reply never leaves QEMU. So DNS is asked from the host
@@ -21,6 +21,8 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 import uuid
 
@@ -34,8 +36,9 @@ from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
 from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
-from tests.image.guest import FW_PASSWORD, PASSWORD, Box, listening_tcp, wait_status
-from tests.image.qemu import APPLIANCE_UNITS, VM, build_image, unit_memory
+from tests.image.guest import (FW_PASSWORD, PASSWORD, Box, appliance_vm, listening_tcp,
+                               wait_status)
+from tests.image.qemu import APPLIANCE_UNITS, build_image, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
 # test's set-up): the bound here covers build, boots and upgrade
@@ -121,6 +124,70 @@ def test_dns_answers_a_record_made_through_the_api(box, made):
     box.wait_answer(made["name"], made["address"])
     assert box.dns("nothing.boot.test").rcode() == dns.rcode.NXDOMAIN
     assert box.guest_udp_answer(made["name"]) == [made["address"]]
+
+
+CLI = os.path.join(ROOT, ".venv", "bin", "appliance")
+BANNER_LOGIN = re.compile(r"appliance login --endpoint https://\S+ --fingerprint (SHA256:[0-9A-F:]+)")
+
+
+def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
+    """docs/boot.md, steps 3 and 4: the fingerprint read from the console's banner, the
+    installed CLI as a subprocess logging in over the forwarded 443 with it (the trust
+    store untouched: no SSL_CERT_FILE), then a secret and a DNS record made and read back
+    through the CLI, and the record asked over the forwarded TCP port 53."""
+    banner = box.vm.serial()
+    fingerprint = BANNER_LOGIN.search(banner).group(1)
+    assert fingerprint == box.fingerprint                   # the banner's two lines agree
+    # docs/boot.md's way to take it from the console log finds the same
+    with open(os.path.join(ROOT, "docs", "boot.md")) as f:
+        doc_line = next(line for line in f if line.startswith("FINGERPRINT="))
+    doc_line = doc_line.replace("build/images/appliance/appliance-serial.log",
+                                box.vm.serial_log)
+    from_doc = subprocess.run(["bash", "-c", doc_line + 'printf %s "$FINGERPRINT"'],
+                              capture_output=True, text=True, timeout=60).stdout
+    assert from_doc == fingerprint
+    assert "(given through fw_cfg opt/appliance/admin-password)" in banner
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")}
+    env.update(APPLIANCE_CLI_CONFIG_DIR=os.path.join(workdir, "cli-config"),
+               APPLIANCE_PASSWORD=PASSWORD)
+    env.pop("APPLIANCE_ENDPOINT", None)
+    command = [CLI] if os.path.exists(CLI) else [sys.executable, "-m", "appliance.cli.main"]
+
+    def cli(*args):
+        res = subprocess.run([*command, *args], capture_output=True, text=True, env=env,
+                             timeout=120, stdin=subprocess.DEVNULL)
+        assert res.returncode == 0, f"{args}: {res.returncode}\n{res.stderr}"
+        return res
+
+    endpoint = f"https://127.0.0.1:{box.vm.port(443)}"
+    refused = subprocess.run([*command, "login", "--endpoint", endpoint], capture_output=True,
+                             text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert refused.returncode == 1                          # no terminal, no --fingerprint
+    assert f"--fingerprint {fingerprint}" in refused.stderr
+    login = cli("login", "--endpoint", endpoint, "--fingerprint", fingerprint)
+    assert f"trusting the pinned certificate {fingerprint}" in login.stdout
+
+    value = "cli-boot-value-" + uuid.uuid4().hex
+    secret = json.loads(cli("--json", "create", "secret/secrets", "name=cli-boot-test",
+                            f"project_id={ADMIN_PROJECT}", 'constructor:={"kind": "plain"}',
+                            f"value={value}").stdout)
+    deadline = time.monotonic() + 120
+    while True:
+        shown = json.loads(cli("--json", "show", f"secret/secrets/{secret['uuid']}").stdout)
+        if shown["status"] == "ACTIVE" or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert (shown["status"], shown["value"]) == ("ACTIVE", value)
+
+    domain = json.loads(cli("--json", "create", "dns/domains", "name=cli.boot.test",
+                            f"project_id={ADMIN_PROJECT}").stdout)
+    cli("create", f"dns/domains/{domain['uuid']}/records", "type=A",
+        'record:={"kind": "A", "name": "www", "address": "10.77.0.9"}')
+    records = json.loads(cli("--json", "list", f"dns/domains/{domain['uuid']}/records").stdout)
+    assert [r["record"]["address"] for r in records if r["record"].get("name") == "www"] == [
+        "10.77.0.9"]
+    box.wait_answer("www.cli.boot.test", "10.77.0.9")       # over the forwarded TCP 53
 
 
 def is_active(box, unit):
@@ -377,8 +444,8 @@ def test_an_upgrade_keeps_the_state_and_migrates_it(box, made, workdir, state_di
     assert newer.version != old_version
     # fw_cfg gives another password and no SSH key: the kept password must win, and the
     # kept key must reach the new root's authorized_keys
-    vm = VM(newer.raw, workdir, tcp=[443, 53, 22], udp=[53], extra_disks=[state_disk],
-            fw_cfg={FW_PASSWORD: "not-the-kept-one"}, name="new")
+    vm = appliance_vm(newer.raw, workdir, state_disk, {FW_PASSWORD: "not-the-kept-one"},
+                      name="new")
     with vm:
         upgraded = Box(vm, workdir, box.ssh_key, box.known_hosts)
         print(f"\nupgrade boot: healthy HTTPS API {upgraded.healthy_seconds:.1f} s "
