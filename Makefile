@@ -7,11 +7,12 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# nginx: the tests' real nginx; postgresql: the DBaaS tests' real PostgreSQL; pebble: the tests' ACME server (tests/secret/pebble.py);
+# dnsutils (dig), curl, postgresql-client (psql): the README's walkthrough and its test
+# (tests/cli/test_readme.py); nginx: the tests' real nginx; postgresql: the DBaaS tests' real PostgreSQL; pebble: the tests' ACME server (tests/secret/pebble.py);
 # libvirt: the compute daemon's hypervisor (libvirt-dev and pkg-config build
 # libvirt-python; iproute2 and openssh-client: the VM tests' network namespace,
 # tests/compute/netns.py); the rest builds images and boots them (tests/image)
-DEBIAN_PACKAGES := nginx libnginx-mod-stream postgresql wrk pebble mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
+DEBIAN_PACKAGES := dnsutils curl postgresql-client nginx libnginx-mod-stream postgresql wrk pebble mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
 	cloud-image-utils e2fsprogs fdisk util-linux mount \
 	libvirt-dev pkg-config libvirt-daemon-system libvirt-clients dnsmasq-base iproute2 openssh-client
 PROFILE ?= appliance

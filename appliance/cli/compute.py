@@ -8,8 +8,10 @@ progress, and the serial console.
 """
 
 import argparse
+import os
+import urllib.request
 
-from . import CliError
+from . import CliError, UsageError
 from .common import (add_body_options, add_list_arguments, add_project_option,
                      add_wait_options, create, emit, fields_epilog, session_client, update,
                      verb_adder, with_given_fields)
@@ -19,7 +21,7 @@ WAITS_FOR = "the compute daemon to build it"
 # CLI name -> (API collection, summary, create example)
 COLLECTIONS = {
     "hypervisors": ("hypervisors", "libvirt connections that run nodes (admin only)",
-                    "-n local --uri qemu:///system"),
+                    "-n trial --uri test:///default --storage-pool default-pool --wait"),
     "nodes": ("nodes", "virtual machines",
               "-n web -i https://example.org/base.qcow2 -c 2 -r 2048 -d 20 --wait"),
     "sets": ("sets", "groups of identical nodes",
@@ -34,7 +36,8 @@ OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
                    "project_id": "-p/--project", "cores": "-c/--cores", "ram": "-r/--ram",
                    "disk_spec": "-i/--image, -d/--disk-size", "hostname": "--hostname",
                    "replicas": "--replicas", "size": "--size", "kind": "--kind",
-                   "driver_spec": "--uri"}
+                   "driver_spec": "--uri, --storage-pool", "cores_ratio": "--cores-ratio",
+                   "ram_ratio": "--ram-ratio"}
 
 
 def add_group(commands, common, make_parser, handlers):
@@ -96,7 +99,10 @@ def _shape_options(sub, name, create):
     if name in MACHINES:
         opt("-c", "--cores", type=int)
         opt("-r", "--ram", type=int, help="MB")
-        opt("-i", "--image", help="root disk image URL")
+        opt("-i", "--image", help="root disk image: an http(s) URL, a repository artifact "
+                                  "(/v1/repo/artifacts/UUID), or a file of this machine "
+                                  "(a path: sent as file://, for a hypervisor on this "
+                                  "machine, admin only)")
         opt("-d", "--disk-size", type=int, help="root disk size, GB")
     if name == "nodes":
         opt("--hostname")
@@ -106,6 +112,11 @@ def _shape_options(sub, name, create):
         opt("--size", type=int, help="GB")
     if name == "hypervisors":
         opt("--uri", help="libvirt connection URI (driver_spec.connection_uri)")
+        opt("--storage-pool", help="the libvirt storage pool of the nodes' disks "
+                                   "(driver_spec.storage_pool, default \"default\"; "
+                                   "test:///default has \"default-pool\")")
+        opt("--cores-ratio", type=float, help="CPU overcommit (1.0)")
+        opt("--ram-ratio", type=float, help="RAM overcommit (1.0)")
     if name == "placement-policies" and create:
         opt("--kind", choices=["soft-anti-affinity", "hard-anti-affinity", "soft-affinity",
                                "hard-affinity"])
@@ -113,9 +124,20 @@ def _shape_options(sub, name, create):
 
 def _from_options(args):
     names = {"name": "name", "description": "description", "cores": "cores", "ram": "ram", "hostname": "hostname", "replicas": "replicas",
-             "size": "size", "kind": "kind"}
+             "size": "size", "kind": "kind", "cores_ratio": "cores_ratio",
+             "ram_ratio": "ram_ratio"}
     return {field: getattr(args, opt) for opt, field in names.items()
             if getattr(args, opt, None) is not None}
+
+
+def _image_url(image):
+    """A path to a file here as the file:// URL the API takes (make run's hypervisor is
+    this machine); a URL or an artifact path as given."""
+    if image is None or "://" in image or image.startswith("/v1/"):
+        return image
+    if not os.path.isfile(image):
+        raise UsageError(f"--image {image}: not a URL (http, https, file) and no such file")
+    return "file://" + urllib.request.pathname2url(os.path.abspath(image))
 
 
 def _root_disk(spec, image, size):
@@ -140,9 +162,18 @@ def _write(method):
         if getattr(args, "image", None) is not None or getattr(args, "disk_size", None):
             current = client.request("GET", target).payload().get("disk_spec") \
                 if method == "PUT" else None
-            body["disk_spec"] = _root_disk(current, args.image, args.disk_size)
-        if getattr(args, "uri", None) is not None:
-            body["driver_spec"] = {"kind": "libvirt", "connection_uri": args.uri}
+            body["disk_spec"] = _root_disk(current, _image_url(args.image), args.disk_size)
+        uri, pool = getattr(args, "uri", None), getattr(args, "storage_pool", None)
+        if uri is not None or pool is not None:
+            # the API takes driver_spec whole: an update of one part re-sends the rest
+            spec = client.request("GET", target).payload().get("driver_spec") or {} \
+                if method == "PUT" else {}
+            spec = {**spec, "kind": "libvirt"}
+            if uri is not None:
+                spec["connection_uri"] = uri
+            if pool is not None:
+                spec["storage_pool"] = pool
+            body["driver_spec"] = spec
         with_given_fields(body, args, env, method)
         if method == "POST" and args.compute_collection in MACHINES:
             # the reference CLI's defaults; the API asks for both

@@ -123,6 +123,21 @@ def test_wait_ends_non_zero_on_error_and_on_timeout(logged_in, real_api):
     assert stuck.code == 1 and "still NEW after 0.5 s" in stuck.stderr
 
 
+def test_an_image_path_is_sent_as_a_file_url(logged_in, tmp_path):
+    disk = tmp_path / "disk.raw"
+    disk.write_bytes(b"\0" * 512)
+    made = logged_in("--json", "compute", "nodes", "add", "-p", ADMIN_PROJECT, "-n", "local",
+                     "-i", str(disk))
+    assert made.code == 0, made.stderr
+    assert made.json()["disk_spec"]["image"] == disk.as_uri()
+    sent = len(logged_in.sent)
+    missing = logged_in("compute", "nodes", "add", "-p", ADMIN_PROJECT, "-n", "gone",
+                        "-i", str(tmp_path / "nowhere.raw"))
+    assert missing.code == 2 and "no such file" in missing.stderr
+    assert len(logged_in.sent) == sent        # a usage error sends nothing
+    assert logged_in("compute", "nodes", "delete", "local").code == 0
+
+
 def test_volumes_attach_and_detach(logged_in):
     add_node(logged_in, "-n", "holder")
     volume = logged_in("--json", "compute", "volumes", "add", "-p", ADMIN_PROJECT, "-n",
@@ -146,6 +161,13 @@ def test_hypervisors_sets_and_policies(logged_in):
     assert hyper.json()["driver_spec"]["storage_pool"] == "default"
     dup = logged_in("compute", "hypervisors", "add", "--uri", "test:///default")
     assert dup.code == 1
+    # the pool that test:///default has, and overcommit: the rest of driver_spec is kept
+    pooled = logged_in("--json", "compute", "hypervisors", "update", "local",
+                       "--storage-pool", "default-pool", "--ram-ratio", "4")
+    assert pooled.code == 0, pooled.stderr
+    assert pooled.json()["driver_spec"]["connection_uri"] == "test:///default"
+    assert pooled.json()["driver_spec"]["storage_pool"] == "default-pool"
+    assert (pooled.json()["ram_ratio"], pooled.json()["cores_ratio"]) == (4.0, 1.0)
     policy = logged_in("--json", "compute", "placement-policies", "add", "-p", ADMIN_PROJECT,
                        "-n", "spread", "--kind", "hard-anti-affinity")
     assert policy.code == 0 and policy.json()["kind"] == "hard-anti-affinity"

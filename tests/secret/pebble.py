@@ -21,8 +21,10 @@ import datetime
 import json
 import os
 import shutil
+import signal
 import ssl
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -226,3 +228,37 @@ class AcmeWorld:
         """Every TXT record named _acme-challenge in the store, any zone."""
         return [r for r in self.server.store.collection("dns_records").records()
                 if r["type"] == "TXT" and r["record"]["name"].startswith("_acme-challenge")]
+
+
+def main(argv=None):
+    """`python -m tests.secret.pebble`: Pebble for `make run`'s certificates (the README's
+    walkthrough), on fixed ports, its DNS-01 checks asked of our DNS server; prints the two
+    settings `make run` needs, runs until Ctrl-C."""
+    import argparse
+    parser = argparse.ArgumentParser(prog="python -m tests.secret.pebble",
+                                     description=main.__doc__)
+    parser.add_argument("--dir", default=os.path.join(os.getcwd(), "var-pebble"),
+                        help="where its config, TLS certificate and CA go (./var-pebble)")
+    parser.add_argument("--port", type=int, default=14000)
+    parser.add_argument("--dns-port", type=int, default=int(os.environ.get(
+        "APPLIANCE_DNS_PORT", "5353")), help="our DNS server's port (make run: 5353)")
+    args = parser.parse_args(argv)
+    pebble = Pebble(os.path.abspath(args.dir), args.dns_port)
+    pebble.port, pebble.management_port = args.port, args.port + 1000
+    pebble.log_path = os.path.join(pebble.directory, "pebble.log")
+    # a SIGTERM stops it as Ctrl-C does, through the finally below
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    pebble.start()
+    print(f"APPLIANCE_ACME_DIRECTORY_URL={pebble.url}\n"
+          f"APPLIANCE_ACME_CA_BUNDLE={pebble.ca}\n"
+          f"(pebble's log: {pebble.log_path}; Ctrl-C stops it)", flush=True)
+    try:
+        pebble.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        pebble.stop()
+
+
+if __name__ == "__main__":
+    main()
