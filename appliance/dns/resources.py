@@ -15,6 +15,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, R
                                   String, Tags, Text)
 from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
+from appliance.dns import zones as wire
 from appliance.dns.adopt import REQUEST_SCHEMA as ADOPT_SCHEMA
 from appliance.tenancy import zones as zone_rule
 
@@ -22,7 +23,9 @@ TYPES = ("A", "NS", "SOA", "TXT")
 LABEL = r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)"
 HOST = rf"^(?=.{{1,253}}$){LABEL}(\.{LABEL})*\.?$"
 RELATIVE = rf"^(@|\*|(\*\.)?{LABEL}(\.{LABEL})*)$"
-TXT_LIMIT = 4000          # bytes of content; served as 255-byte character-strings
+# bytes of UTF-8 content (64,986): served as 255-byte character-strings, the longest that
+# fits in one DNS message over TCP whatever name is asked (appliance/dns/zones.py)
+TXT_LIMIT = wire.TXT_MAX_OCTETS
 U32 = {"type": "integer", "minimum": 0, "maximum": 4294967295}
 SECONDS = {"type": "integer", "minimum": 1, "maximum": 2147483647}
 
@@ -156,8 +159,12 @@ class Records(Resource):
                 ipaddress.IPv4Address(record["address"])
             except ValueError:
                 raise BadRequest("record.address: must be an IPv4 address") from None
-        if type_ == "TXT" and len(record["content"].encode()) > TXT_LIMIT:
-            raise BadRequest(f"record.content: at most {TXT_LIMIT} bytes")
+        if type_ == "TXT":
+            size = len(record["content"].encode())
+            if size > TXT_LIMIT:
+                raise BadRequest(
+                    f"record.content: {size} bytes of UTF-8, at most {TXT_LIMIT} fit in one "
+                    "DNS answer; shorten it or split it over several names")
         if type_ == "NS":
             record["content"] = record["content"].rstrip(".").lower()
         if type_ == "SOA":
@@ -173,6 +180,7 @@ class Records(Resource):
         domain = self._domain(call, record["domain"])
         record["project_id"] = domain["project_id"]
         record["record"] = self._check_record(record["type"], record["record"], domain["name"])
+        self._check_txt_answer(record["domain"], record, None)
         if record["type"] == "SOA" and any(r["type"] == "SOA" for r in
                                            self.collection().by("domain", domain["uuid"])):
             raise Conflict(f"domain {domain['name']} already has its SOA")
@@ -183,7 +191,30 @@ class Records(Resource):
             domain = self._domain(call, current["domain"])
             changes["record"] = self._check_record(current["type"], changes["record"],
                                                    domain["name"])
+        self._check_txt_answer(current["domain"], {**current, **changes}, current["uuid"])
         return changes
+
+    def _check_txt_answer(self, domain_uuid, record, uuid):
+        """The enabled TXT records of one name are one answer, and it must fit in one DNS
+        message: 409 if this record would make it too large. (Two creations racing can
+        still pass together; the server then answers SERVFAIL for that name, never a
+        broken message.)"""
+        if record["type"] != "TXT" or record.get("disabled"):
+            return
+        name = record["record"]["name"]
+
+        def cost(r):
+            size = len(str(r["record"].get("content") or "").encode())
+            return wire.RR_OVERHEAD + wire.txt_rdata_length(size)
+        others = [r for r in self.collection().by("domain", domain_uuid)
+                  if r["type"] == "TXT" and not r.get("disabled") and r["uuid"] != uuid
+                  and str(r["record"].get("name", "")).lower() == name]
+        total = cost(record) + sum(cost(r) for r in others)
+        if others and total > wire.TXT_ANSWER_LIMIT:
+            raise Conflict(
+                f"record.content: the {len(others) + 1} TXT records of {name} would take "
+                f"{total} bytes in a DNS answer, more than the {wire.TXT_ANSWER_LIMIT} one "
+                "message can carry; shorten or delete one of the others first")
 
     def check_delete(self, call, record):
         if record["type"] == "SOA":

@@ -36,6 +36,13 @@ OPCODE_QUERY = 0
 UDP_PLAIN_LIMIT = 512           # the UDP answer limit of a query without EDNS (RFC 1035)
 MAX_UDP_PAYLOAD = 1232          # the most we send over UDP, and what our OPT advertises
 TCP_LIMIT = 65535
+# What one TXT answer may hold so that it fits in a TCP message whatever name is asked
+# (a wildcard answers names up to 255 octets): the message limit less the header (12),
+# the longest question (255 + 4) and our OPT record (11). Each record costs its RDATA
+# plus RR_OVERHEAD: its owner as a compression pointer to the question (2) and type,
+# class, TTL, RDLENGTH (10).
+TXT_ANSWER_LIMIT = TCP_LIMIT - 12 - (255 + 4) - 11
+RR_OVERHEAD = 12
 # ANY over UDP answers one RRset (RFC 8482), the first of these the name has
 ANY_PREFERENCE = (A, SOA, NS, TXT)
 
@@ -395,18 +402,37 @@ def _mailbox(value, origin):
     return to_wire(value)
 
 
+def txt_rdata_length(octets):
+    """RDATA length of TXT content of `octets` UTF-8 bytes: one length octet per
+    character-string of at most 255 octets (empty content is one empty string)."""
+    return max(1, octets + -(-octets // 255))
+
+
+def _max_txt_octets():
+    """The longest content whose record alone fits in a TXT answer."""
+    n = TXT_ANSWER_LIMIT - RR_OVERHEAD
+    while RR_OVERHEAD + txt_rdata_length(n) > TXT_ANSWER_LIMIT:
+        n -= 1
+    return n
+
+
+TXT_MAX_OCTETS = _max_txt_octets()      # 64,986
+
+
 def _txt(content):
-    """TXT rdata: the text split into character-strings of at most 255 octets."""
+    """TXT rdata: the UTF-8 text split into character-strings of at most 255 octets
+    (a multi-byte character may straddle two strings: the strings are joined as bytes)."""
     raw = ("" if content is None else str(content)).encode("utf-8")
     if not raw:
         return b"\x00"
+    if len(raw) > TXT_MAX_OCTETS:
+        raise ValueError(f"TXT content of {len(raw)} bytes is longer than "
+                         f"{TXT_MAX_OCTETS}, the most one DNS message can carry")
     out = bytearray()
     for i in range(0, len(raw), 255):
         chunk = raw[i:i + 255]
         out.append(len(chunk))
         out += chunk
-    if len(out) > 65535 - 512:
-        raise ValueError("TXT content too long")
     return bytes(out)
 
 
@@ -634,12 +660,27 @@ class _Writer:
 def encode(query, result, limit):
     """Wire bytes of `result` as the answer to `query`, at most `limit` octets: if the
     additional section does not fit it is cut short; if answer and authority do not fit,
-    both are left out and TC is set (RFC 2181 9), so the client retries over TCP."""
+    both are left out and TC is set (RFC 2181 9), so the client retries over TCP.
+
+    Over TCP (limit TCP_LIMIT) there is nothing to retry with: an ANY answer keeps as
+    many of its RRsets as fit (RFC 8482 allows a subset); any other answer that cannot
+    fit in one message (RRsets larger than the API lets one name have: data written
+    around it, or two creations racing) is SERVFAIL rather than a TC the client cannot
+    act on."""
     extra = list(result.additional)
     message = _encode(query, result, extra, False)
     while len(message) > limit and extra:
         extra.pop()
         message = _encode(query, result, extra, False)
+    if len(message) > limit and limit >= TCP_LIMIT:
+        answer = list(result.answer)
+        while len(message) > limit and len(answer) > 1 and query.qtype == ANY:
+            answer.pop()
+            message = _encode(query, Result(result.rcode, result.aa, answer,
+                                            result.authority), [], False)
+        if len(message) > limit:
+            return _encode(query, Result(SERVFAIL, aa=False), [], False)
+        return message
     if len(message) > limit:
         message = _encode(query, result, [], True)
     return message
