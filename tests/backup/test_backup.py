@@ -48,6 +48,9 @@ def populate(admin):
     domain = made("/v1/dns/domains", {"name": "backup.test", "project_id": ADMIN_PROJECT})
     made(f"/v1/dns/domains/{domain['uuid']}/records",
          {"type": "A", "record": {"kind": "A", "name": "www", "address": "10.9.8.7"}})
+    # a TXT record longer than one character-string and than a UDP answer (issue 27)
+    made(f"/v1/dns/domains/{domain['uuid']}/records",
+         {"type": "TXT", "record": {"kind": "TXT", "name": "long", "content": "x" * 5000}})
 
 
 def every_read(srv, admin):
