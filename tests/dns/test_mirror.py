@@ -690,6 +690,18 @@ def test_rule8_bare_star_is_mirrored_as_the_zone_wildcard(full):
     assert up[sub["uuid"]]["record"]["name"] == "*.dev"
 
 
+
+def test_a_long_txt_record_is_mirrored_unchanged(full):
+    # the reference's 5,000-character TXT record (issue 27), and one of non-ASCII text
+    content = "x" * 5000
+    accents = "é" * 3000
+    domain, (long, wide) = full.synced(txt("long", content), txt("wide", accents))
+    full.settled(domain, created=2)
+    up = full.upstream_records(domain)
+    assert up[long["uuid"]]["record"] == {"kind": "TXT", "name": "long", "content": content}
+    assert up[wide["uuid"]]["record"]["content"] == accents
+
+
 # ---- robustness and progress -------------------------------------------------------------
 
 def test_one_refused_record_does_not_stop_the_others(full):
