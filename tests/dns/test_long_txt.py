@@ -123,8 +123,8 @@ def test_the_exact_limit_is_served_and_one_byte_more_is_400(zone):
     assert str(TXT_LIMIT) in over.json["message"] and "content" in over.json["message"]
     assert count(admin, records) == before
     # nor by an update: the stored record stays as it was
-    grown = admin.put(f"{records}/{made.json['uuid']}", {"record": txt("limit", content + "a")
-                                                         ["record"]})
+    grown = admin.put(f"{records}/{made.json['uuid']}",
+                      {"record": txt("limit", content + "a")["record"]})
     assert grown.status == 400
     assert admin.get(f"{records}/{made.json['uuid']}").json["record"]["content"] == content
 
