@@ -60,13 +60,10 @@ def collision(store, config):
     """(other config, where) of the first config of the project that writes the same path
     on a node `config` reaches; None when there is none."""
     key = path_key(config.get("path"))
-    mine = None
-    for other in sorted(store.collection(CONFIGS).by("project_id", config.get("project_id")),
-                        key=order):
-        if other["uuid"] == config.get("uuid") or path_key(other.get("path")) != key:
-            continue
-        if mine is None:
-            mine = reach(store, config.get("target"))
+    same_path = [c for c in store.collection(CONFIGS).by("project_id", config.get(
+        "project_id")) if c["uuid"] != config.get("uuid") and path_key(c.get("path")) == key]
+    mine = reach(store, config.get("target")) if same_path else set()
+    for other in sorted(same_path, key=order):
         shared = mine & reach(store, other.get("target"))
         if shared:
             return other, _where(shared)
