@@ -24,8 +24,6 @@ tenancy/nodes.py), so two concurrent creates of one path on one node cannot both
 import contextlib
 import zlib
 
-from appliance.api.errors import Conflict
-
 CONFIGS, NODES = "config_configs", "compute_nodes"
 LOCK_STRIPES = 16
 
@@ -78,6 +76,8 @@ def check(store, config):
     if found is None:
         return
     other, where = found
+    # here, not at the top: the node agent imports path_key, and never the API
+    from appliance.api.errors import Conflict  # noqa: PLC0415
     raise Conflict(
         f"path {config['path']}: config {other.get('name') or '(no name)'} "
         f"({other['uuid']}) already writes this file on {where}; two configs writing one "

@@ -8,22 +8,30 @@ Everything runs against the real API on a Waitress server on loopback; the produ
 the status step are called directly on the server's store, as the delivery daemon calls
 them."""
 
+import os
 import threading
 import uuid
 
 import pytest
 
+from appliance.agent.client import AgentClient
+from appliance.agent.host import Host
+from appliance.agent.runner import Runner
 from appliance.agent.status import aggregate
 from appliance.agent.targets import View, items_for
 from appliance.compute.sets import reconcile_sets
+from appliance.configs.node import Driver
 from appliance.configs.paths import path_key
 from appliance.configs.targets import for_node
+from tests.agent.conftest import enroll
 from tests.compute.conftest import S, Member, created, refused
 from tests.iam.helpers import ADMIN_PROJECT
 
+from .fakehost import ALLOWED, write_passwd
 from .helpers import C, config_body, hw_node, node_set
 
 CONFIGS = "config_configs"
+BOOKKEEPING = ("uuid", "created_at", "updated_at", "revision")
 
 
 def reference_body(node, path="/var/lib/exordos/app.env", **fields):
@@ -176,12 +184,8 @@ def test_a_node_joining_a_set_delivers_only_the_earlier_config(server, admin):
     target = {"kind": "node_set", "node_set": empty["uuid"]}
     earlier = created(admin.post(C, config_body(hw_node(admin)["uuid"], path=path,
                                                 target=target, name="earlier")))
-    bookkeeping = ("uuid", "created_at", "updated_at", "revision")
-    legacy = {k: v for k, v in server.store.collection(CONFIGS).get(
-        earlier["uuid"]).items() if k not in bookkeeping}
-    later = server.store.collection(CONFIGS).insert({
-        **legacy, "uuid": str(uuid.uuid4()), "name": "later",
-        "body": {"kind": "text", "content": "the later one\n"}})
+    later = insert_legacy(server, earlier, name="later",
+                          body={"kind": "text", "content": "the later one\n"})
     assert later["created_at"] > earlier["created_at"]
 
     resp = admin.put(f"{S}/{empty['uuid']}", {"replicas": 1})
@@ -216,6 +220,108 @@ def test_a_node_joining_a_set_delivers_only_the_earlier_config(server, admin):
     items = {i["master"]: i for i in for_node(View(server.store), member)}
     assert items[later["uuid"]]["value"]["content"] == "the later one\n"
     assert "refused" not in items[later["uuid"]]
+
+
+def insert_legacy(server, like, **fields):
+    """A config written straight into the store, as an appliance before the rule could
+    hold it: `like`'s fields with `fields` over them, created now."""
+    legacy = {k: v for k, v in server.store.collection(CONFIGS).get(like["uuid"]).items()
+              if k not in BOOKKEEPING}
+    return server.store.collection(CONFIGS).insert({**legacy, "uuid": str(uuid.uuid4()),
+                                                    **fields})
+
+
+# ---- on the node: the real agent runner and config driver -----------------------------------
+
+class NodeAgent:
+    """The node agent's runner with the config driver, in this process, enrolled for a
+    node of the real API, over a root prefix (each step() is one poll and its apply)."""
+
+    def __init__(self, server, admin, node_uuid, base):
+        cred = enroll(server, admin, node_uuid)
+        self.root = os.path.join(str(base), "root")
+        os.makedirs(self.root)
+        write_passwd(self.root)
+        client = AgentClient(f"http://127.0.0.1:{server.port}", cred["agent"],
+                             cred["secret"])
+        host = Host(root=self.root, allowed_roots=ALLOWED,
+                    state_dir=os.path.join(str(base), "state"), api=client,
+                    node=node_uuid, agent=cred["agent"])
+        self.runner = Runner(host, client, drivers={"config": Driver}, wait=0)
+
+    def step(self):
+        self.runner.step()
+
+    def file(self, path):
+        try:
+            with open(os.path.join(self.root, path.lstrip("/"))) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+def test_a_member_joining_with_a_real_agent_gets_the_earlier_file(server, admin, tmp_path):
+    empty = node_set(admin)
+    path = unique_path()
+    target = {"kind": "node_set", "node_set": empty["uuid"]}
+    earlier = created(admin.post(C, config_body(hw_node(admin)["uuid"], path=path,
+                                                target=target, name="earlier")))
+    later = insert_legacy(server, earlier, name="later",
+                          body={"kind": "text", "content": "the later one\n"})
+    assert admin.put(f"{S}/{empty['uuid']}", {"replicas": 1}).status == 200
+    reconcile_sets(server.store)
+    [member] = server.store.collection("compute_nodes").by("node_set", empty["uuid"])
+    agent = NodeAgent(server, admin, member["uuid"], tmp_path)
+    agent.step()
+    assert agent.file(path) == "hello\n"
+    aggregate(server.store, CONFIGS)
+    assert admin.get(f"{C}/{earlier['uuid']}").json["status"] == "ACTIVE"
+    shown = admin.get(f"{C}/{later['uuid']}").json
+    assert shown["status"] == "ERROR" and earlier["uuid"] in shown["status_reason"]
+    # the later one goes: the earlier one's file stays
+    server.store.collection(CONFIGS).delete(later["uuid"])
+    agent.step()
+    assert agent.file(path) == "hello\n"
+
+
+def test_a_node_that_held_both_hands_the_file_to_the_earlier(server, admin, tmp_path):
+    """A node that applied a later config before the rule (alone on the node then),
+    when the earlier config comes to that node too: the later one is refused there, the
+    agent forgets it without removing the file, and writes the earlier one's content."""
+    node, elsewhere = hw_node(admin)["uuid"], hw_node(admin)["uuid"]
+    path = unique_path()
+    earlier = created(admin.post(C, config_body(elsewhere, path=path, name="earlier")))
+    later = insert_legacy(server, earlier, name="later", target={"kind": "node", "node": node},
+                          body={"kind": "text", "content": "the later one\n"})
+    agent = NodeAgent(server, admin, node, tmp_path)
+    agent.step()
+    assert agent.file(path) == "the later one\n"
+    # the earlier config's target grows to the node, as a PUT could before the rule
+    configs = server.store.collection(CONFIGS)
+    configs.update(earlier["uuid"], {"target": {"kind": "nodes", "nodes": [elsewhere, node]}})
+    agent.step()
+    assert agent.file(path) == "hello\n"
+    assert later["uuid"] not in {e["item"]["master"] for e in agent.runner.applied.values()}
+    configs.delete(later["uuid"])
+    agent.step()
+    assert agent.file(path) == "hello\n"
+
+
+def test_deleting_one_config_and_creating_another_of_its_path_keeps_the_file(
+        server, admin, tmp_path):
+    """Both in one payload: the new config's file is written, and removing the old
+    config's item must not delete it."""
+    node = hw_node(admin)["uuid"]
+    path = unique_path()
+    old = created(admin.post(C, config_body(node, path=path)))
+    agent = NodeAgent(server, admin, node, tmp_path)
+    agent.step()
+    assert agent.file(path) == "hello\n"
+    assert admin.delete(f"{C}/{old['uuid']}").status == 204
+    created(admin.post(C, config_body(node, path=path,
+                                      body={"kind": "text", "content": "new\n"})))
+    agent.step()
+    assert agent.file(path) == "new\n"
 
 
 # ---- concurrency ----------------------------------------------------------------------------
