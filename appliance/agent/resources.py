@@ -252,7 +252,9 @@ class TargetResources(Resource):
 
 def target_row(item, agent, actual):
     if item.get("unavailable"):
-        status, reason = "IN_PROGRESS", item["unavailable"]
+        # `refused`: the platform will not deliver it as it stands (configs/paths.py)
+        status = "ERROR" if item.get("refused") else "IN_PROGRESS"
+        reason = item["unavailable"]
     elif actual is None:
         status, reason = "NEW", None
     elif actual.get("hash") == item["hash"]:

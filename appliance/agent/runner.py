@@ -83,25 +83,57 @@ class Runner:
         changed, removed = [], []
         with self._lock:
             target = {item["uuid"]: item for item in body["resources"]}
+            again = self._hand_over(target, removed)
             for uuid, item in target.items():
                 before = self.applied.get(uuid)
                 if item.get("unavailable"):
                     continue                    # keep what the node has until it renders
-                if before is not None and before["item"]["hash"] == item["hash"]:
+                if before is not None and before["item"]["hash"] == item["hash"] and \
+                        uuid not in again:
                     continue
                 self.applied[uuid] = {"item": item, "actual": self._apply_one(item, before)}
                 changed.append(uuid)
                 # after each item, so that a crash never makes one run twice (on_change);
                 # one fsync for the batch below (an fsync per item cost ~30 ms each)
                 self._save(sync=False)
+            kept = {self._claim(self.applied[u]["item"]) for u in target if u in self.applied}
             for uuid in [u for u in self.applied if u not in target]:
-                if self._remove_one(self.applied[uuid]["item"]):
+                item = self.applied[uuid]["item"]
+                # a file another item still writes stays: forgetting this one is enough
+                claim = self._claim(item)
+                if (claim is not None and claim in kept) or self._remove_one(item):
                     del self.applied[uuid]
                     removed.append(uuid)
                     self._save(sync=False)
             self.hash = body["hash"]
             self._save()
         self._report(changed, removed)
+
+    def _claim(self, item):
+        """(kind, what the item writes) when its driver says (`claim`: a config's file),
+        else None: two items of one claim must not undo each other."""
+        claim = getattr(self.drivers.get(item["kind"]), "claim", None)
+        found = claim(item) if claim else None
+        return None if found is None else (item["kind"], found)
+
+    def _hand_over(self, target, removed):
+        """An applied item the platform now `refused` because another item writes the same
+        file (configs/paths.py) gives the file up: it is forgotten without removing the
+        file, and the item that keeps it is applied again (a file it last lost to the
+        refused one gets its content back; on_change runs only if the bytes changed).
+        Returns the uuids to apply again."""
+        again = set()
+        for uuid, item in target.items():
+            if not item.get("refused") or uuid not in self.applied:
+                continue
+            claim = self._claim(self.applied[uuid]["item"])
+            owners = {u for u, i in target.items() if claim is not None and u != uuid
+                      and not i.get("unavailable") and self._claim(i) == claim}
+            if owners:
+                del self.applied[uuid]
+                removed.append(uuid)
+                again |= owners
+        return again
 
     def _apply_one(self, item, before):
         driver = self.drivers.get(item["kind"])

@@ -89,7 +89,9 @@ def judge(targets, agents, actual):
         row = actual.get(item["uuid"])
         value = {}
         if item.get("unavailable"):
-            status, reason = "IN_PROGRESS", item["unavailable"]
+            # `refused`: the platform will not deliver it as it stands (configs/paths.py)
+            status = "ERROR" if item.get("refused") else "IN_PROGRESS"
+            reason = item["unavailable"]
         elif node["uuid"] not in agents:
             status, reason = "IN_PROGRESS", "no agent is enrolled on the node"
         elif row is None or row.get("hash") != item["hash"]:

@@ -21,6 +21,8 @@ import posixpath
 import secrets
 import stat
 
+from .paths import path_key
+
 OUTPUT_TAIL = 4096
 MAX_HOPS = 40       # symlinks followed in one path, as the kernel allows
 
@@ -251,6 +253,12 @@ def tail(text, limit=OUTPUT_TAIL):
 class Driver:
     def __init__(self, host):
         self.host = host
+
+    def claim(self, item):
+        """The file an item writes, as the runner compares them: of two items that claim
+        one file (configs/paths.py), removing or refusing one must not undo the other."""
+        value = (item or {}).get("value")
+        return path_key(value["path"]) if value else None
 
     def apply(self, item, applied):
         value = item["value"]

@@ -5,8 +5,9 @@ A config is checked whole at create and at every PUT: the path is absolute and p
 target names nodes or sets its project may target (appliance/tenancy/nodes.py), a
 template uses only declared variables, and every link parses and names a linkable field.
 A link to a record that does not exist yet is accepted (the config waits for it,
-IN_PROGRESS); one to a record of another project is refused. Status is the status step's
-(appliance/agent/status.py): read-only, and every PUT returns it to NEW.
+IN_PROGRESS); one to a record of another project is refused. No two configs write one
+path on one node (paths.py: 409, checked under a lock per project). Status is the status
+step's (appliance/agent/status.py): read-only, and every PUT returns it to NEW.
 """
 
 from appliance.agent.targets import TARGET_SCHEMA, target_links
@@ -16,7 +17,7 @@ from appliance.api.links import ANY, Link
 from appliance.api.resource import Resource
 from appliance.tenancy.nodes import check_target
 
-from . import render
+from . import paths, render
 from .targets import SECRET_VALUE_FIELDS, link_target
 
 CONTENT_LIMIT = 262144
@@ -98,13 +99,30 @@ class Configs(Resource):
                                   "changed_at}}"),
             ])
 
+    # the path check and the write under one lock per project (paths.py)
+    def create_record(self, call, body):
+        project_id = body.get("project_id") if isinstance(body, dict) else None
+        if project_id is None and call.principal is not None:
+            project_id = call.principal.project_id
+        with paths.guard(call.store, str(project_id).lower()):
+            return super().create_record(call, body)
+
+    def update_record(self, call, uuid, body):
+        current = self.collection().get(uuid.lower()) if UUID_RE.match(uuid) else None
+        with paths.guard(call.store, (current or {}).get("project_id")):
+            return super().update_record(call, uuid, body)
+
     def prepare_create(self, call, record):
         record.update(status="NEW", status_reason=None, node_status={})
         self.check(call, _normalized(record))
+        paths.check(call.store, record)
         return record
 
     def prepare_update(self, call, current, changes):
-        self.check(call, {**current, **_normalized(changes)})
+        config = {**current, **_normalized(changes)}
+        self.check(call, config)
+        if config["path"] != current["path"] or config["target"] != current["target"]:
+            paths.check(call.store, config)
         changes.update(status="NEW", status_reason=None)
         return changes
 

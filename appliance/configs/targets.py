@@ -5,12 +5,14 @@ Pure over the store (through `appliance.agent.targets.View`): the API calls it w
 agent asks for its payload and the status step when it compares targets with actuals.
 A linked value enters the item's `content`, so a changed password changes the item's
 hash and the agent rewrites the file: that is link tracking, with no watch list to keep.
+Of two configs that write one path on a node, only the earlier is delivered there
+(paths.py); the later one's item says why and is refused.
 """
 
 from appliance.agent.protocol import target_uuid
 from appliance.em.links import Unavailable
 
-from . import render
+from . import paths, render
 
 KIND = "config"
 MASTER_KIND = "config_configs"
@@ -67,8 +69,12 @@ def for_node(view, node):
     # rendered (its secrets opened) once per view, not once per node it targets
     rendered = view.__dict__.setdefault("_configs_rendered", {})
     items = []
-    for config in view.store.collection(MASTER_KIND).records():
-        if not view.delivers(config, node):
+    delivered = [c for c in view.store.collection(MASTER_KIND).records()
+                 if view.delivers(c, node)]
+    for config, earlier in paths.winners(delivered):
+        if earlier is not None:
+            items.append(_item(node, config, {"value": None, "refused": True,
+                                              "unavailable": collides(config, earlier)}))
             continue
         key = (config["uuid"], config["revision"])
         if key not in rendered:
@@ -76,10 +82,22 @@ def for_node(view, node):
                 rendered[key] = {"value": item_value(view, config)}
             except Unavailable as u:
                 rendered[key] = {"value": None, "unavailable": waiting(u)}
-        items.append({"uuid": target_uuid(node["uuid"], KIND, config["uuid"]), "kind": KIND,
-                      "master": config["uuid"], "master_kind": MASTER_KIND,
-                      **rendered[key]})
+        items.append(_item(node, config, rendered[key]))
     return items
+
+
+def _item(node, config, value):
+    return {"uuid": target_uuid(node["uuid"], KIND, config["uuid"]), "kind": KIND,
+            "master": config["uuid"], "master_kind": MASTER_KIND, **value}
+
+
+def collides(config, earlier):
+    """Why a later config is not delivered where an earlier one writes its path
+    (paths.py); `refused` with it makes that node's status ERROR, and the agent, seeing
+    `unavailable`, writes nothing for it and keeps the earlier config's file."""
+    return (f"path {config['path']} is written on this node by config "
+            f"{earlier.get('name') or '(no name)'} ({earlier['uuid']}), created earlier: "
+            "change this config's path or target")
 
 
 def waiting(unavailable):
