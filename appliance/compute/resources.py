@@ -271,8 +271,12 @@ def machine_fields():
         Field("cores", CORES, required=True),
         Field("ram", RAM, required=True, description="MB"),
         Field("node_type", Enum("VM", "HW"), default="VM", nullable=False, create_only=True),
-        Field("disk_spec", Object(disks.FIELD_SCHEMA), description=disks.FIELD_SCHEMA[
-            "description"] + "; required for VM, null for HW"),
+        # left out of a HW machine's reads, not rendered null: the reference's CLI reads
+        # a missing disk_spec as "Unknown" and fails on a null one (`compute nodes list`
+        # broke on the appliance's own node, and on make run's development node)
+        Field("disk_spec", Object(disks.FIELD_SCHEMA), omit_unset=True,
+              description=disks.FIELD_SCHEMA["description"] + "; required for VM, left out "
+                          "for HW"),
         Field("placement_policies", List(UUID(), max_items=16), default=list,
               nullable=False, description="uuids of placement policies of the project"),
         Field("network", UUID(), create_only=True,
