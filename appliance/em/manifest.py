@@ -22,8 +22,6 @@ from . import builtin, links
 # link grammar (links.py), so `$passwords-example.imports.$x` needs no quoting.
 NAME_TEXT = r"[a-z][a-z0-9_-]{0,254}"
 NAME = rf"^{NAME_TEXT}$"
-NAME_RULE = ("lower-case letters, digits, _ and -, starting with a letter, at most 255 "
-             "characters")
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")
 # $<built-in element>.<segment>..., or a sub-collection under one resource of this
 # manifest: ...$<parent>.<sub> (e.g. $core.dns.domains.$zone.records,
