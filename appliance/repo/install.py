@@ -112,8 +112,10 @@ def install(resource, call, record):
             raise Conflict(f"{record['name']} {other['version']} is installed; upgrade it "
                            "instead")
     resolution = resolve(resource, call, record)
-    _mark_installed(resource, resolution.to_install)
+    # bindings first: the builder hands over an INSTALLED element whose dependencies it
+    # sees linked, and one without its bindings yet would go before its dependencies
     _record_bindings(call.store, resolution.bindings)
+    _mark_installed(resource, resolution.to_install)
     return elements.require(record["uuid"])
 
 
@@ -150,6 +152,7 @@ def upgrade(resource, call, record, target):
     # the runtime element moves to the target; the old record keeps its link and its
     # bindings until the builder releases them (spec 2.4 rule 5)
     others = [c for c in resolution.to_install if c.uuid != target["uuid"]]
+    _record_bindings(call.store, resolution.bindings)
     _mark_installed(resource, others)
     resource.collection().update(target["uuid"], {
         "installation_state": "INSTALLED", "status": "IN_PROGRESS", "status_reason": None,
@@ -157,5 +160,4 @@ def upgrade(resource, call, record, target):
     resource.collection().update(record["uuid"], {
         "installation_state": "UNINSTALLED", "status": "IN_PROGRESS",
         "status_reason": f"upgrading to {target['version']}"})
-    _record_bindings(call.store, resolution.bindings)
     return resource.collection().require(target["uuid"])
