@@ -6,6 +6,8 @@ never an operator. Real API and builder daemon (tests/em/conftest.py)."""
 
 import pytest
 
+from tests.secret.conftest import wait_for
+
 from .conftest import ADMIN_PROJECT, element, install, post_manifest, wait_element
 from .test_element_manager import app_manifest, owned
 
@@ -78,3 +80,25 @@ def test_element_names_inside_a_manifest_follow_the_same_rule(admin, field, valu
                                  "resources": {}, field: value}, as_yaml=False)
     assert resp.status == 400, resp.json
     assert resp.json["message"].startswith(field), resp.json
+
+
+def test_an_import_whose_element_was_uninstalled_ends_in_error(admin):
+    """An element that imports from another without requiring it does not hold it: once
+    that element is uninstalled, the importer's next pass goes ERROR naming the import,
+    instead of waiting for a resource nothing will bring back."""
+    install(admin, app_manifest(name="lender-x"))
+    wait_element(admin, "lender-x")
+    install(admin, {
+        "name": "borrower-y", "version": "0.1.0",
+        "imports": {"lent": {"element": "$lender-x",
+                             "link": "$lender-x.secret.passwords.$db_password"}},
+        "resources": {"$core.secret.secrets": {"copy": {
+            "name": "borrower-y-copy", "project_id": P, "constructor": {"kind": "plain"},
+            "default_value": "$borrower-y.imports.$lent:value"}}}})
+    wait_element(admin, "borrower-y")
+    lender = admin.get("/v1/em/manifests", query={"name": "lender-x"}).json[0]
+    resp = admin.post(f"/v1/em/manifests/{lender['uuid']}/actions/uninstall/invoke", {})
+    assert resp.status == 200, resp
+    wait_for(lambda: element(admin, "lender-x") is None)
+    failed = wait_element(admin, "borrower-y", "ERROR")
+    assert "import lent: element lender-x is not installed" in failed["status_reason"], failed
