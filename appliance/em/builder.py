@@ -31,7 +31,7 @@ the element ERROR with the refusal's message.
 import uuid as uuidlib
 
 import state
-from appliance.api.errors import ApiError, Forbidden, NotFound
+from appliance.api.errors import ApiError, Conflict, Forbidden, NotFound
 from appliance.api.routing import SystemCall
 
 from . import acting, builtin, links
@@ -291,8 +291,13 @@ class ElementBuilder:
         return resolve
 
     def _imported_slot(self, plan, link):
-        imp = plan.imports.get(link.segments[1][1:])
+        name = link.segments[1][1:]
+        imp = plan.imports.get(name)
         source = self.store.collection("em_elements").find_one(name=imp["element"][1:])
+        if source is None and imp["element"][1:] not in builtin.BUILTIN:
+            # its element was uninstalled after this one was accepted: nothing will bring
+            # it back by itself, so waiting would be for ever
+            raise Conflict(f"import {name}: element {imp['element'][1:]} is not installed")
         if source is None:
             return builtin.exported_slot(imp["element"][1:], imp["link"], self.store)
         return (source.get("resources") or {}).get(links.parse_link(imp["link"]).key)

@@ -63,8 +63,16 @@ class BuiltinElement:
         return self._exports(store) if self._exports else {}
 
 
+# The reference's manifests name IAM's bindings by its resource kinds, not by their API
+# paths (dbaas.yaml.j2: `$core.iam.permissionbinding`, `$core.iam.rolebinding`)
+_CORE_ALIASES = {("iam", "permissionbinding"): "/v1/iam/permission_bindings",
+                 ("iam", "rolebinding"): "/v1/iam/role_bindings"}
+
+
 def _core_collection(base):
     # $core.<service>.<collection>: the platform's own API, one collection per pair
+    if tuple(base) in _CORE_ALIASES:
+        return _CORE_ALIASES[tuple(base)]
     return f"/v1/{base[0]}/{base[1]}" if len(base) == 2 else None
 
 

@@ -7,6 +7,9 @@
     to_str(LINK)  index(LINK, i)  join(LINK, "sep")  functions over a value
     f"text {LINK} text"                              a template
 
+An element name may hold `-` (`$passwords-example.imports.$x`): it is a name character
+here, as in resource and import names, never an operator, so a name is written as it is.
+
 A string value that starts with `$` is a link and must parse as one; `to_str(`, `index(`,
 `join(` and `f"`/`f'` open the other forms. Anything else is a literal.
 """

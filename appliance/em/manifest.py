@@ -16,14 +16,19 @@ from appliance.api.validation import Validator
 
 from . import builtin, links
 
-NAME = r"^[a-z][a-z0-9_]{0,62}$"
+# The reference's element names: its published manifests are `passwords-example`,
+# `core-node-set-example`, and spec 8 gives a name as a string of up to 255 characters.
+# Lower case, digits, `_` and `-`, from a letter: every such name is also an IDENT of the
+# link grammar (links.py), so `$passwords-example.imports.$x` needs no quoting.
+NAME_TEXT = r"[a-z][a-z0-9_-]{0,254}"
+NAME = rf"^{NAME_TEXT}$"
 RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")
 # $<built-in element>.<segment>..., or a sub-collection under one resource of this
 # manifest: ...$<parent>.<sub> (e.g. $core.dns.domains.$zone.records,
 # $dbaas.types.sqldb.instances.$pg.users); builtin.py maps the segments to a collection
 RESOURCE_PATH = re.compile(r"^\$([a-z][a-z0-9_]*)((?:\.[a-z][a-z0-9_]*)+)"
                            r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?\Z")
-ELEMENT_REF = r"^\$[a-z][a-z0-9_]{0,62}$"
+ELEMENT_REF = rf"^\${NAME_TEXT}$"
 
 SCHEMA = {
     "type": "object",
@@ -36,7 +41,8 @@ SCHEMA = {
         "description": {"type": ["string", "null"], "maxLength": 4096},
         "schema_version": {"type": "integer", "enum": [1]},
         "api_version": {"type": "string", "enum": ["v1"]},
-        "requirements": {"type": ["object", "null"], "additionalProperties": {
+        "requirements": {"type": ["object", "null"], "propertyNames": {"pattern": NAME},
+                         "additionalProperties": {
             "type": ["object", "null"], "additionalProperties": False,
             "properties": {k: {"type": "string"}
                            for k in ("from_version", "to_version", "version")}}},

@@ -51,7 +51,7 @@ class Manifests(ActingProjectVisibility, Resource):
             description="a manifest: POST it as JSON or as YAML (Content-Type: "
                         "application/yaml)",
             fields=[
-                Field("name", String(63, pattern=NAME), required=True, create_only=True),
+                Field("name", String(255, pattern=NAME), required=True, create_only=True),
                 Field("version", String(255), required=True, create_only=True),
                 Field("description", Text(4096)),
                 Field("schema_version", Integer(1, 1), default=1, nullable=False),
@@ -260,7 +260,7 @@ class Elements(ActingProjectVisibility, Resource):
             description="an installed element; created, changed and removed through the "
                         "actions of its manifest",
             fields=[
-                Field("name", String(63), read_only=True),
+                Field("name", String(255), read_only=True),
                 Field("version", String(255), read_only=True),
                 Field("description", Text(4096), read_only=True),
                 Field("manifest", Reference("/v1/em/manifests"), read_only=True),

@@ -88,11 +88,18 @@ class RepoBridge:
             SystemCall(self.api, acting.principal_for(project)), manifest)
 
     def _dependencies_linked(self, record):
+        """True when every dependency is handed over; False while one is on its way; a
+        dependency that went ERROR before it was handed over will not get there by itself,
+        so this element cannot either: a Conflict naming it (the element goes ERROR, and
+        an install retry after the dependency's fix hands it over)."""
         elements = self.store.collection("repo_elements")
         for binding in self.store.collection("repo_bindings").by("element", record["uuid"]):
             dep = elements.get(binding["depends_on"])
             if dep is not None and dep["installation_state"] == "INSTALLED" and \
                     not dep.get("element"):
+                if dep["status"] == "ERROR":
+                    raise Conflict(f"dependency {dep['name']} {dep['version']} failed: "
+                                   f"{dep.get('status_reason') or 'no reason given'}")
                 return False
         return True
 

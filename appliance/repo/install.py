@@ -6,13 +6,28 @@ status IN_PROGRESS, transitive bindings. repo/bridge.py (builder daemon) hands e
 installed element to the Element Manager.
 """
 
-import appliance
 from appliance.api.errors import BadRequest, Conflict
+from appliance.em import builtin
 
 from . import resolver
 from .drivers import DriverError
 
-CORE = "core"     # the platform itself: requirements on core are met by this appliance
+# Elements built into this appliance (core, dbaas): a requirement on one is met by the
+# appliance itself, at its version, never by a repository element of that name. Such an
+# element could never be handed to the Element Manager (it refuses a built-in's name), so
+# choosing it would leave every element that needs it IN_PROGRESS for ever; a repository
+# element of such a name is refused at install instead. Their candidates' uuid is the name.
+BUILTIN = {name: resolver.Candidate(uuid=name, name=name, version=element.version,
+                                    priority=0, installed=True, requirements={})
+           for name, element in builtin.BUILTIN.items()}
+
+
+def refuse_builtin_name(record):
+    if record["name"] in BUILTIN:
+        raise Conflict(f"{record['name']} {record['version']}: element {record['name']} is "
+                       f"built into this appliance (version {BUILTIN[record['name']].version})"
+                       "; a repository element of that name cannot be installed, and "
+                       "requirements on it are met by the appliance")
 
 
 def _visible_repositories(resource, call):
@@ -34,13 +49,12 @@ def resolve(resource, call, target):
     """The Resolution of `target`, or the API error that refuses it."""
     repositories = _visible_repositories(resource, call)
     elements = resource.collection()
-    core = resolver.Candidate(uuid=CORE, name=CORE, version=appliance.__version__,
-                              priority=0, installed=True, requirements={})
 
     def candidates_for(name):
-        found = [_candidate(r, repositories) for r in elements.by("name", name)
-                 if r["repository"] in repositories]
-        return found or ([core] if name == CORE else [])
+        if name in BUILTIN:
+            return [BUILTIN[name]]
+        return [_candidate(r, repositories) for r in elements.by("name", name)
+                if r["repository"] in repositories]
 
     def load(candidate):
         try:
@@ -60,14 +74,19 @@ def resolve(resource, call, target):
         return resolver.resolve(_candidate(target_record, repositories), candidates_for, load)
     except resolver.ResolutionError as e:
         # not found / constraint violated: 409; a constraint of a bad format: 400
-        raise (BadRequest if e.status == 400 else Conflict)(str(e)) from None
+        message = str(e)
+        if e.requirement in BUILTIN and e.status != 400:
+            message += (f"; {e.requirement} is built into this appliance at version "
+                        f"{BUILTIN[e.requirement].version}, and a repository element of "
+                        "that name is never installed")
+        raise (BadRequest if e.status == 400 else Conflict)(message) from None
 
 
 def _record_bindings(store, bindings):
     coll = store.collection("repo_bindings", unique=[("element", "depends_on")])
     existing = {(b["element"], b["depends_on"]) for b in coll.records()}
     fresh = [{"element": a, "depends_on": b} for a, b in bindings
-             if CORE not in (a, b) and (a, b) not in existing]
+             if a not in BUILTIN and b not in BUILTIN and (a, b) not in existing]
     if fresh:
         coll.insert_many(fresh)
 
@@ -75,7 +94,7 @@ def _record_bindings(store, bindings):
 def _mark_installed(resource, candidates):
     elements = resource.collection()
     for candidate in candidates:
-        if candidate.uuid != CORE:
+        if candidate.uuid not in BUILTIN:
             elements.update(candidate.uuid, {"installation_state": "INSTALLED",
                                              "status": "IN_PROGRESS", "status_reason": None})
 
@@ -87,13 +106,16 @@ def install(resource, call, record):
             return elements.update(record["uuid"], {"status": "IN_PROGRESS",
                                                     "status_reason": "retrying"})
         raise Conflict(f"{record['name']} {record['version']} is already installed")
+    refuse_builtin_name(record)
     for other in elements.by("name", record["name"]):
         if other["installation_state"] == "INSTALLED":
             raise Conflict(f"{record['name']} {other['version']} is installed; upgrade it "
                            "instead")
     resolution = resolve(resource, call, record)
-    _mark_installed(resource, resolution.to_install)
+    # bindings first: the builder hands over an INSTALLED element whose dependencies it
+    # sees linked, and one without its bindings yet would go before its dependencies
     _record_bindings(call.store, resolution.bindings)
+    _mark_installed(resource, resolution.to_install)
     return elements.require(record["uuid"])
 
 
@@ -125,10 +147,12 @@ def upgrade(resource, call, record, target):
         raise Conflict(f"{record['name']} {record['version']} is not installed")
     if target["name"] != record["name"] or target["version"] == record["version"]:
         raise BadRequest("target: must be another version of the same element")
+    refuse_builtin_name(target)
     resolution = resolve(resource, call, target)
     # the runtime element moves to the target; the old record keeps its link and its
     # bindings until the builder releases them (spec 2.4 rule 5)
     others = [c for c in resolution.to_install if c.uuid != target["uuid"]]
+    _record_bindings(call.store, resolution.bindings)
     _mark_installed(resource, others)
     resource.collection().update(target["uuid"], {
         "installation_state": "INSTALLED", "status": "IN_PROGRESS", "status_reason": None,
@@ -136,5 +160,4 @@ def upgrade(resource, call, record, target):
     resource.collection().update(record["uuid"], {
         "installation_state": "UNINSTALLED", "status": "IN_PROGRESS",
         "status_reason": f"upgrading to {target['version']}"})
-    _record_bindings(call.store, resolution.bindings)
     return resource.collection().require(target["uuid"])

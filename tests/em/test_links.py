@@ -61,3 +61,18 @@ def test_expressions_name_their_paths():
     found = list(links.expressions(body))
     assert [(path, expr.text) for path, expr in found] == [
         (("a", "b", "1"), "$e.secret.secrets.$s:value")]
+
+
+@pytest.mark.parametrize("text,element,segments,fields", [
+    ("$passwords-example.secret.passwords.$auto_hex_password:value", "passwords-example",
+     ("secret", "passwords", "$auto_hex_password"), ("value",)),
+    ("$core-service-example.imports.$var-default-cores:value", "core-service-example",
+     ("imports", "$var-default-cores"), ("value",)),
+    ("$test-element-1.compute.nodes.$example_node", "test-element-1",
+     ("compute", "nodes", "$example_node"), ()),
+])
+def test_hyphenated_element_names_parse_as_written(text, element, segments, fields):
+    link = links.parse_link(text)
+    assert (link.element, link.segments, link.fields) == (element, segments, fields)
+    inner = links.parse_expression(f'f"x {{{text}}} y"')
+    assert [found.text for found in inner.links()] == [text]

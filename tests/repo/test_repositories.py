@@ -8,8 +8,8 @@ import pytest
 from tests.iam.helpers import bind, make_project, make_user
 from tests.secret.conftest import wait_for
 
-from .conftest import (ADMIN_PROJECT, E, R, elements_of, make_repo, manifest, wait_repo,
-                       write_manifest)
+from .conftest import (ADMIN_PROJECT, E, R, elements_of, make_repo, manifest, wait_element,
+                       wait_repo, write_manifest)
 
 
 def test_bootstrap_copy_repository_syncs(admin, tmp_path):
@@ -134,8 +134,24 @@ def test_upload_to_database_repository(admin):
     assert resp.status == 400 and "version" in resp.json["message"]
 
 
+def test_upload_and_install_of_a_hyphenated_element(admin):
+    """The reference's functional tests upload `test-element-1`: accepted, installed and
+    ACTIVE under that name, in the repository and in the Element Manager."""
+    repo = wait_repo(admin, make_repo(admin, {"kind": "database"})["uuid"])
+    resp = admin.post(f"{R}/{repo['uuid']}/actions/upload/invoke", {
+        "element_name": "test-element-1", "element_version": "1.0.0",
+        "manifest": manifest("test-element-1", "1.0.0")})
+    assert resp.status == 200, resp
+    assert resp.json["name"] == "test-element-1"
+    installed = admin.post(f"{E}/{resp.json['uuid']}/actions/install/invoke", {})
+    assert installed.status == 200, installed
+    assert wait_element(admin, resp.json["uuid"], "ACTIVE")["name"] == "test-element-1"
+    em = admin.get("/v1/em/elements", query={"name": "test-element-1"}).json
+    assert [e["status"] for e in em] == ["ACTIVE"]
+
+
 @pytest.mark.parametrize("name,changes,word", [
-    ("bad-name", {}, "name"),             # a dash: the Element Manager refuses the name
+    ("Bad-Name", {}, "name"),             # upper case: the Element Manager refuses the name
     ("ok_name", {"resources": {"$core.secret.nothing": {"x": {}}}}, "resources"),
     ("ok_name", {"resources": {"$core.secret.passwords": {"x": {"name": "x"}}}},
      "project_id"),
