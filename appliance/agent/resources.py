@@ -10,6 +10,7 @@ from appliance.api.fields import DateTime, Enum, Field, Object, String, UUID
 from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.routing import PUBLIC, Reply
 from appliance.api.validation import Validator
+from appliance.tenancy import is_platform
 
 from . import capabilities, protocol
 from .enroll import (AGENT_CLAIM, AGENTS, NODES, RESOURCES, AgentTokens, mint_enrollment,
@@ -47,6 +48,9 @@ MINT_SCHEMA = {"type": ["object", "null"], "additionalProperties": False,
                "properties": {"ttl": {"type": "integer", "minimum": 60,
                                       "maximum": 7 * 86400,
                                       "description": "seconds the token lives (3600)"}}}
+# the reference CLI sends its action's kwargs as the body: none for issue_key
+ISSUE_KEY_SCHEMA = {"type": ["object", "null"], "additionalProperties": False,
+                    "properties": {}}
 CREDENTIAL_SCHEMA = {"type": "object", "properties": {
     "agent": _UUID, "node": _UUID, "secret": {"type": "string"}}}
 
@@ -88,6 +92,7 @@ class Agents(Resource):
                             "resources (docs/agent.md)", request_schema=REPORT_SCHEMA,
                             response_schema={"type": "object"})])
         self.report_validator = Validator(REPORT_SCHEMA)
+        self.issue_key_validator = Validator(ISSUE_KEY_SCHEMA)
         self.hub = None
 
     def prepare_create(self, call, record):
@@ -95,6 +100,24 @@ class Agents(Resource):
             raise BadRequest(f"node: no node {record['node']}")
         record["status"] = "NEW"
         return record
+
+    # ---- issue_key ------------------------------------------------------------------
+
+    def issue_key(self, call):
+        # the key is the node's, as get_private_key gives it to the node's project owner;
+        # through /v1/ua/ it is the platform's (the reference's policy is admin-only).
+        # Checked before the agent is looked up: a refused caller learns nothing of which
+        # agents exist
+        if not is_platform(call.principal):
+            raise Forbidden("issue_key is the platform's: use an unscoped token or one "
+                            "scoped to the admin project")
+        agent = self.load_visible(call, call.params["uuid"])
+        self.issue_key_validator.check(call.body)
+        nodes = self.api.resources["/v1/compute/nodes"]
+        node = nodes.collection().get(agent["node"])
+        if node is None:
+            raise Conflict(f"the agent's node {agent['node']} no longer exists")
+        return {"key": nodes.get_private_key(call, node)}
 
     # ---- payload ---------------------------------------------------------------------
 
@@ -178,6 +201,14 @@ class Agents(Resource):
                           "hash (docs/agent.md)",
                   response_schema={"type": "object", "properties": {
                       "hash": {"type": "string"}, "resources": {"type": "array"}}})
+        api.route("POST", f"{self.path}/<uuid>/actions/issue_key/invoke",
+                  self._admitted(self.issue_key), permission="ua.agent.issue_key",
+                  tag="ua", resource=self, request_schema=ISSUE_KEY_SCHEMA,
+                  summary="The key of the agent's node (the reference's node encryption "
+                          "key, made if missing; the node's get_private_key): platform "
+                          "callers only (docs/agent.md)",
+                  response_schema={"type": "object", "required": ["key"],
+                                   "properties": {"key": {"type": "string"}}})
 
 
 def _wait_seconds(text):

@@ -204,7 +204,7 @@ class Reconciler:
 
     def _discover(self, conn, uri, spec):
         _model, ram_mb, cpus = conn.getInfo()[:3]
-        pool_name = spec.get("storage_pool") or "default"
+        pool_name = pool_of(spec)
         try:
             pool = conn.storagePoolLookupByName(pool_name)
         except libvirt.libvirtError:
@@ -364,8 +364,7 @@ class Reconciler:
         mark = None
         if dom is not None:
             mark = domain_xml.read_mark(dom.XMLDesc(0)) or {}
-        pool = conn.storagePoolLookupByName((hv.get("driver_spec") or {}).get(
-            "storage_pool") or "default")
+        pool = conn.storagePoolLookupByName(pool_of(hv.get("driver_spec") or {}))
         if node["status"] not in ("IN_PROGRESS",) and (dom is None or mark.get("image")
                                                        != (images[0] if images else None)):
             node = self._write(nodes, node, status="IN_PROGRESS", status_reason=None) or node
@@ -597,8 +596,7 @@ class Reconciler:
         an attached one where its node is, a loose one on the first ACTIVE hypervisor."""
         coll = self.store.collection(VOLUMES)
         nodes = self.store.collection(NODES)
-        pool = conn.storagePoolLookupByName((hv.get("driver_spec") or {}).get(
-            "storage_pool") or "default")
+        pool = conn.storagePoolLookupByName(pool_of(hv.get("driver_spec") or {}))
         first = min(self.conns) if self.conns else hv["uuid"]
         for vol in volumes:
             node = nodes.get((vol.get("node") or "").rsplit("/", 1)[-1]) if vol.get("node") \
@@ -649,8 +647,7 @@ class Reconciler:
         """Pool volumes named as ours whose node or volume record is gone (a delete, or a
         creation killed half-way) are deleted; nothing else in the pool is touched."""
         prefix = _prefix(hv)
-        pool = conn.storagePoolLookupByName((hv.get("driver_spec") or {}).get(
-            "storage_pool") or "default")
+        pool = conn.storagePoolLookupByName(pool_of(hv.get("driver_spec") or {}))
         volumes = self.store.collection(VOLUMES)
         for name in pool.listVolumes():
             owner = _owner(name, prefix)
@@ -760,6 +757,13 @@ def detect_accel(conn):
 def _reason(error):
     return str(error.get_error_message() or error) if hasattr(error, "get_error_message") \
         else str(error)
+
+
+def pool_of(spec):
+    """The storage pool's name: a plain name, or the first (only) entry of an
+    exordos_local_hyper's list [{name, tier, ephemeral}] (docs/compute.md)."""
+    pool = spec.get("storage_pool") or "default"
+    return pool[0]["name"] if isinstance(pool, list) else pool
 
 
 def _prefix(hv):

@@ -20,6 +20,7 @@ from appliance.api.resource import ADMIN_PROJECT, Action, Resource
 from appliance.api.validation import Validator
 from state.collection import format_time, utcnow
 from appliance.tenancy import addresses, is_platform
+from appliance.tenancy import nodes as node_rules
 
 from . import disks
 from .sets import release_volumes
@@ -163,12 +164,22 @@ class ComputeResource(Resource):
 
 # ---- hypervisors ------------------------------------------------------------------------
 
+LOCAL_HYPER = "exordos_local_hyper"
+# the reference's local_hyper takes a list of pools; its own CLI (`hypervisors init --add`)
+# sends a plain name: both are accepted. One pool: the daemon places on one pool per
+# hypervisor
+_LOCAL_POOLS = {"type": "array", "minItems": 1, "maxItems": 1, "items": {
+    "type": "object", "additionalProperties": False, "required": ["name"],
+    "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 255},
+                   "tier": {"type": ["string", "null"], "maxLength": 64},
+                   "ephemeral": {"type": "boolean"}}}}
+_POOL_NAME = {"type": "string", "minLength": 1, "maxLength": 255}
 LIBVIRT_SPEC = {
     "type": "object", "additionalProperties": False, "required": ["kind", "connection_uri"],
     "properties": {
-        "kind": {"const": "libvirt"},
+        "kind": {"enum": ["libvirt", LOCAL_HYPER]},
         "connection_uri": {"type": "string", "minLength": 1, "maxLength": 2048},
-        "storage_pool": {"type": "string", "minLength": 1, "maxLength": 255},
+        "storage_pool": {"anyOf": [_POOL_NAME, _LOCAL_POOLS]},
         "machine_prefix": {"type": "string", "maxLength": 64,
                            "pattern": r"^[A-Za-z0-9_.-]*$"},
         "network": {"type": ["string", "null"], "maxLength": 255},
@@ -176,9 +187,13 @@ LIBVIRT_SPEC = {
         "iface_rom_file": {"type": ["string", "null"], "maxLength": 4096},
         "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
+        "node": {"type": "string", "format": "uuid"},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
-                   "machine_prefix (vm-), and the reference's network fields"}
+                   "machine_prefix (vm-), and the reference's network fields; kind "
+                   f"{LOCAL_HYPER}: the same plus node (required: the admin project's HW "
+                   "node this libvirt runs on), storage_pool a name or [{name, tier, "
+                   "ephemeral}] (one pool)"}
 DRIVER_DEFAULTS = {"storage_pool": "default", "machine_prefix": "vm-"}
 
 
@@ -209,9 +224,13 @@ class Hypervisors(ComputeResource):
                 Field("all_ram", Integer(), read_only=True, description="MB; " + capacity),
                 Field("all_disk", Integer(), read_only=True,
                       description="GB, the storage pool's capacity"),
-                Field("avail_cores", Integer(), read_only=True,
-                      description="all x ratio minus what placed nodes use"),
-                Field("avail_ram", Integer(), read_only=True),
+                # the reference's CLI sends these (its `init --add` always: measured on
+                # the host); accepted on create, then the daemon's measure replaces them
+                Field("avail_cores", Integer(0, 1 << 31), create_only=True,
+                      description="all x ratio minus what placed nodes use; " + capacity
+                      + " (a value given on create is accepted and replaced)"),
+                Field("avail_ram", Integer(0, 1 << 40), create_only=True,
+                      description="MB; as avail_cores"),
                 Field("avail_disk", Integer(), read_only=True),
                 Field("accel", Enum("kvm", "tcg"), read_only=True,
                       description="the accelerator guests get here"),
@@ -223,17 +242,49 @@ class Hypervisors(ComputeResource):
                             "scoped to the admin project")
 
     def prepare_create(self, call, record):
-        record["driver_spec"] = {**DRIVER_DEFAULTS, **record["driver_spec"]}
+        record["driver_spec"] = self._driver_spec(call, record["driver_spec"], record["uuid"])
         record["connection_uri"] = record["driver_spec"]["connection_uri"]
         record["status"], record["status_reason"] = "IN_PROGRESS", None
+        record["avail_cores"] = record["avail_ram"] = None
         return record
 
     def prepare_update(self, call, current, changes):
         if "driver_spec" in changes:
-            changes["driver_spec"] = {**DRIVER_DEFAULTS, **changes["driver_spec"]}
+            changes["driver_spec"] = self._driver_spec(call, changes["driver_spec"],
+                                                       current["uuid"])
             changes["connection_uri"] = changes["driver_spec"]["connection_uri"]
         changes["status"], changes["status_reason"] = "IN_PROGRESS", None
         return changes
+
+    def _driver_spec(self, call, spec, own_uuid):
+        """The spec with its defaults; a local_hyper's `node` checked: it names the
+        machine this libvirt runs on, so it must be a HW node of the admin project (the
+        tenant rule of appliance/tenancy/nodes.py: a project's machine never hosts the
+        platform's VMs), at most one hypervisor per node (409, as the reference)."""
+        spec = {**DRIVER_DEFAULTS, **spec}
+        if spec["kind"] != LOCAL_HYPER:
+            if "node" in spec:
+                raise BadRequest(f"driver_spec.node: only for kind {LOCAL_HYPER}")
+            if not isinstance(spec["storage_pool"], str):
+                raise BadRequest("driver_spec.storage_pool: a pool name for kind libvirt")
+            return spec
+        if "node" not in spec:
+            raise BadRequest(f"driver_spec.node: required for kind {LOCAL_HYPER}: the "
+                             "uuid of the HW node this libvirt runs on")
+        store = self.api.store
+        spec["node"], = node_rules.check_nodes(
+            store, call.principal, ADMIN_PROJECT, "node", [spec["node"]],
+            lambda i: "driver_spec.node")
+        if store.collection(NODES).get(spec["node"]).get("node_type") != "HW":
+            raise BadRequest(f"driver_spec.node: node {spec['node']} is a VM: a "
+                             f"{LOCAL_HYPER} runs on a HW node")
+        other = next((h for h in self.collection().records()
+                      if h["uuid"] != own_uuid and (h.get("driver_spec") or {}).get("kind")
+                      == LOCAL_HYPER and h["driver_spec"].get("node") == spec["node"]), None)
+        if other is not None:
+            raise Conflict(f"driver_spec.node: hypervisor {other['uuid']} already runs on "
+                           f"node {spec['node']}: update that one")
+        return spec
 
     def declared_links(self):
         return [Link(NODES, HYPERVISORS, field="hypervisor",

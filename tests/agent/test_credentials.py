@@ -1,12 +1,16 @@
 """Enrollment, the agents' client_credentials grant and what an agent's token may do."""
 
+import base64
 import datetime
+import json
+import uuid
 
 from appliance.agent.protocol import target_uuid
 from tests.agent import testcap
 from tests.agent.conftest import (NODES, add_file, agent_token, enroll, hw_node, refused)
 from tests.apiserver import TOKEN_PATH
 from tests.conftest import ADMIN_PASSWORD
+from tests.iam.helpers import bind, make_project, make_user
 
 
 def grant(server, agent, secret):
@@ -146,3 +150,57 @@ def test_agents_create_list_get(capserver, capadmin):
     # an agent made through the API has no secret until its node is enrolled
     assert grant(capserver, agent["uuid"], "anything").status == 401
     assert enroll(capserver, capadmin, node["uuid"])["agent"] == agent["uuid"]
+
+
+def test_issue_key_as_the_reference_cli_calls_it(capserver, capadmin):
+    """`hypervisors init --add` of the reference CLI: POST /v1/ua/agents/ (a 409 is fine
+    for it), then POST issue_key with an empty JSON body, and writes `key` to its file."""
+    node = hw_node(capadmin)
+    made = capadmin.post("/v1/ua/agents/", {
+        "uuid": node["uuid"], "name": f"universal_agent_{node['uuid'][:8]}",
+        "node": node["uuid"], "capabilities": {"capabilities": [
+            "pool", "pool_volume", "pool_machine", "local_pool"]}, "facts": {"facts": []}})
+    assert made.status == 201, made
+    url = f"/v1/ua/agents/{node['uuid']}/actions/issue_key/invoke"
+    issued = capadmin.post(url, {})
+    assert issued.status == 200, issued
+    assert set(issued.json) == {"key"}
+    key = issued.json["key"]
+    assert len(base64.b64decode(key, validate=True)) == 32
+    # the node's key: stable, the same as the node's get_private_key, sealed at rest
+    assert capadmin.post(url, {}).json == {"key": key}
+    assert capadmin.post(url).json == {"key": key}
+    assert capadmin.get(f"{NODES}/{node['uuid']}/actions/get_private_key").json == key
+    assert key not in json.dumps(capserver.store.collection("compute_nodes").get(
+        node["uuid"]))
+    # unknown agent: 404; a body the action does not take: 400
+    refused(capadmin.post(f"/v1/ua/agents/{uuid.uuid4()}/actions/issue_key/invoke", {}), 404)
+    refused(capadmin.post(url, {"node": node["uuid"]}), 400)
+
+
+def test_issue_key_is_the_platforms(capserver, capadmin):
+    """A project's owner or reader (even of the agent's own node's project), an agent's
+    own token and an admin token scoped to a project: 403, and no key is made."""
+    project = make_project(capadmin)
+    owner_user, owner, owner_pw = make_user(capadmin)
+    reader_user, reader, reader_pw = make_user(capadmin)
+    bind(capadmin, owner_user, "owner", project)
+    bind(capadmin, reader_user, "reader", project)
+    node = hw_node(capadmin, project_id=project)
+    key_before = capserver.store.collection("compute_nodes").get(node["uuid"])["agent_key"]
+    agent = capadmin.post("/v1/ua/agents", {"name": "p-agent", "node": node["uuid"]})
+    assert agent.status == 201, agent
+    url = f"/v1/ua/agents/{agent.json['uuid']}/actions/issue_key/invoke"
+    agent_client = capserver.client(agent_token(capserver, enroll(
+        capserver, capadmin, hw_node(capadmin)["uuid"])))
+    callers = [capserver.client(capserver.login(name, pw, scope=f"project:{project}"))
+               for name, pw in ((owner, owner_pw), (reader, reader_pw), ("admin",
+                                                                         ADMIN_PASSWORD))]
+    for caller in callers + [agent_client]:
+        refused(caller.post(url, {}), 403)
+        # the same for an agent that does not exist: nothing tells them which do
+        refused(caller.post(f"/v1/ua/agents/{uuid.uuid4()}/actions/issue_key/invoke", {}),
+                403)
+    refused(capserver.client().post(url, {}), 401)
+    assert capserver.store.collection("compute_nodes").get(node["uuid"])["agent_key"] \
+        == key_before

@@ -32,7 +32,7 @@ def test_hypervisor_rules(admin):
         (hyper(machine_type="HW"), "machine_type"),
         ({"driver_spec": {"kind": "libvirt"}}, "connection_uri: required"),
         ({"driver_spec": {"kind": "dummy", "connection_uri": "test:///x"}},
-         "driver_spec.kind: must be libvirt"),
+         "driver_spec.kind: must be one of libvirt, exordos_local_hyper"),
         (hyper(cores_ratio=0), "cores_ratio: must be at least 0.01"),
         (hyper(ram_ratio=-1.5), "ram_ratio"),
         (hyper(ram_ratio=1000.5), "ram_ratio: must be at most 1000"),
@@ -184,3 +184,86 @@ def test_a_volume_goes_to_nodes_of_its_own_project_only(admin, member, other):
                                          disk_spec=None)))
     assert "HW node" in refused(member.client.post(act, {"node": hw["uuid"]}), 400)
     assert member.client.get(f"{V}/{mine['uuid']}").json["node"] is None
+
+
+# ---- exordos_local_hyper: the reference CLI's `hypervisors init --add` -----------------------
+
+def init_add_body(node, **spec):
+    """The body the reference CLI's `hypervisors init --add` sends (reference-api.md §1.4:
+    its `add` with the measured avail_cores/avail_ram and the local_hyper spec), with
+    `storage_pool` a plain name although the reference server's type is a list."""
+    return {"uuid": str(uuid.uuid4()), "name": "hv-host", "description": "",
+            "driver_spec": {"kind": "exordos_local_hyper", "node": node,
+                            "network": "exordos-core-net", "iface_mtu": 1500,
+                            "network_type": "network", "storage_pool": "default",
+                            "connection_uri": "test:///default",
+                            "iface_rom_file": "/var/lib/exordos/rom/virtio-net.rom",
+                            "machine_prefix": "vm-", **spec},
+            "avail_cores": 8, "avail_ram": 15876}
+
+
+def hw_node(admin, project=ADMIN_PROJECT):
+    return created(admin.post(N, {"name": f"hw-{uuid.uuid4().hex[:8]}", "project_id": project,
+                                  "cores": 1, "ram": 1024, "node_type": "HW"}))
+
+
+def test_local_hyper_from_the_reference_init_add(admin):
+    node = hw_node(admin)
+    body = init_add_body(node["uuid"].upper())
+    made = created(admin.post(H, body))
+    assert made["uuid"] == body["uuid"] and made["status"] == "IN_PROGRESS"
+    spec = made["driver_spec"]
+    assert spec == {**body["driver_spec"], "node": node["uuid"]}
+    # the measured capacity the CLI sends is accepted, and left to the daemon to write
+    assert (made["avail_cores"], made["avail_ram"]) == (None, None)
+    assert admin.get(f"{H}/{made['uuid']}").json == made
+    # the reference's own type: a list of pools (one here)
+    listed = created(admin.post(H, init_add_body(hw_node(admin)["uuid"], connection_uri=
+                                                 f"test:///{uuid.uuid4().hex}", storage_pool=[
+                                                     {"name": "fast", "tier": "ssd",
+                                                      "ephemeral": False}])))
+    assert listed["driver_spec"]["storage_pool"] == [{"name": "fast", "tier": "ssd",
+                                                     "ephemeral": False}]
+    # a second hypervisor on the same node: 409, as the reference (another URI)
+    before = admin.get(H).json
+    again = init_add_body(node["uuid"], connection_uri=f"test:///{uuid.uuid4().hex}")
+    assert made["uuid"] in refused(admin.post(H, again), 409)
+    refused(admin.put(f"{H}/{listed['uuid']}", {"driver_spec": {
+        **listed["driver_spec"], "node": node["uuid"]}}), 409)
+    assert admin.get(H).json == before
+    # the CLI's measured capacity is not the admin's to change afterwards
+    refused(admin.put(f"{H}/{made['uuid']}", {"avail_cores": 1}), 403)
+    # deleted, its node is free again
+    assert admin.delete(f"{H}/{made['uuid']}").status == 204
+    created(admin.post(H, again))
+
+
+def test_local_hyper_node_rules(admin, server, member):
+    vm = created(admin.post(N, node_body()))
+    projects_hw = hw_node(admin, member.project)
+    unknown = str(uuid.uuid4())
+    before = admin.get(H).json
+    uri = {"connection_uri": f"test:///{uuid.uuid4().hex}"}
+    cases = [
+        (init_add_body(unknown, **uri), "not found in project"),
+        # a project's machine never hosts the platform's VMs (appliance/tenancy/nodes.py)
+        (init_add_body(projects_hw["uuid"], **uri), "not found in project"),
+        (init_add_body(vm["uuid"], **uri), "is a VM"),
+        ({"name": "h", "driver_spec": {"kind": "exordos_local_hyper", **uri}},
+         "driver_spec.node: required"),
+        (init_add_body("not-a-uuid", **uri), "driver_spec.node"),
+        (hyper(driver_spec={"kind": "libvirt", "node": hw_node(admin)["uuid"], **uri}),
+         "driver_spec.node: only for kind exordos_local_hyper"),
+        (hyper(driver_spec={"kind": "libvirt", "storage_pool": [{"name": "x"}], **uri}),
+         "storage_pool: a pool name"),
+        (init_add_body(hw_node(admin)["uuid"], storage_pool=[{"name": "a"}, {"name": "b"}],
+                       **uri), "storage_pool"),
+        (init_add_body(hw_node(admin)["uuid"], storage_pool=[{"tier": "ssd"}], **uri),
+         "storage_pool"),
+        (init_add_body(hw_node(admin)["uuid"], avail_cores=-1, **uri), "avail_cores"),
+    ]
+    for body, words in cases:
+        assert words in refused(admin.post(H, body), 400), body
+    # a project's owner: hypervisors are the platform's, whatever the kind
+    refused(member.client.post(H, init_add_body(projects_hw["uuid"], **uri)), 403)
+    assert admin.get(H).json == before

@@ -36,6 +36,22 @@ def test_hypervisor_discovered_active_with_capacity(world):
     assert hv["accel"] is None      # the test driver is not QEMU
 
 
+def test_local_hyper_runs_like_libvirt_on_its_uri(world):
+    """The reference's exordos_local_hyper (its CLI's `hypervisors init --add`): the
+    daemon drives it as libvirt on its connection_uri, with the pool its list names."""
+    coll = world.store.collection("compute_hypervisors")
+    coll.update(world.hypervisor["uuid"], {"driver_spec": {
+        **world.hypervisor["driver_spec"], "kind": "exordos_local_hyper",
+        "node": "5b0c9a1e-0000-4000-8000-000000000001",
+        "storage_pool": [{"name": "default-pool", "tier": None, "ephemeral": False}]}})
+    node = world.add_node()
+    converge(world)
+    hv = coll.get(world.hypervisor["uuid"])
+    assert hv["status"] == "ACTIVE" and hv["all_disk"] == 100, hv["status_reason"]
+    assert world.node(node["uuid"])["status"] == "ACTIVE"
+    assert world.pool().listVolumes()
+
+
 def test_unreachable_hypervisor_is_error_with_the_libvirt_error(world):
     coll = world.store.collection("compute_hypervisors")
     coll.update(world.hypervisor["uuid"], {"driver_spec": {

@@ -3,12 +3,15 @@ appliance: what its add, list, update, info, power and delete send must work her
 appliance has no hypervisor, so its compute daemon turns the node ERROR (nowhere to place
 it) at a moment of its own: the node is NEW or ERROR whenever it is read."""
 
+import json
+import urllib.request
+
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
 
 from .conftest import PIP_TIMEOUT
-from .test_session import named, shown
+from .test_session import cached_tokens, named, shown
 
 IMAGE = "https://images.example.test/base.qcow2"
 pytestmark = pytest.mark.timeout(PIP_TIMEOUT + 300)
@@ -60,3 +63,56 @@ def test_sets_and_hypervisors(exordos):
                  "kind=libvirt", "--driver-spec", "connection_uri=test:///hw")
     assert hw.returncode != 0 and "machine_type" in hw.stderr + hw.stdout
     exordos.ok("compute", "hypervisors", "delete", "-y", hv["uuid"])
+
+
+def api_call(appliance, exordos, path, body, method="POST"):
+    """A call the reference CLI makes only inside host setup (sudo), or never: made with
+    the token the CLI cached for itself."""
+    token = cached_tokens(exordos)["access_token"]
+    request = urllib.request.Request(
+        f"{appliance.url}{path}", method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as resp:
+        return resp.status, json.loads(resp.read() or b"null")
+
+
+def test_hypervisors_add_as_init_add_sends_it(exordos, appliance):
+    """`hypervisors init --add` sets the host up with sudo, then runs `hypervisors add`
+    with the measured capacity and this local_hyper spec (its storage_pool a plain name),
+    then registers its agent and calls issue_key: the same add, then the same two calls."""
+    exordos.ok("compute", "hypervisors", "list")        # logs in: the token is cached
+    status, node = api_call(appliance, exordos, "/v1/compute/nodes", {
+        "name": "refcli-hw", "project_id": ADMIN_PROJECT, "cores": 1, "ram": 1024,
+        "node_type": "HW"})
+    assert status == 201
+    spec = ["kind=exordos_local_hyper", f"node={node['uuid']}",
+            "network=exordos-core-net", "iface_mtu=1500", "network_type=network",
+            "storage_pool=default", "connection_uri=test:///refcli-local",
+            "iface_rom_file=/var/lib/exordos/rom/efi-virtio.rom", "machine_prefix=vm-"]
+    args = [a for kv in spec for a in ("--driver-spec", kv)]
+    exordos.ok("compute", "hypervisors", "add", "-n", "refcli-local", "--avail-cores", "8",
+               "--avail-ram", "15876", *args)
+    hv = named(exordos.json("compute", "hypervisors", "list"), "refcli-local")
+    detail = shown(exordos.json("compute", "hypervisors", "show", hv["uuid"]))
+    assert "exordos_local_hyper" in detail["driver_spec"] and node["uuid"] in \
+        detail["driver_spec"]
+    # a second hypervisor on that node: our 409, which exordos reports
+    again = exordos("compute", "hypervisors", "add", "-n", "refcli-local-2", *[
+        a for kv in spec[:-3] + ["connection_uri=test:///refcli-local-2"] + spec[-2:]
+        for a in ("--driver-spec", kv)])
+    # (exordos prints its own "Already exists" for a 409)
+    assert again.returncode != 0 and "Already exists" in again.stderr + again.stdout
+    # base_client.register_agent_and_write_key: the agent (node uuid as its uuid), issue_key
+    status, agent = api_call(appliance, exordos, "/v1/ua/agents/", {
+        "uuid": node["uuid"], "name": f"universal_agent_{node['uuid'][:8]}",
+        "node": node["uuid"], "capabilities": {"capabilities": [
+            "pool", "pool_volume", "pool_machine", "local_pool"]}, "facts": {"facts": []}})
+    assert status == 201 and agent["uuid"] == node["uuid"]
+    status, issued = api_call(appliance, exordos,
+                              f"/v1/ua/agents/{node['uuid']}/actions/issue_key/invoke", {})
+    assert status == 200 and list(issued) == ["key"] and len(issued["key"]) == 44
+    exordos.ok("compute", "hypervisors", "delete", "-y", hv["uuid"])
+    # the CLI's `nodes list` cannot show a HW node (no disk_spec): leave none behind
+    assert api_call(appliance, exordos, f"/v1/compute/nodes/{node['uuid']}", None,
+                    method="DELETE")[0] == 204
