@@ -198,20 +198,23 @@ def _branches(schema, value):
 def nulls_as_absent(schema, value):
     """value with each null dropped where its property refuses null, or replaced by the
     property's declared `default`: a client that sends `"storage_pool": null` means "not
-    given" (the reference's clients do). Recurses into objects and lists of objects."""
+    given" (the reference's clients do). A required property keeps its null (refused).
+    Recurses into objects and lists of objects."""
     if isinstance(value, list) and isinstance(schema, dict) and isinstance(
             schema.get("items"), dict):
         return [nulls_as_absent(schema["items"], v) for v in value]
     if not isinstance(value, dict) or not isinstance(schema, dict):
         return value
-    declared = {}
+    declared, required = {}, set()
     for branch in _branches(schema, value):
+        required.update(branch.get("required") or ())
         for name, sub in (branch.get("properties") or {}).items():
             declared.setdefault(name, []).append(sub)
     out = {}
     for name, v in value.items():
         subs = declared.get(name)
-        if not subs:
+        if not subs or (v is None and name in required):
+            # a required one keeps its null, to be refused for what it is
             out[name] = v
         elif v is None and not any(accepts_null(s) for s in subs):
             defaults = [s["default"] for s in subs if isinstance(s, dict) and "default" in s]

@@ -33,7 +33,8 @@ def test_nullable_fields_keep_their_null(tmp_path):
 
 
 def test_kind_object_properties():
-    schema = {"type": "object", "properties": {
+    schema = {"type": "object", "required": ["must"], "properties": {
+        "must": {"type": "string"},
         "kind": {"const": "k"},
         "plain": {"type": "string"},
         "with_default": {"type": "integer", "default": 3},
@@ -42,11 +43,11 @@ def test_kind_object_properties():
         "nested": {"type": "object", "properties": {"inner": {"enum": ["a"]}}},
         "items": {"type": "array", "items": {"type": "object", "properties": {
             "x": {"type": "boolean"}}}}}}
-    given = {"kind": "k", "plain": None, "with_default": None, "nullable": None,
+    given = {"kind": "k", "must": None, "plain": None, "with_default": None, "nullable": None,
              "anything": None, "unknown": None, "nested": {"inner": None},
              "items": [{"x": None}, {"x": True}]}
     assert nulls_as_absent(schema, given) == {
-        "kind": "k", "with_default": 3, "nullable": None, "anything": None,
+        "kind": "k", "must": None, "with_default": 3, "nullable": None, "anything": None,
         "unknown": None, "nested": {}, "items": [{}, {"x": True}]}
     assert not accepts_null({"enum": ["a"]}) and accepts_null({"enum": ["a", None]})
     assert accepts_null({"anyOf": [{"type": "string"}, {"type": "null"}]})
