@@ -5,6 +5,7 @@ the OpenAPI document), how to parse a query-string filter value, and how to turn
 values into what a client sees (references become paths).
 """
 
+import copy
 import re
 
 from .patterns import compiled
@@ -161,14 +162,88 @@ class Reference(FieldType):
         return None if value is None else f"{self.collection_path}/{value}"
 
 
+def accepts_null(schema):
+    """Whether a JSON schema takes null: a property that does gives null a meaning of its
+    own (docs/validation.md, "null")."""
+    if not isinstance(schema, dict):
+        return True
+    if "type" in schema:
+        kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        return "null" in kinds
+    if "const" in schema:
+        return schema["const"] is None
+    if "enum" in schema:
+        return None in schema["enum"]
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return any(accepts_null(s) for s in schema[key])
+    return True
+
+
+def _branches(schema, value):
+    """The schema and those of its oneOf/anyOf branches that fit value's `kind`."""
+    found = [schema]
+    for key in ("oneOf", "anyOf"):
+        for branch in schema.get(key) or ():
+            kind = ((branch.get("properties") or {}).get("kind") or {}) \
+                if isinstance(branch, dict) else {}
+            if "const" in kind and kind["const"] != value.get("kind"):
+                continue
+            if "enum" in kind and value.get("kind") not in kind["enum"]:
+                continue
+            found.append(branch)
+    return found
+
+
+def nulls_as_absent(schema, value):
+    """value with each null dropped where its property refuses null, or replaced by the
+    property's declared `default`: a client that sends `"storage_pool": null` means "not
+    given" (the reference's clients do). A required property keeps its null (refused).
+    Recurses into objects and lists of objects."""
+    if isinstance(value, list) and isinstance(schema, dict) and isinstance(
+            schema.get("items"), dict):
+        return [nulls_as_absent(schema["items"], v) for v in value]
+    if not isinstance(value, dict) or not isinstance(schema, dict):
+        return value
+    declared, required = {}, set()
+    for branch in _branches(schema, value):
+        required.update(branch.get("required") or ())
+        for name, sub in (branch.get("properties") or {}).items():
+            declared.setdefault(name, []).append(sub)
+    out = {}
+    for name, v in value.items():
+        subs = declared.get(name)
+        if not subs or (v is None and name in required):
+            # a required one keeps its null, to be refused for what it is
+            out[name] = v
+        elif v is None and not any(accepts_null(s) for s in subs):
+            defaults = [s["default"] for s in subs if isinstance(s, dict) and "default" in s]
+            if defaults:
+                out[name] = copy.deepcopy(defaults[0])
+        else:
+            out[name] = nulls_as_absent(subs[0] if len(subs) == 1 else {"anyOf": subs}, v)
+    return out
+
+
 class Object(FieldType):
+    """A JSON object checked by `schema`. `kinds` ({kind: schema}) names the schemas of a
+    kind-object whose kinds are checked by the resource's own code (disk_spec), so that
+    reading nulls as absent knows their properties."""
     type_name = "object"
 
-    def __init__(self, schema=None):
+    def __init__(self, schema=None, kinds=None):
         self._schema = schema or {"type": "object"}
+        self.kinds = kinds or {}
 
     def schema(self):
         return dict(self._schema)
+
+    def to_input(self, value):
+        if isinstance(value, dict):
+            schema = self.kinds.get(value.get("kind"), self._schema) \
+                if isinstance(value.get("kind"), str) else self._schema
+            return nulls_as_absent(schema, value)
+        return value
 
     def parse_filter(self, text):
         raise FilterError("cannot filter on an object")

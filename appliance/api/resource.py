@@ -271,6 +271,9 @@ class Resource:
         clean = {}
         for name, value in body.items():
             field = self.field(name)
+            if value is None and not field.nullable and not field.required:
+                # null on a field that has no use for it: not given (docs/validation.md)
+                continue
             value = field.type.to_input(value)
             locked = field.read_only or (current is not None and field.create_only)
             if current is None and name == "uuid":

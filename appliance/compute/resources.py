@@ -95,6 +95,13 @@ def status_fields(what):
 
 
 class ComputeResource(Resource):
+    def _normalize(self, body, current=None):
+        # the reference's clients send `default_network: {}` in their bodies: an empty
+        # object asks for nothing (docs/compute.md, "Bodies of the reference's clients")
+        if self.field("default_network") is not None and body.get("default_network") == {}:
+            body = {k: v for k, v in body.items() if k != "default_network"}
+        return super()._normalize(body, current)
+
     def store_kind(self, kind):
         return self.api.store.collection(kind)
 
@@ -325,7 +332,8 @@ def machine_fields():
         # left out of a HW machine's reads, not rendered null: the reference's CLI reads
         # a missing disk_spec as "Unknown" and fails on a null one (`compute nodes list`
         # broke on the appliance's own node, and on make run's development node)
-        Field("disk_spec", Object(disks.FIELD_SCHEMA), omit_unset=True,
+        Field("disk_spec", Object(disks.FIELD_SCHEMA, kinds={
+            "root_disk": disks.ROOT_DISK, "disks": disks.DISKS}), omit_unset=True,
               description=disks.FIELD_SCHEMA["description"] + "; required for VM, left out "
                           "for HW"),
         Field("placement_policies", List(UUID(), max_items=16), default=list,
@@ -437,6 +445,14 @@ class Nodes(ComputeResource):
             changes.pop("status", None)
             changes.pop("status_reason", None)
         return changes
+
+    def _normalize(self, body, current=None):
+        given = body.get("default_network")
+        if given not in (None, {}) and (current is None or given != current.get(
+                "default_network")):
+            raise Forbidden("default_network is read-only: a VM node's comes from its "
+                            "network (IPAM); a HW node's follows `address`: set that")
+        return super()._normalize(body, current)
 
     def create_record(self, call, body):
         if isinstance(body, dict) and body.get("address") is not None:
@@ -556,6 +572,10 @@ class Sets(ComputeResource):
                 Field("set_type", Enum("SET"), default="SET", nullable=False),
                 Field("nodes", Object(), read_only=True,
                       description="{node uuid: {name, ipv4, status}} of the members"),
+                Field("default_network", Object(), read_only=True,
+                      description="{}: each member has its own (its default_network, and "
+                                  "nodes[*].ipv4 here); a body may carry {} as the "
+                                  "reference's clients send it"),
             ] + status_fields("ACTIVE when every member is ACTIVE; ERROR with the first "
                               "failed member's reason"),
             actions=[Action("get_private_keys", self.get_private_keys, method="GET",
@@ -568,7 +588,7 @@ class Sets(ComputeResource):
 
     def prepare_create(self, call, record):
         self.check_machine(call, record)
-        record.update(status="NEW", status_reason=None, nodes={})
+        record.update(status="NEW", status_reason=None, nodes={}, default_network={})
         return record
 
     def prepare_update(self, call, current, changes):

@@ -101,7 +101,7 @@ def test_overlapping_and_reserved_cidrs_are_409(admin):
     ({"cidr": ["10.50.0.0/24"]}, 400, "cidr"),
     ({"cidr": "10.50.0.0/24" * 3}, 400, "cidr"),
     ({"routing": "bridged"}, 400, "routing"),
-    ({"routing": None}, 400, "routing"),
+    ({"routing": ""}, 400, "routing"),
     ({"routing": True}, 400, "routing"),
     ({"name": "x" * 256}, 400, "name"),
     ({"name": 5}, 400, "name"),

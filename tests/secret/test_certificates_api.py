@@ -118,8 +118,7 @@ def test_bad_emails_are_refused(admin, server, email):
 
 
 @pytest.mark.parametrize("threshold,ok", [(0, True), (3650, True), (-1, False),
-                                          (3651, False), ("14", False), (1.5, False),
-                                          (None, False)])
+                                          (3651, False), ("14", False), (1.5, False)])
 def test_expiration_threshold_bounds(admin, threshold, ok):
     resp = admin.post(C, body(expiration_threshold=threshold))
     if ok:
@@ -128,8 +127,17 @@ def test_expiration_threshold_bounds(admin, threshold, ok):
         refused(resp)
 
 
+def test_null_threshold_and_method_are_not_given(admin):
+    """null on a field without use for null is "not given" (docs/validation.md): the
+    defaults, 14 days and dns_core."""
+    resp = admin.post(C, body(expiration_threshold=None, method=None))
+    assert resp.status == 201, resp
+    assert (resp.json["expiration_threshold"], resp.json["method"]) == (
+        14, {"kind": "dns_core"})
+
+
 @pytest.mark.parametrize("method", [{"kind": "acme"}, {}, {"kind": "dns_core", "x": 1},
-                                    "dns_core", None])
+                                    "dns_core"])
 def test_bad_methods_are_refused(admin, method):
     refused(admin.post(C, body(method=method)))
 

@@ -174,9 +174,10 @@ def test_constructor_kind_must_be_plain(admin):
                           "constructor": {"kind": "vault"}})
     assert resp.status == 400
     assert "constructor.kind" in resp.json["message"] and "plain" in resp.json["message"]
+    # null is "not given" (docs/validation.md, "null"): the default, plain
     resp = admin.post(S, {"name": "null-constructor", "project_id": ADMIN_PROJECT,
                           "constructor": None})
-    assert resp.status == 400 and "constructor" in resp.json["message"]
+    assert resp.status == 201 and resp.json["constructor"] == {"kind": "plain"}
     # left out, it is plain: the reference CLI's `secret secrets add` sends none
     resp = admin.post(S, {"name": "no-constructor", "project_id": ADMIN_PROJECT,
                           "value": "v"})

@@ -91,7 +91,8 @@ def test_put_returns_status_to_new(server, admin, node):
     assert updated["service_type"] == {"kind": "oneshot"}
     # a PUT of bad values changes nothing
     assert refused(admin.put(f"{SVC}/{svc['uuid']}", {"path": "a\nb"}), 400)
-    assert refused(admin.put(f"{SVC}/{svc['uuid']}", {"user": None}), 400)
+    # (a null user is "not given", docs/validation.md: an empty one is the bad value)
+    assert refused(admin.put(f"{SVC}/{svc['uuid']}", {"user": ""}), 400)
     assert admin.get(f"{SVC}/{svc['uuid']}").json == updated
 
 
