@@ -71,8 +71,8 @@ def state_disk(workdir):
 @pytest.fixture(scope="session")
 def box(image, workdir, ssh_key, state_disk):
     """The appliance image booted once under TCG, with the state on a blank second disk,
-    the admin password and root's SSH key in fw_cfg, and TCP 443, 53 and 22 forwarded on
-    127.0.0.1 (no UDP: restrict=on drops the guest's datagrams; docs/boot.md): `box.ssh(command)` runs a command in the guest as root,
+    the admin password and root's SSH key in fw_cfg, and TCP 443, 53, 22 and 5432
+    (sqldb_port) forwarded on 127.0.0.1 (no UDP: restrict=on drops the guest's datagrams; docs/boot.md): `box.ssh(command)` runs a command in the guest as root,
     `box.client` speaks HTTPS to its API (pinned to the console's fingerprint),
     `box.admin()` is that client logged in as admin."""
     with open(ssh_key + ".pub") as f:

@@ -16,6 +16,7 @@ import dns.exception
 import dns.message
 import dns.query
 
+from appliance.config import DEFAULTS
 from tests.apiserver import TOKEN_PATH, Client
 from tests.image.qemu import VM
 
@@ -29,8 +30,11 @@ HEALTHY_SECONDS = 300
 
 
 # the guest ports the appliance's VM forwards to 127.0.0.1: the API, DNS (over TCP: with
-# restrict=on QEMU drops every UDP datagram the guest sends) and SSH
-FORWARDED_TCP = (443, 53, 22)
+# restrict=on QEMU drops every UDP datagram the guest sends), SSH, and PostgreSQL of a DBaaS
+# instance placed on the appliance's own node (the setting sqldb_port: every instance
+# listens there; the image keeps the default)
+SQLDB_PORT = DEFAULTS["sqldb_port"]
+FORWARDED_TCP = (443, 53, 22, SQLDB_PORT)
 
 
 def appliance_vm(disk, workdir, state_disk, fw_cfg, **options):

@@ -1,8 +1,8 @@
 """The appliance image, booted under QEMU (TCG), seen from the host as a user sees it.
 
 One VM boots the built image with a blank second disk for the state, the admin password
-and root's SSH key in fw_cfg, and TCP ports 443, 53 and 22 forwarded on 127.0.0.1
-(the QEMU line of docs/boot.md). DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
+and root's SSH key in fw_cfg, and TCP ports 443, 53, 22 and 5432 (sqldb_port) forwarded
+on 127.0.0.1 (the QEMU line of docs/boot.md). DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
 every UDP datagram the guest sends except DHCP and TFTP (udp_input: `if
 (slirp->restricted) goto bad;`), forwarded replies included; the guest is seen to answer
 (its UDP counters move) but the reply never leaves QEMU. So DNS is asked from the host
@@ -36,8 +36,8 @@ from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
 from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
-from tests.image.guest import (FW_PASSWORD, PASSWORD, Box, appliance_vm, listening_tcp,
-                               wait_status)
+from tests.image.guest import (FW_PASSWORD, PASSWORD, SQLDB_PORT, Box, appliance_vm,
+                               listening_tcp, wait_status)
 from tests.image.qemu import APPLIANCE_UNITS, build_image, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
@@ -128,6 +128,37 @@ def test_dns_answers_a_record_made_through_the_api(box, made):
 
 CLI = os.path.join(ROOT, ".venv", "bin", "appliance")
 BANNER_LOGIN = re.compile(r"appliance login --endpoint https://\S+ --fingerprint (SHA256:[0-9A-F:]+)")
+SQLDB_ADD_SECONDS = 900         # initdb and a PostgreSQL start under TCG on a busy host
+SQLDB_GONE_SECONDS = 600
+
+
+def cli_env(workdir):
+    """The CLI's environment: its session under the test's directory, the admin password,
+    and no trust store override (no SSL_CERT_FILE): the pin is what lets it in."""
+    env = {name: value for name, value in os.environ.items()
+           if name not in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+                           "APPLIANCE_ENDPOINT")}
+    env.update(APPLIANCE_CLI_CONFIG_DIR=os.path.join(workdir, "cli-config"),
+               APPLIANCE_PASSWORD=PASSWORD)
+    return env
+
+
+def cli_command():
+    return [CLI] if os.path.exists(CLI) else [sys.executable, "-m", "appliance.cli.main"]
+
+
+def run_cli(env, *args, check=True, timeout=120, stdin=None):
+    """The installed CLI as a subprocess, as a user runs it."""
+    res = subprocess.run([*cli_command(), *args], capture_output=True, text=True, env=env,
+                         timeout=timeout, input=stdin,
+                         stdin=subprocess.DEVNULL if stdin is None else None)
+    if check:
+        assert res.returncode == 0, f"{args}: {res.returncode}\n{res.stderr}"
+    return res
+
+
+def banner_fingerprint(box):
+    return BANNER_LOGIN.search(box.vm.serial()).group(1)
 
 
 def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
@@ -136,7 +167,7 @@ def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
     store untouched: no SSL_CERT_FILE), then a secret and a DNS record made and read back
     through the CLI, and the record asked over the forwarded TCP port 53."""
     banner = box.vm.serial()
-    fingerprint = BANNER_LOGIN.search(banner).group(1)
+    fingerprint = banner_fingerprint(box)
     assert fingerprint == box.fingerprint                   # the banner's two lines agree
     # docs/boot.md's way to take it from the console log finds the same
     with open(os.path.join(ROOT, "docs", "boot.md")) as f:
@@ -147,22 +178,13 @@ def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
                               capture_output=True, text=True, timeout=60).stdout
     assert from_doc == fingerprint
     assert "(given through fw_cfg opt/appliance/admin-password)" in banner
-    env = {name: value for name, value in os.environ.items()
-           if name not in ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")}
-    env.update(APPLIANCE_CLI_CONFIG_DIR=os.path.join(workdir, "cli-config"),
-               APPLIANCE_PASSWORD=PASSWORD)
-    env.pop("APPLIANCE_ENDPOINT", None)
-    command = [CLI] if os.path.exists(CLI) else [sys.executable, "-m", "appliance.cli.main"]
+    env = cli_env(workdir)
 
     def cli(*args):
-        res = subprocess.run([*command, *args], capture_output=True, text=True, env=env,
-                             timeout=120, stdin=subprocess.DEVNULL)
-        assert res.returncode == 0, f"{args}: {res.returncode}\n{res.stderr}"
-        return res
+        return run_cli(env, *args)
 
     endpoint = f"https://127.0.0.1:{box.vm.port(443)}"
-    refused = subprocess.run([*command, "login", "--endpoint", endpoint], capture_output=True,
-                             text=True, env=env, timeout=120, stdin=subprocess.DEVNULL)
+    refused = run_cli(env, "login", "--endpoint", endpoint, check=False)
     assert refused.returncode == 1                          # no terminal, no --fingerprint
     assert f"--fingerprint {fingerprint}" in refused.stderr
     login = cli("login", "--endpoint", endpoint, "--fingerprint", fingerprint)
@@ -188,6 +210,68 @@ def test_the_cli_logs_in_with_the_banners_fingerprint(box, made, workdir):
     assert [r["record"]["address"] for r in records if r["record"].get("name") == "www"] == [
         "10.77.0.9"]
     box.wait_answer("www.cli.boot.test", "10.77.0.9")       # over the forwarded TCP 53
+
+
+def host_psql(port, user, password, database, sql):
+    """Debian's psql on the host, over TCP to the forwarded port on loopback."""
+    env = dict(os.environ, PGPASSWORD=password, PGCONNECT_TIMEOUT="30", LC_ALL="C.UTF-8")
+    return subprocess.run(["psql", "-X", "-A", "-t", "-v", "ON_ERROR_STOP=1",
+                           "-h", "127.0.0.1", "-p", str(port), "-U", user, "-d", database,
+                           "-c", sql], capture_output=True, text=True, env=env, timeout=120,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_a_database_made_with_the_cli_answers_psql_on_the_forwarded_port(box, workdir):
+    """docs/boot.md, step 5: logged in with the banner's fingerprint as above, the CLI
+    places a DBaaS instance on the appliance's own node (`--node appliance`: the node first
+    boot registered under the hostname), adds a user and a database, each with --wait;
+    then the host's psql reaches it through the port forwarded to the guest's sqldb_port
+    and creates, fills and reads a table. No client network is set: the default covers
+    the node's own network, 10.0.2.0/24 under QEMU user networking, where the forwarded
+    connections come from (10.0.2.2). The instance is deleted at the end, and the test
+    waits until no PostgreSQL runs: tests/image/test_guest_sqldb.py places its own on the
+    same node of the same boot, and starts from none."""
+    env = cli_env(workdir)
+    fingerprint = banner_fingerprint(box)
+    run_cli(env, "login", "--endpoint", f"https://127.0.0.1:{box.vm.port(443)}",
+            "--fingerprint", fingerprint)
+    name, user, database = "boot-psql", "boot_user", "boot_db"
+    password = "boot-Pass-" + uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    instance = json.loads(run_cli(env, "--json", "sqldb", "instances", "add", "-n", name,
+                                  "-v", "15", "--node", "appliance", "--wait",
+                                  timeout=SQLDB_ADD_SECONDS + 60).stdout)
+    try:
+        print(f"\nsqldb through the CLI: instance on the appliance's node ACTIVE in "
+              f"{time.monotonic() - started:.1f} s")
+        assert instance["status"] == "ACTIVE", instance
+        assert "10.0.2.0/24" in instance["effective_client_networks"], instance
+        made_user = json.loads(run_cli(env, "--json", "sqldb", "users", "add", name, "-n",
+                                       user, "--password-stdin", "--wait",
+                                       stdin=password + "\n", timeout=660).stdout)
+        assert made_user["status"] == "ACTIVE", made_user
+        made_db = json.loads(run_cli(env, "--json", "sqldb", "databases", "add", name,
+                                     "-n", database, "--owner", user, "--wait",
+                                     timeout=660).stdout)
+        assert made_db["status"] == "ACTIVE", made_db
+
+        port = box.vm.port(SQLDB_PORT)
+        for sql in ("CREATE TABLE boot (id int PRIMARY KEY, note text)",
+                    "INSERT INTO boot VALUES (1, 'from the host'), (2, 'through QEMU')"):
+            done = host_psql(port, user, password, database, sql)
+            assert done.returncode == 0, done.stderr
+        done = host_psql(port, user, password, database,
+                         "SELECT count(*), min(note) FROM boot")
+        assert (done.returncode, done.stdout.strip()) == (0, "2|from the host"), done.stderr
+        wrong = host_psql(port, user, password + "x", database, "SELECT 1")
+        assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
+    finally:
+        run_cli(env, "sqldb", "instances", "delete", name, check=False)
+        deadline = time.monotonic() + SQLDB_GONE_SECONDS
+        while box.ssh("pgrep -x postgres", check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the instance's PostgreSQL still runs"
+            time.sleep(2)
+    assert run_cli(env, "sqldb", "instances", "show", name, check=False).returncode != 0
 
 
 def is_active(box, unit):

@@ -12,7 +12,7 @@ from tests.image.guest import FW_PASSWORD, FW_SSH_KEY, FORWARDED_TCP, appliance_
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOC = os.path.join(ROOT, "docs", "boot.md")
-DOC_PORTS = {443: 28443, 53: 28053, 22: 28022}
+DOC_PORTS = {443: 28443, 53: 28053, 22: 28022, 5432: 28432}
 
 
 def doc_blocks():
@@ -45,3 +45,4 @@ def test_the_doc_logs_in_with_the_banners_fingerprint_on_the_forwarded_port():
     assert ("appliance login --endpoint https://127.0.0.1:28443 --fingerprint \"$FINGERPRINT\""
             in text)
     assert "dig +tcp -p 28053 @127.0.0.1" in text and "ssh -p 28022 root@127.0.0.1" in text
+    assert "psql -h 127.0.0.1 -p 28432 " in text            # the forwarded sqldb_port
