@@ -221,63 +221,6 @@ def host_psql(port, user, password, database, sql):
                           stdin=subprocess.DEVNULL)
 
 
-def test_a_database_made_with_the_cli_answers_psql_on_the_forwarded_port(box, workdir):
-    """docs/boot.md, step 5: logged in with the banner's fingerprint as above, the CLI
-    places a DBaaS instance on the appliance's own node (`--node appliance`: the node first
-    boot registered under the hostname), adds a user and a database, each with --wait;
-    then the host's psql reaches it through the port forwarded to the guest's sqldb_port
-    and creates, fills and reads a table. No client network is set: the default covers
-    the node's own network, 10.0.2.0/24 under QEMU user networking, where the forwarded
-    connections come from (10.0.2.2). The instance is deleted at the end, and the test
-    waits until no PostgreSQL runs: tests/image/test_guest_sqldb.py places its own on the
-    same node of the same boot, and starts from none."""
-    env = cli_env(workdir)
-    fingerprint = banner_fingerprint(box)
-    run_cli(env, "login", "--endpoint", f"https://127.0.0.1:{box.vm.port(443)}",
-            "--fingerprint", fingerprint)
-    name, user, database = "boot-psql", "boot_user", "boot_db"
-    password = "boot-Pass-" + uuid.uuid4().hex[:8]
-    started = time.monotonic()
-    instance = json.loads(run_cli(env, "--json", "sqldb", "instances", "add", "-n", name,
-                                  "-v", "15", "--node", "appliance", "--wait",
-                                  timeout=SQLDB_ADD_SECONDS + 60).stdout)
-    try:
-        print(f"\nsqldb through the CLI: instance on the appliance's node ACTIVE in "
-              f"{time.monotonic() - started:.1f} s")
-        assert instance["status"] == "ACTIVE", instance
-        assert "10.0.2.0/24" in instance["effective_client_networks"], instance
-        made_user = json.loads(run_cli(env, "--json", "sqldb", "users", "add", name, "-n",
-                                       user, "--password-stdin", "--wait",
-                                       stdin=password + "\n", timeout=660).stdout)
-        assert made_user["status"] == "ACTIVE", made_user
-        made_db = json.loads(run_cli(env, "--json", "sqldb", "databases", "add", name,
-                                     "-n", database, "--owner", user, "--wait",
-                                     timeout=660).stdout)
-        assert made_db["status"] == "ACTIVE", made_db
-
-        port = box.vm.port(SQLDB_PORT)
-        for sql in ("CREATE TABLE boot (id int PRIMARY KEY, note text)",
-                    "INSERT INTO boot VALUES (1, 'from the host'), (2, 'through QEMU')"):
-            done = host_psql(port, user, password, database, sql)
-            assert done.returncode == 0, done.stderr
-        done = host_psql(port, user, password, database,
-                         "SELECT count(*), min(note) FROM boot")
-        assert (done.returncode, done.stdout.strip()) == (0, "2|from the host"), done.stderr
-        wrong = host_psql(port, user, password + "x", database, "SELECT 1")
-        assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
-    finally:
-        run_cli(env, "sqldb", "instances", "delete", name, check=False)
-        deadline = time.monotonic() + SQLDB_GONE_SECONDS
-        while box.ssh("pgrep -x postgres", check=False).returncode == 0:
-            assert time.monotonic() < deadline, "the instance's PostgreSQL still runs"
-            time.sleep(2)
-    assert run_cli(env, "sqldb", "instances", "show", name, check=False).returncode != 0
-
-
-def is_active(box, unit):
-    return box.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
-
-
 def test_every_unit_is_active_and_hardened(box, made):
     res = box.ssh("systemctl is-active " + " ".join(UNITS), check=False)
     assert res.stdout.split() == ["active"] * len(UNITS), res.stdout
@@ -490,6 +433,65 @@ def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
     assert f"worker_rlimit_nofile {nofile};" in served
     assert f"client_header_timeout {nginx_site.HEADER_TIMEOUT}s;" in served
     assert "limit_req zone=appliance_req" in served
+
+
+# after the idle checks above (on-demand daemons inactive, idle memory): this test's
+# instance starts the DBaaS daemon, which then runs until the next boot
+def test_a_database_made_with_the_cli_answers_psql_on_the_forwarded_port(box, workdir):
+    """docs/boot.md, step 5: logged in with the banner's fingerprint as above, the CLI
+    places a DBaaS instance on the appliance's own node (`--node appliance`: the node first
+    boot registered under the hostname), adds a user and a database, each with --wait;
+    then the host's psql reaches it through the port forwarded to the guest's sqldb_port
+    and creates, fills and reads a table. No client network is set: the default covers
+    the node's own network, 10.0.2.0/24 under QEMU user networking, where the forwarded
+    connections come from (10.0.2.2). The instance is deleted at the end, and the test
+    waits until no PostgreSQL runs: tests/image/test_guest_sqldb.py places its own on the
+    same node of the same boot, and starts from none."""
+    env = cli_env(workdir)
+    fingerprint = banner_fingerprint(box)
+    run_cli(env, "login", "--endpoint", f"https://127.0.0.1:{box.vm.port(443)}",
+            "--fingerprint", fingerprint)
+    name, user, database = "boot-psql", "boot_user", "boot_db"
+    password = "boot-Pass-" + uuid.uuid4().hex[:8]
+    started = time.monotonic()
+    instance = json.loads(run_cli(env, "--json", "sqldb", "instances", "add", "-n", name,
+                                  "-v", "15", "--node", "appliance", "--wait",
+                                  timeout=SQLDB_ADD_SECONDS + 60).stdout)
+    try:
+        print(f"\nsqldb through the CLI: instance on the appliance's node ACTIVE in "
+              f"{time.monotonic() - started:.1f} s")
+        assert instance["status"] == "ACTIVE", instance
+        assert "10.0.2.0/24" in instance["effective_client_networks"], instance
+        made_user = json.loads(run_cli(env, "--json", "sqldb", "users", "add", name, "-n",
+                                       user, "--password-stdin", "--wait",
+                                       stdin=password + "\n", timeout=660).stdout)
+        assert made_user["status"] == "ACTIVE", made_user
+        made_db = json.loads(run_cli(env, "--json", "sqldb", "databases", "add", name,
+                                     "-n", database, "--owner", user, "--wait",
+                                     timeout=660).stdout)
+        assert made_db["status"] == "ACTIVE", made_db
+
+        port = box.vm.port(SQLDB_PORT)
+        for sql in ("CREATE TABLE boot (id int PRIMARY KEY, note text)",
+                    "INSERT INTO boot VALUES (1, 'from the host'), (2, 'through QEMU')"):
+            done = host_psql(port, user, password, database, sql)
+            assert done.returncode == 0, done.stderr
+        done = host_psql(port, user, password, database,
+                         "SELECT count(*), min(note) FROM boot")
+        assert (done.returncode, done.stdout.strip()) == (0, "2|from the host"), done.stderr
+        wrong = host_psql(port, user, password + "x", database, "SELECT 1")
+        assert wrong.returncode != 0 and "password authentication failed" in wrong.stderr
+    finally:
+        run_cli(env, "sqldb", "instances", "delete", name, check=False)
+        deadline = time.monotonic() + SQLDB_GONE_SECONDS
+        while box.ssh("pgrep -x postgres", check=False).returncode == 0:
+            assert time.monotonic() < deadline, "the instance's PostgreSQL still runs"
+            time.sleep(2)
+    assert run_cli(env, "sqldb", "instances", "show", name, check=False).returncode != 0
+
+
+def is_active(box, unit):
+    return box.ssh(f"systemctl is-active {unit}", check=False).stdout.strip()
 
 
 @pytest.mark.ends_the_boot
