@@ -1,6 +1,7 @@
 # make run   set up .venv (and missing Debian packages when root), then start the appliance
 # make test  the same set-up, then the whole test suite
 # make bench the benchmarks under tests/bench (printed, never asserted)
+# make house the counts of issue 28: who names each capability, node-side writers, long rooms, import arrows
 # make image [PROFILE=node]  the bootable disk image under build/images/ (as root; docs/image.md)
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ PROFILE ?= appliance
 
 export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
 
-.PHONY: run test bench image setup debs clean
+.PHONY: run test bench house image setup debs clean
 
 setup: debs $(STAMP)
 
@@ -47,6 +48,9 @@ test: setup
 
 bench: setup
 	$(PY) -m tests.bench
+
+house: setup
+	$(PY) -m tests.house_counts
 
 image: setup
 	$(PY) image-build/build.py --profile $(PROFILE)

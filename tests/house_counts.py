@@ -1,0 +1,377 @@
+"""Measure the house: `python -m tests.house_counts` (or `make house`).
+
+Issue 28 reshapes the code without changing what it does, and its goals are numbers: the
+files outside a capability that name it, the writers of files on the node side, the longest
+rooms of compute and the DNS mirror, and the import arrows between floors. Measured by hand
+they drift; this prints them from the code, so "before" and "after" are the same measure.
+tests/test_layers.py reads the imports through the same functions, and the floors from the
+one place they are written, the `floors` block of docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+import subprocess
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = ("appliance", "daemons", "state")
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+LONG = 60  # issue 28's goal: no function or class of compute or the DNS mirror over this
+
+
+# --- floors -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Room:
+    """One line's package or top-level module: `path` ends in "/" for a folder."""
+    path: str
+    floor: int
+    group: str
+
+
+def read_floors(text: str | None = None) -> list[Room]:
+    """The rooms of the ```floors block of docs/architecture.md, bottom first."""
+    text = ARCHITECTURE.read_text() if text is None else text
+    block = re.search(r"^```floors\n(.*?)^```", text, re.S | re.M)
+    if not block:
+        raise ValueError(f"{ARCHITECTURE}: no ```floors block (see its 'The floors' section)")
+    rooms = []
+    for number, line in enumerate(block.group(1).splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        match = re.fullmatch(r"(\d+)\s+([^:]+):\s*(.+)", line)
+        if not match:
+            raise ValueError(f"floors block line {number}: {line!r} is not '<floor> <group>: <paths>'")
+        rooms += [Room(path, int(match.group(1)), match.group(2).strip())
+                  for path in match.group(3).split()]
+    return sorted(rooms, key=lambda room: (room.floor, room.path))
+
+
+def room_of(relpath: str, rooms: list[Room]) -> Room | None:
+    """The room a source file belongs to: its own line, else the deepest folder holding it."""
+    best = None
+    for room in rooms:
+        if relpath == room.path or (room.path.endswith("/") and relpath.startswith(room.path)):
+            if best is None or len(room.path) > len(best.path):
+                best = room
+    return best
+
+
+# --- imports ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement (or import_module("...") call) between two of our modules."""
+    file: str  # the importing file, relative to the repository
+    line: int
+    importer: str  # dotted module names
+    imported: str
+
+
+def source_modules() -> dict[str, str]:
+    """Every module of appliance/, daemons/ and state/: dotted name -> relative path."""
+    modules = {}
+    for top in SOURCE_DIRS:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            name = rel[:-3].replace("/", ".")
+            modules[name.removesuffix(".__init__")] = rel
+    return modules
+
+
+def _ours(name: str, modules: dict[str, str]) -> str | None:
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def read_imports(modules: dict[str, str] | None = None) -> list[Import]:
+    """Every import between our modules: module level or inside a function, optional ones
+    (try/except ImportError) included, since each is an arrow the reader must follow."""
+    modules = source_modules() if modules is None else modules
+    found = []
+    for name, rel in modules.items():
+        package = name if rel.endswith("__init__.py") else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse((ROOT / rel).read_text(), rel)):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1])
+                    source = f"{base}.{node.module}" if node.module else base
+                else:
+                    source = node.module
+                # `from x import y` imports the module x.y when there is one, else x itself
+                targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules
+                           else source for alias in node.names]
+            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                  == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+                  and isinstance(node.args[0].value, str)):
+                targets = [node.args[0].value]
+            for target in targets:
+                imported = _ours(target, modules)
+                if imported and imported != name:
+                    found.append(Import(rel, node.lineno, name, imported))
+    return found
+
+
+@dataclass(frozen=True)
+class Arrow:
+    """An import seen from the floors: the rooms at both ends."""
+    site: Import
+    source: Room
+    target: Room
+
+    @property
+    def upward(self) -> bool:
+        return self.source.floor < self.target.floor
+
+    def describe(self) -> str:
+        return (f"{self.site.file}:{self.site.line} imports {self.site.imported} "
+                f"(floor {self.source.floor} {self.source.group}, {self.source.path} -> "
+                f"floor {self.target.floor} {self.target.group}, {self.target.path})")
+
+
+def arrows(rooms: list[Room] | None = None) -> tuple[list[Arrow], list[str]]:
+    """The imports between rooms, and the files no room holds."""
+    rooms = read_floors() if rooms is None else rooms
+    modules = source_modules()
+    homeless = sorted(rel for rel in modules.values() if room_of(rel, rooms) is None)
+    found = []
+    for site in read_imports(modules):
+        source, target = room_of(site.file, rooms), room_of(modules[site.imported], rooms)
+        if source and target:
+            found.append(Arrow(site, source, target))
+    return found, homeless
+
+
+def cycles(edges: set[tuple[str, str]]) -> list[set[str]]:
+    """The strongly connected parts (more than one node) of a directed graph (Tarjan)."""
+    graph = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index, low, stack, on_stack, parts = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.add(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                parts.append(part)
+
+    for node in sorted(set(graph) | {b for _, b in edges}):
+        if node not in index:
+            visit(node)
+    return parts
+
+
+# --- counts -------------------------------------------------------------------------------
+
+def _tracked_files() -> list[str]:
+    try:
+        out = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout
+        return [f for f in out.splitlines() if (ROOT / f).is_file()]
+    except (OSError, subprocess.CalledProcessError):
+        return [p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file()
+                and ".git" not in p.parts and ".venv" not in p.parts]
+
+
+def _words_of_python(text: str) -> set[str]:
+    """What code says of other packages: the modules it imports and its one-word strings
+    ("sqldb", "lb-set", "appliance.sqldb.targets:produce"); names, comments, docstrings and
+    prose strings left out, or "network" and "service" would count in nearly every file."""
+    words = set()
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            words.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            words.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and re.fullmatch(r"[\w.:/-]+", node.value):
+            words.add(node.value)
+    return words
+
+
+def _names(word: str, capability: str) -> bool:
+    # a word or the part of one: sqldb_port, appliance.sqldb, "sqldb:" (not appliance.sqldbx)
+    return re.search(rf"(?<![A-Za-z0-9]){re.escape(capability)}(?![A-Za-z0-9])", word) is not None
+
+
+def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
+    """For each capability, the files outside its package that name it: Python files by
+    import or by a one-word string, other files (units, image recipe) by "appliance-<name>",
+    "appliance.<name>" or "appliance/<name>". docs/, tests/, examples/, *.md and the CLI's
+    generated create_fields.json are left out: they describe, they do not register."""
+    named = {c: [] for c in capabilities}
+    for rel in _tracked_files():
+        if rel.startswith(("docs/", "tests/", "examples/", ".")) or rel.endswith(".md") \
+                or rel == "appliance/cli/create_fields.json":
+            continue
+        try:
+            text = (ROOT / rel).read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        if rel.endswith(".py"):
+            words = _words_of_python(text)
+        else:
+            code = Path(rel).name + "\n" + "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+            words = set(re.findall(r"appliance[-./][\w-]+", code))
+            words = {w.split("appliance", 1)[1][1:] for w in words}
+        for capability in capabilities:
+            if not rel.startswith(f"appliance/{capability}/") and \
+                    any(_names(word, capability) for word in words):
+                named[capability].append(rel)
+    return named
+
+
+def node_side_files(rooms: list[Room]) -> list[str]:
+    """The modules that run on a node: the agent (less its API side), every node driver,
+    first boot, the one file writer and the agent's process."""
+    api_side = {"appliance/agent/resources.py", "appliance/agent/targets.py",
+                "appliance/agent/capabilities.py"}
+    files = set(source_modules().values())
+    return sorted(f for f in files if f not in api_side and (
+        f.startswith(("appliance/agent/", "appliance/firstboot/")) or f.endswith("/node.py")
+        or f in ("appliance/files.py", "daemons/agent.py")))
+
+
+_WRITE_CALLS = {"replace", "rename", "write_text", "write_bytes", "mkstemp", "NamedTemporaryFile"}
+
+
+def _writes(call: ast.Call) -> bool:
+    func = call.func
+    name = getattr(func, "attr", getattr(func, "id", ""))
+    owner = getattr(getattr(func, "value", None), "id", "")
+    if name in ("replace", "rename"):  # str.replace is not a file's: os.replace, or a path's
+        return owner == "os" or (owner != "" and owner not in ("str", "text", "line", "value")
+                                 and len(call.args) == 1 and not call.keywords)
+    if name in _WRITE_CALLS:
+        return True
+    if name == "open" and owner in ("", "io", "builtins"):
+        mode = call.args[1] if len(call.args) > 1 else next(
+            (k.value for k in call.keywords if k.arg == "mode"), None)
+        return isinstance(mode, ast.Constant) and isinstance(mode.value, str) \
+            and any(c in mode.value for c in "wax+")
+    if name == "open" and owner == "os":
+        return any(getattr(n, "attr", "") in ("O_WRONLY", "O_RDWR", "O_CREAT")
+                   for arg in call.args[1:2] for n in ast.walk(arg))
+    return False
+
+
+def file_writers(files: list[str]) -> list[str]:
+    """The functions of `files` that open a file for writing, or replace/rename one."""
+    found = []
+    for rel in files:
+        tree = ast.parse((ROOT / rel).read_text(), rel)
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                own = [n for n in ast.walk(node) if isinstance(n, ast.Call) and _writes(n)
+                       and not any(n in ast.walk(inner) for inner in node.body
+                                   if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+                if own:
+                    found.append(f"{rel}:{node.lineno} {node.name}")
+    return found
+
+
+def longest(paths: list[str], top: int = 12) -> list[tuple[int, str]]:
+    """The longest functions and classes (lines, decorators excluded) under `paths`."""
+    sized = []
+    for base in paths:
+        target = ROOT / base
+        for path in sorted(target.rglob("*.py") if target.is_dir() else [target]):
+            rel = path.relative_to(ROOT).as_posix()
+            tree = ast.parse(path.read_text(), rel)
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    kind = "class" if isinstance(node, ast.ClassDef) else "def"
+                    sized.append((node.end_lineno - node.lineno + 1, f"{rel}:{node.lineno} {kind} {node.name}"))
+    return sorted(sized, key=lambda s: (-s[0], s[1]))[:top] if top else sorted(sized, reverse=True)
+
+
+# --- the report ---------------------------------------------------------------------------
+
+def report(verbose: bool = False) -> None:
+    rooms = read_floors()
+    found, homeless = arrows(rooms)
+    head = subprocess.run(["git", "log", "-1", "--format=%h %cs"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()
+    print(f"house counts at {head or 'an unknown commit'}")
+
+    capabilities = [r.path.split("/")[1] for r in rooms if r.group == "capabilities"]
+    print("\n1. files outside a capability's package that name it (by import or one-word string; "
+          "units and image files by appliance-<name>)")
+    for capability, files in sorted(files_naming(capabilities).items(), key=lambda kv: -len(kv[1])):
+        print(f"   {capability:9} {len(files):3}" + (f"  {' '.join(files)}" if verbose else ""))
+
+    writers = file_writers(node_side_files(rooms))
+    print(f"\n2. node-side file writers (functions that open for writing, replace or rename): "
+          f"{len(writers)}")
+    for writer in writers:
+        print(f"   {writer}")
+
+    print(f"\n3. longest functions and classes in appliance/compute/ and appliance/dns/mirror.py "
+          f"(goal: none over {LONG} lines)")
+    every = longest(["appliance/compute", "appliance/dns/mirror.py"], top=0)
+    print(f"   over {LONG} lines: {sum(1 for n, _ in every if n > LONG)}")
+    for lines, where in every[:12]:
+        print(f"   {lines:4}  {where}")
+
+    room_edges = {(a.source.path, a.target.path) for a in found if a.source != a.target}
+    upward = [a for a in found if a.upward]
+    level = {(a.source.path, a.target.path) for a in found if a.source != a.target and not a.upward}
+    print(f"\n4. imports: {len(rooms)} rooms on {len({r.floor for r in rooms})} floors, "
+          f"{len(room_edges)} arrows between rooms "
+          f"({sum(1 for a in found if a.source != a.target)} import statements)")
+    print(f"   upward arrows: {len({(a.source.path, a.target.path) for a in upward})} "
+          f"({len(upward)} statements)")
+    for arrow in upward:
+        print(f"     {arrow.describe()}")
+    print(f"   cycles between packages on one floor: {len(cycles(level))}")
+    for part in cycles(level):
+        print(f"     {' <-> '.join(sorted(part))}")
+    inner = set()
+    for room in rooms:
+        edges = {(a.site.importer, a.site.imported) for a in found
+                 if a.source == a.target == room and a.site.importer != a.site.imported}
+        inner.update(" <-> ".join(sorted(part)) for part in cycles(edges))
+    print(f"   cycles inside one package: {len(inner)}")
+    for part in sorted(inner):
+        print(f"     {part}")
+    if homeless:
+        print(f"   modules no floor names: {' '.join(homeless)}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.house_counts", description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="list the files behind each count")
+    report(parser.parse_args(argv).verbose)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
