@@ -250,14 +250,26 @@ def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
 
 
 def node_side_files(rooms: list[Room]) -> list[str]:
-    """The modules that run on a node: the agent (less its API side), every node driver,
-    first boot, the one file writer and the agent's process."""
-    api_side = {"appliance/agent/resources.py", "appliance/agent/targets.py",
-                "appliance/agent/capabilities.py"}
-    files = set(source_modules().values())
-    return sorted(f for f in files if f not in api_side and (
-        f.startswith(("appliance/agent/", "appliance/firstboot/")) or f.endswith("/node.py")
-        or f in ("appliance/files.py", "daemons/agent.py")))
+    """The modules that run on a node: the agent's process and runner, every node driver,
+    first boot and the one file writer, and the modules of their own packages they import
+    (sqldb/pg.py, lb/nginx.py...); resources and producers are the API's, not the node's."""
+    modules = source_modules()
+    api_side = ("resources.py", "targets.py", "capabilities.py", "poll.py", "status.py")
+    start = {m for m, f in modules.items() if f.endswith("/node.py") or f in (
+        "appliance/files.py", "daemons/agent.py", "appliance/agent/runner.py",
+        "appliance/agent/host.py", "appliance/agent/client.py")
+        or f.startswith("appliance/firstboot/")}
+    by_importer = defaultdict(set)
+    for site in read_imports(modules):
+        by_importer[site.importer].add(site.imported)
+    seen, todo = set(start), list(start)
+    while todo:
+        for imported in by_importer[todo.pop()]:
+            same_package = imported.rpartition(".")[0] in {m.rpartition(".")[0] for m in seen}
+            if imported not in seen and same_package and not modules[imported].endswith(api_side):
+                seen.add(imported)
+                todo.append(imported)
+    return sorted(modules[m] for m in seen)
 
 
 _WRITE_CALLS = {"replace", "rename", "write_text", "write_bytes", "mkstemp", "NamedTemporaryFile"}
