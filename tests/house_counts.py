@@ -48,7 +48,8 @@ def read_floors(text: str | None = None) -> list[Room]:
             continue
         match = re.fullmatch(r"(\d+)\s+([^:]+):\s*(.+)", line)
         if not match:
-            raise ValueError(f"floors block line {number}: {line!r} is not '<floor> <group>: <paths>'")
+            raise ValueError(f"floors block line {number}: {line!r} is not "
+                             "'<floor> <group>: <paths>'")
         rooms += [Room(path, int(match.group(1)), match.group(2).strip())
                   for path in match.group(3).split()]
     return sorted(rooms, key=lambda room: (room.floor, room.path))
@@ -86,6 +87,10 @@ def source_modules() -> dict[str, str]:
     return modules
 
 
+def _called(call: ast.Call) -> str:
+    return getattr(call.func, "attr", getattr(call.func, "id", ""))
+
+
 def _ours(name: str, modules: dict[str, str]) -> str | None:
     while name and name not in modules:
         name = name.rpartition(".")[0]
@@ -113,8 +118,8 @@ def read_imports(modules: dict[str, str] | None = None) -> list[Import]:
                 # `from x import y` imports the module x.y when there is one, else x itself
                 targets = [f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules
                            else source for alias in node.names]
-            elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
-                  == "import_module" and node.args and isinstance(node.args[0], ast.Constant)
+            elif (isinstance(node, ast.Call) and _called(node) == "import_module" and node.args
+                  and isinstance(node.args[0], ast.Constant)
                   and isinstance(node.args[0].value, str)):
                 targets = [node.args[0].value]
             for target in targets:
@@ -239,7 +244,8 @@ def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
         if rel.endswith(".py"):
             words = _words_of_python(text)
         else:
-            code = Path(rel).name + "\n" + "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+            code = "\n".join([Path(rel).name] + [line for line in text.splitlines()
+                                                  if not line.lstrip().startswith("#")])
             words = set(re.findall(r"appliance[-./][\w-]+", code))
             words = {w.split("appliance", 1)[1][1:] for w in words}
         for capability in capabilities:
@@ -249,7 +255,7 @@ def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
     return named
 
 
-def node_side_files(rooms: list[Room]) -> list[str]:
+def node_side_files() -> list[str]:
     """The modules that run on a node: the agent's process and runner, every node driver,
     first boot and the one file writer, and the modules of their own packages they import
     (sqldb/pg.py, lb/nginx.py...); resources and producers are the API's, not the node's."""
@@ -276,9 +282,8 @@ _WRITE_CALLS = {"replace", "rename", "write_text", "write_bytes", "mkstemp", "Na
 
 
 def _writes(call: ast.Call) -> bool:
-    func = call.func
-    name = getattr(func, "attr", getattr(func, "id", ""))
-    owner = getattr(getattr(func, "value", None), "id", "")
+    name = _called(call)
+    owner = getattr(getattr(call.func, "value", None), "id", "")
     if name in ("replace", "rename"):  # str.replace is not a file's: os.replace, or a path's
         return owner == "os" or (owner != "" and owner not in ("str", "text", "line", "value")
                                  and len(call.args) == 1 and not call.keywords)
@@ -321,7 +326,8 @@ def longest(paths: list[str], top: int = 12) -> list[tuple[int, str]]:
             for node in ast.walk(tree):
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                     kind = "class" if isinstance(node, ast.ClassDef) else "def"
-                    sized.append((node.end_lineno - node.lineno + 1, f"{rel}:{node.lineno} {kind} {node.name}"))
+                    sized.append((node.end_lineno - node.lineno + 1,
+                                  f"{rel}:{node.lineno} {kind} {node.name}"))
     return sorted(sized, key=lambda s: (-s[0], s[1]))[:top] if top else sorted(sized, reverse=True)
 
 
@@ -340,7 +346,7 @@ def report(verbose: bool = False) -> None:
     for capability, files in sorted(files_naming(capabilities).items(), key=lambda kv: -len(kv[1])):
         print(f"   {capability:9} {len(files):3}" + (f"  {' '.join(files)}" if verbose else ""))
 
-    writers = file_writers(node_side_files(rooms))
+    writers = file_writers(node_side_files())
     print(f"\n2. node-side file writers (functions that open for writing, replace or rename): "
           f"{len(writers)}")
     for writer in writers:
@@ -379,8 +385,10 @@ def report(verbose: bool = False) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.house_counts", description=__doc__.split("\n")[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="list the files behind each count")
+    parser = argparse.ArgumentParser(prog="python -m tests.house_counts",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="list the files behind each count")
     report(parser.parse_args(argv).verbose)
     return 0
 

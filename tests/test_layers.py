@@ -65,7 +65,7 @@ KNOWN_INNER_CYCLES = {
         "Challenges moves to a module both import (secret's rules, move 2)",
     # the package exports all_resources() lazily from resources, which imports the package
     ("appliance.service.resources", "appliance.service"):
-        "the package's CAPABILITY descriptor names resources; resources stops importing it (move 1)",
+        "the package's descriptor names resources; resources stops importing it (move 1)",
 }
 
 
