@@ -122,7 +122,7 @@ def read_imports(modules: dict[str, str] | None = None) -> list[Import]:
                   and isinstance(node.args[0], ast.Constant)
                   and isinstance(node.args[0].value, str)):
                 targets = [node.args[0].value]
-            for target in targets:
+            for target in dict.fromkeys(targets):  # `from x import a, b`: one arrow to x
                 imported = _ours(target, modules)
                 if imported and imported != name:
                     found.append(Import(rel, node.lineno, name, imported))
