@@ -76,12 +76,12 @@ class Import:
     imported: str
 
 
-def source_modules() -> dict[str, str]:
+def source_modules(root: Path = ROOT) -> dict[str, str]:
     """Every module of appliance/, daemons/ and state/: dotted name -> relative path."""
     modules = {}
     for top in SOURCE_DIRS:
-        for path in sorted((ROOT / top).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
+        for path in sorted((root / top).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
             name = rel[:-3].replace("/", ".")
             modules[name.removesuffix(".__init__")] = rel
     return modules
@@ -97,14 +97,14 @@ def _ours(name: str, modules: dict[str, str]) -> str | None:
     return name or None
 
 
-def read_imports(modules: dict[str, str] | None = None) -> list[Import]:
+def read_imports(modules: dict[str, str] | None = None, root: Path = ROOT) -> list[Import]:
     """Every import between our modules: module level or inside a function, optional ones
     (try/except ImportError) included, since each is an arrow the reader must follow."""
-    modules = source_modules() if modules is None else modules
+    modules = source_modules(root) if modules is None else modules
     found = []
     for name, rel in modules.items():
         package = name if rel.endswith("__init__.py") else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse((ROOT / rel).read_text(), rel)):
+        for node in ast.walk(ast.parse((root / rel).read_text(), rel)):
             targets = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
