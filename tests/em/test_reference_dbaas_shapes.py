@@ -1,0 +1,163 @@
+"""The two shapes of the reference's DBaaS element (dbaas.yaml.j2) that our Element
+Manager did not know, installed for real: a permission binding that carries `project_id`,
+and DNS records declared under an imported domain (`$<me>.imports.$<domain>.records`).
+The bodies are the reference's, with its names; only the element names and the role
+differ (dbaas is built in here, and the reference's owner role uuid is not ours)."""
+
+import uuid as uuidlib
+
+from .conftest import ADMIN_PROJECT, act, element, install, post_manifest, wait_element
+
+P = ADMIN_PROJECT
+
+
+def _provider(name, zone):
+    """An element that exports a domain, as the reference's core exports local_domain."""
+    return {"name": name, "version": "1.0.0", "resources": {
+        "$core.dns.domains": {"local_domain": {"name": zone, "project_id": P}}},
+        "exports": {"local_domain": {"link": "$core.dns.domains.$local_domain"}}}
+
+
+def _consumer(name, provider, address="10.20.0.44", record_name="dbaas-cp"):
+    return {"name": name, "version": "1.0.0",
+            "requirements": {provider: {"from_version": "1.0.0"}},
+            "imports": {"core_local_domain": {
+                "element": f"${provider}", "kind": "resource",
+                "link": "$core.dns.domains.$local_domain"}},
+            "resources": {
+                f"${name}.imports.$core_local_domain.records": {"dbaas_cp": {
+                    "domain": f"${name}.imports.$core_local_domain:uuid",
+                    "project_id": P, "type": "A",
+                    "record": {"kind": "A", "name": record_name, "address": address}}}}}
+
+
+def test_records_under_an_imported_domain_are_made_in_that_domain(admin):
+    install(admin, _provider("dom-provider", "local-dom.test"))
+    zone = wait_element(admin, "dom-provider")["resources"]["dns.domains.$local_domain"]
+    install(admin, _consumer("dom-consumer", "dom-provider"))
+    consumer = wait_element(admin, "dom-consumer")
+    slot = consumer["resources"]["imports.$core_local_domain.records.$dbaas_cp"]
+    record = admin.get(f"/v1/dns/domains/{zone['uuid']}/records/{slot['uuid']}")
+    assert record.status == 200, record
+    assert record.json["record"] == {"kind": "A", "name": "dbaas-cp",
+                                     "address": "10.20.0.44"}
+    # its resource view points at the record under the imported domain
+    view = admin.get(f"/v1/em/resources/{slot['uuid']}").json
+    assert view["resource"] == f"/v1/dns/domains/{zone['uuid']}/records/{slot['uuid']}"
+    # uninstalled, the record goes and the provider's domain stays
+    manifest = consumer["manifest"].rsplit("/", 1)[1]
+    assert act(admin, manifest, "uninstall").status == 200
+    from tests.secret.conftest import wait_for
+    wait_for(lambda: element(admin, "dom-consumer") is None)
+    assert admin.get(f"/v1/dns/domains/{zone['uuid']}/records/{slot['uuid']}").status == 404
+    assert admin.get(f"/v1/dns/domains/{zone['uuid']}").status == 200
+
+
+def test_the_parent_field_may_be_left_out_and_is_the_imported_domain(admin):
+    install(admin, _provider("dom-provider2", "local-dom2.test"))
+    zone = wait_element(admin, "dom-provider2")["resources"]["dns.domains.$local_domain"]
+    manifest = _consumer("dom-consumer2", "dom-provider2")
+    records = manifest["resources"]["$dom-consumer2.imports.$core_local_domain.records"]
+    del records["dbaas_cp"]["domain"]
+    install(admin, manifest)
+    slot = wait_element(admin, "dom-consumer2")["resources"][
+        "imports.$core_local_domain.records.$dbaas_cp"]
+    assert admin.get(f"/v1/dns/domains/{zone['uuid']}/records/{slot['uuid']}").status == 200
+
+
+def test_records_under_an_import_refused_when_posted_for_what_is_wrong(admin):
+    before = admin.get("/v1/em/manifests").json
+    # the import is not declared
+    manifest = _consumer("dom-bad1", "dom-provider")
+    del manifest["imports"]
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 400 and "no import core_local_domain" in resp.json["message"], resp
+    # another element's imports are not this one's
+    manifest = _consumer("dom-bad2", "dom-provider")
+    manifest["resources"] = {"$other.imports.$core_local_domain.records":
+                             manifest["resources"].popitem()[1]}
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 400 and "$<this element>.imports" in resp.json["message"], resp
+    # a domain has no sub-collection `zones`
+    manifest = _consumer("dom-bad3", "dom-provider")
+    manifest["resources"] = {"$dom-bad3.imports.$core_local_domain.zones":
+                             manifest["resources"].popitem()[1]}
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 400 and "no sub-collection zones" in resp.json["message"], resp
+    # the parent field names another resource than the import it is declared under
+    manifest = _consumer("dom-bad4", "dom-provider")
+    manifest["imports"]["other"] = dict(manifest["imports"]["core_local_domain"])
+    item = manifest["resources"]["$dom-bad4.imports.$core_local_domain.records"]["dbaas_cp"]
+    item["domain"] = "$dom-bad4.imports.$other:uuid"
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 400 and resp.json["message"].endswith(
+        "must link to the resource it is declared under "
+        "($<element>.imports.$core_local_domain[:uuid])"), resp
+    assert admin.get("/v1/em/manifests").json == before
+
+
+def test_import_of_a_domain_not_exported_is_refused_at_install(admin):
+    install(admin, {"name": "dom-silent", "version": "1.0.0", "resources": {
+        "$core.dns.domains": {"local_domain": {"name": "silent-dom.test", "project_id": P}}}})
+    wait_element(admin, "dom-silent")
+    resp = post_manifest(admin, _consumer("dom-orphan", "dom-silent"))
+    assert resp.status == 201, resp
+    done = act(admin, resp.json["uuid"], "install")
+    assert done.status == 400, done
+    assert done.json["message"] == ("import core_local_domain: element dom-silent does not "
+                                    "export $core.dns.domains.$local_domain")
+    assert element(admin, "dom-orphan") is None
+
+
+def _bindings(name, project):
+    return {"name": name, "version": "1.0.0", "resources": {
+        "$core.iam.roles": {"db_owner": {"name": f"{name}-owner"}},
+        "$core.iam.projects": {"dbaas_project": {"name": f"{name} project"}},
+        "$core.iam.permissions": {"pg_instance_create": {
+            "name": f"{name.replace('-', '_')}.pg_instance.create"}},
+        "$core.iam.permissionbinding": {"pg_instance_create_binding": {
+            "role": "$core.iam.roles.$db_owner:uuid",
+            "permission": "$core.iam.permissions.$pg_instance_create:uuid",
+            "project_id": project}}}}
+
+
+def test_permission_binding_with_project_id_grants_the_role_its_permission(admin):
+    """The reference's binding names the project it was made for; its IAM grants by role
+    alone, as ours does, so the binding is made (global) and the slot keeps the project."""
+    install(admin, _bindings("pb-project", "$core.iam.projects.$dbaas_project:uuid"))
+    elem = wait_element(admin, "pb-project")
+    slot = elem["resources"]["iam.permissionbinding.$pg_instance_create_binding"]
+    project = elem["resources"]["iam.projects.$dbaas_project"]["uuid"]
+    assert slot["project_id"] == project
+    binding = admin.get(f"/v1/iam/permission_bindings/{slot['uuid']}")
+    assert binding.status == 200, binding
+    assert binding.json["role"].endswith(elem["resources"]["iam.roles.$db_owner"]["uuid"])
+    assert binding.json["permission"].endswith(
+        elem["resources"]["iam.permissions.$pg_instance_create"]["uuid"])
+    assert "project_id" not in binding.json
+
+
+def test_permission_binding_project_id_must_name_a_project(admin):
+    # not a uuid nor a link: refused when posted
+    resp = post_manifest(admin, _bindings("pb-word", "dbaas"))
+    assert resp.status == 400, resp
+    assert resp.json["message"] == (
+        "resources.$core.iam.permissionbinding.pg_instance_create_binding.project_id: "
+        "must be a project's uuid or a link to one")
+    # a uuid of no project: the element goes ERROR naming it, and no binding is made
+    missing = str(uuidlib.uuid4())
+    install(admin, _bindings("pb-missing", missing))
+    elem = wait_element(admin, "pb-missing", status="ERROR")
+    assert elem["status_reason"] == (f"iam.permissionbinding.$pg_instance_create_binding: "
+                                     f"project_id: project {missing} does not exist")
+    slot = elem["resources"]["iam.permissionbinding.$pg_instance_create_binding"]
+    assert admin.get(f"/v1/iam/permission_bindings/{slot['uuid']}").status == 404
+
+
+def test_project_id_stays_unknown_on_other_iam_kinds(admin):
+    manifest = _bindings("pb-role", P)
+    manifest["resources"]["$core.iam.roles"]["db_owner"]["project_id"] = P
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 400, resp
+    assert resp.json["message"] == ("resources.$core.iam.roles.db_owner.project_id: unknown "
+                                    "field of Role")
