@@ -166,8 +166,11 @@ def build_plan(manifest, api):
             _fail(f"exports.{exp_name}.link", str(e))
         key = _own_key(name, link, f"exports.{exp_name}.link")
         if link.fields or key not in entries:
+            # the reference refuses it too, at install (docs/element-manager.md)
+            alike = [k for k in entries if k.rsplit(".", 1)[-1] == link.segments[-1]]
+            hint = f" (its {link.segments[-1]} is {alike[0]})" if alike else ""
             _fail(f"exports.{exp_name}.link", f"{exp['link']} names no resource of this "
-                                              "manifest")
+                                              f"manifest{hint}")
     return Plan(manifest, _ordered(entries))
 
 
