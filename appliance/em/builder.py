@@ -123,7 +123,7 @@ class ElementBuilder:
             try:
                 body = links.render(entry.body, self._resolver(call, plan, resources))
                 if entry.parent and entry.parent[0] not in body:
-                    body[entry.parent[0]] = self._parent_uuid(plan, entry, resources)
+                    body[entry.parent[0]] = self._parent_uuid(call, plan, entry, resources)
                 if entry.parent and entry.parent[1].startswith("imports."):
                     slot["parent"] = body[entry.parent[0]]   # for its path (parts.py)
                 self._keep_reference_only(entry, slot, body)
@@ -169,15 +169,17 @@ class ElementBuilder:
                 error = f"{key}: {e.message}"
         return self._finish(element, plan, resources, waiting, error, repaired)
 
-    def _parent_uuid(self, plan, entry, resources):
+    def _parent_uuid(self, call, plan, entry, resources):
         """The uuid of the record a sub-collection item is declared under: one of this
-        manifest's, or an imported one (`$<me>.imports.$<import>.<sub>`)."""
+        manifest's, or an imported one (`$<me>.imports.$<import>.<sub>`), read as every
+        import is: only when the acting project may read it."""
         parent_key = entry.parent[1]
         if not parent_key.startswith("imports."):
             return resources[parent_key]["uuid"]
         text = f"${plan.name}.{parent_key}"
         slot = self._imported_slot(plan, links.parse_link(text))
-        if slot is None:
+        if slot is None or self._readable(call, self.api.resources[slot["collection"]],
+                                          slot["uuid"], text) is None:
             raise links.Unavailable(text, "resource")
         return slot["uuid"]
 

@@ -6,6 +6,8 @@ differ (dbaas is built in here, and the reference's owner role uuid is not ours)
 
 import uuid as uuidlib
 
+import pytest
+
 from .conftest import ADMIN_PROJECT, act, element, install, post_manifest, wait_element
 
 P = ADMIN_PROJECT
@@ -161,3 +163,40 @@ def test_project_id_stays_unknown_on_other_iam_kinds(admin):
     assert resp.status == 400, resp
     assert resp.json["message"] == ("resources.$core.iam.roles.db_owner.project_id: unknown "
                                     "field of Role")
+
+
+@pytest.mark.parametrize("domain_given", [True, False], ids=["domain-linked", "domain-left-out"])
+def test_a_project_element_cannot_put_records_in_an_imported_platform_domain(
+        admin, server, domain_given):
+    """The attack: a project's element imports a platform element's domain and declares
+    records under it, to publish names in the platform's zone. The import itself is
+    allowed (a platform element's exports are the platform's to share), but the record is
+    written as the project's owner would write it: refused, the element ERROR with the
+    reason, and the zone holds no new record."""
+    from tests.iam.helpers import bind, make_project, make_user
+    from tests.tenancy.test_element_tenancy import em_manifest_role
+    provider, element_name = f"plat-zone-{domain_given}".lower(), f"squat-{domain_given}".lower()
+    install(admin, _provider(provider, f"{provider}.test"))
+    zone = wait_element(admin, provider)["resources"]["dns.domains.$local_domain"]
+    before = admin.get(f"/v1/dns/domains/{zone['uuid']}/records").json
+
+    project = make_project(admin)
+    user, name, password = make_user(admin)
+    bind(admin, user, em_manifest_role(admin), project)
+    bind(admin, user, "owner", project)
+    tenant = server.client(server.login(name, password, scope=f"project:{project}"))
+    manifest = _consumer(element_name, provider)
+    item = manifest["resources"][f"${element_name}.imports.$core_local_domain.records"][
+        "dbaas_cp"]
+    del item["project_id"]
+    if not domain_given:
+        del item["domain"]
+    resp = post_manifest(tenant, manifest)
+    assert resp.status == 201 and resp.json["project_id"] == project, resp
+    assert act(tenant, resp.json["uuid"], "install").status == 200
+    failed = wait_element(admin, element_name, status="ERROR")
+    link = f"${element_name}.imports.$core_local_domain" + (":uuid" if domain_given else "")
+    assert failed["status_reason"] == (
+        f"imports.$core_local_domain.records.$dbaas_cp: link {link}: no Domain this "
+        f"element's project {project} may read"), failed
+    assert admin.get(f"/v1/dns/domains/{zone['uuid']}/records").json == before
