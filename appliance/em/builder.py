@@ -127,6 +127,7 @@ class ElementBuilder:
                 if entry.parent and entry.parent[1].startswith("imports."):
                     slot["parent"] = body[entry.parent[0]]   # for its path (parts.py)
                 self._keep_reference_only(entry, slot, body)
+                self._reference_role(entry, body)
             except links.Unavailable as u:
                 self._announce(element, entry, u.reason)
                 slot.update(status="WAITING", reason=f"{u.link} has no {u.reason}")
@@ -195,6 +196,23 @@ class ElementBuilder:
                     str(value).lower()) is None:
                 raise BadRequest(f"{name}: project {value} does not exist")
             slot[name] = None if value is None else str(value).lower()
+
+    def _reference_role(self, entry, body):
+        """A binding's role given as one of the reference's built-in role uuids
+        (builtin.REFERENCE_ROLES) is our built-in role of that name, unless a role of
+        ours has that uuid."""
+        role = body.get("role")
+        if entry.collection not in builtin.ROLE_BINDING_COLLECTIONS or \
+                not isinstance(role, str):
+            return
+        uuid = role.rstrip("/").rsplit("/", 1)[-1].lower()
+        name = builtin.REFERENCE_ROLES.get(uuid)
+        roles = self.store.collection("iam_roles")
+        if name is None or roles.get(uuid) is not None:
+            return
+        ours = next((r for r in roles.by("name", name) if r.get("builtin")), None)
+        if ours is not None:
+            body["role"] = ours["uuid"]
 
     def _refusal(self, call, plan):
         """Why an element of a project may not apply its plan at all, or None: checked

@@ -83,6 +83,16 @@ def reference_only(collection, field):
     return field in REFERENCE_ONLY_FIELDS.get(collection, ())
 
 
+# The reference's built-in roles have fixed uuids, and its elements bind their new
+# permissions to its owner role by that uuid (dbaas.yaml.j2, its manifest docs: "role:
+# 726f6c65-...-0002  <- owner role UUID"). Ours are found by name (api-conventions 3), so
+# a binding's `role` that is one of these uuids, and no role of ours, is our built-in
+# role of that name.
+REFERENCE_ROLES = {"726f6c65-0000-0000-0000-000000000001": "newcomer",
+                   "726f6c65-0000-0000-0000-000000000002": "owner"}
+ROLE_BINDING_COLLECTIONS = ("/v1/iam/permission_bindings", "/v1/iam/role_bindings")
+
+
 def _core_collection(base):
     # $core.<service>.<collection>: the platform's own API, one collection per pair
     if tuple(base) in _CORE_ALIASES:

@@ -152,6 +152,7 @@ def build_plan(manifest, api):
                     depends.add(parent[1])      # an imported parent is no own resource
             entries[key] = Entry(key, resource.path, res_name, body, depends, parent, where)
 
+    _depend_on_declared_uuids(entries)
     for key, entry in entries.items():
         missing = sorted(d for d in entry.depends_on if d not in entries)
         if entry.parent and entry.parent[1] in missing:
@@ -312,6 +313,34 @@ def _has_expression(value):
         return any(True for _ in links.expressions(value))
     except links.LinkError:
         return True
+
+
+def _literal_strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _literal_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _literal_strings(v)
+
+
+def _depend_on_declared_uuids(entries):
+    """A literal uuid that is the `uuid` another resource of this manifest declares is a
+    reference to it, as a link would be: the reference's DBaaS element binds its user by
+    the uuid it gives that user (`user: 251cf57a-...`, "Hack, should be fixed"), and the
+    binding must come after the user whatever order the resources are listed in."""
+    declared = {str(e.body["uuid"]).lower(): key for key, e in entries.items()
+                if isinstance(e.body.get("uuid"), str)}
+    if not declared:
+        return
+    for key, entry in entries.items():
+        body = {k: v for k, v in entry.body.items() if k != "uuid"}
+        for text in _literal_strings(body):
+            other = declared.get(text.strip().lower())
+            if other is not None and other != key:
+                entry.depends_on.add(other)
 
 
 def _ordered(entries):
