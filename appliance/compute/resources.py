@@ -172,6 +172,7 @@ class ComputeResource(Resource):
 # ---- hypervisors ------------------------------------------------------------------------
 
 LOCAL_HYPER = "exordos_local_hyper"
+HYPERVISOR_NODE_LOCK = "hypervisor-nodes"
 # the reference's local_hyper takes a list of pools; its own CLI (`hypervisors init --add`)
 # sends a plain name: both are accepted. One pool: the daemon places on one pool per
 # hypervisor
@@ -247,6 +248,16 @@ class Hypervisors(ComputeResource):
         if not is_platform(call.principal):
             raise Forbidden("hypervisors are the platform's: use an unscoped token or one "
                             "scoped to the admin project")
+
+    # one hypervisor per node: _driver_spec's check and the write under one named lock,
+    # else two registrations of one node at once (agents retrying `init --add`) both pass
+    def create_record(self, call, body):
+        with self.api.store.named_lock(HYPERVISOR_NODE_LOCK):
+            return super().create_record(call, body)
+
+    def update_record(self, call, uuid, body):
+        with self.api.store.named_lock(HYPERVISOR_NODE_LOCK):
+            return super().update_record(call, uuid, body)
 
     def prepare_create(self, call, record):
         record["driver_spec"] = self._driver_spec(call, record["driver_spec"], record["uuid"])

@@ -9,6 +9,7 @@ is deleted only with its domain.
 
 import ipaddress
 import re
+import zlib
 
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, Reference,
@@ -26,6 +27,7 @@ RELATIVE = rf"^(@|\*|(\*\.)?{LABEL}(\.{LABEL})*)$"
 # bytes of UTF-8 content (64,986): served as 255-byte character-strings, the longest that
 # fits in one DNS message over TCP whatever name is asked (appliance/dns/zones.py)
 TXT_LIMIT = wire.TXT_MAX_OCTETS
+TXT_LOCK_STRIPES = 16
 U32 = {"type": "integer", "minimum": 0, "maximum": 4294967295}
 SECONDS = {"type": "integer", "minimum": 1, "maximum": 2147483647}
 
@@ -194,11 +196,30 @@ class Records(Resource):
         self._check_txt_answer(current["domain"], {**current, **changes}, current["uuid"])
         return changes
 
+    # the TXT answer check and the write under one named lock per domain (a stripe of
+    # them), else two records of one name written at once could each fit alone and
+    # overflow the answer together
+    def create_record(self, call, body):
+        given = call.params.get("domain") or (body.get("domain") if isinstance(
+            body, dict) else None)
+        with self._txt_guard(given):
+            return super().create_record(call, body)
+
+    def update_record(self, call, uuid, body):
+        current = self.collection().get(str(uuid).lower())
+        with self._txt_guard((current or {}).get("domain")):
+            return super().update_record(call, uuid, body)
+
+    def _txt_guard(self, domain):
+        uuid = str(domain or "").rstrip("/").rsplit("/", 1)[-1].lower()
+        stripe = zlib.crc32(uuid.encode()) % TXT_LOCK_STRIPES
+        return self.api.store.named_lock(f"dns-txt-{stripe}")
+
     def _check_txt_answer(self, domain_uuid, record, uuid):
         """The enabled TXT records of one name are one answer, and it must fit in one DNS
-        message: 409 if this record would make it too large. (Two creations racing can
-        still pass together; the server then answers SERVFAIL for that name, never a
-        broken message.)"""
+        message: 409 if this record would make it too large. Called under `_txt_guard`
+        (create_record, update_record); a record written around the API (a restore) that
+        overflows it gets SERVFAIL for that name, never a broken message."""
         if record["type"] != "TXT" or record.get("disabled"):
             return
         name = record["record"]["name"]

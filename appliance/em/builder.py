@@ -31,7 +31,7 @@ the element ERROR with the refusal's message.
 import uuid as uuidlib
 
 import state
-from appliance.api.errors import ApiError, Conflict, Forbidden, NotFound
+from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.routing import SystemCall
 
 from . import acting, builtin, links
@@ -123,7 +123,11 @@ class ElementBuilder:
             try:
                 body = links.render(entry.body, self._resolver(call, plan, resources))
                 if entry.parent and entry.parent[0] not in body:
-                    body[entry.parent[0]] = resources[entry.parent[1]]["uuid"]
+                    body[entry.parent[0]] = self._parent_uuid(call, plan, entry, resources)
+                if entry.parent and entry.parent[1].startswith("imports."):
+                    slot["parent"] = body[entry.parent[0]]   # for its path (parts.py)
+                self._keep_reference_only(entry, slot, body)
+                self._reference_role(entry, body)
             except links.Unavailable as u:
                 self._announce(element, entry, u.reason)
                 slot.update(status="WAITING", reason=f"{u.link} has no {u.reason}")
@@ -165,6 +169,50 @@ class ElementBuilder:
             except ApiError as e:
                 error = f"{key}: {e.message}"
         return self._finish(element, plan, resources, waiting, error, repaired)
+
+    def _parent_uuid(self, call, plan, entry, resources):
+        """The uuid of the record a sub-collection item is declared under: one of this
+        manifest's, or an imported one (`$<me>.imports.$<import>.<sub>`), read as every
+        import is: only when the acting project may read it."""
+        parent_key = entry.parent[1]
+        if not parent_key.startswith("imports."):
+            return resources[parent_key]["uuid"]
+        text = f"${plan.name}.{parent_key}"
+        slot = self._imported_slot(plan, links.parse_link(text))
+        if slot is None or self._readable(call, self.api.resources[slot["collection"]],
+                                          slot["uuid"], text) is None:
+            raise links.Unavailable(text, "resource")
+        return slot["uuid"]
+
+    def _keep_reference_only(self, entry, slot, body):
+        """Fields of the reference that our collection has not (builtin.py,
+        REFERENCE_ONLY_FIELDS) leave the body: what they name must exist, and the slot
+        keeps them. Only a permission binding's project_id so far."""
+        for name in list(body):
+            if not builtin.reference_only(entry.collection, name):
+                continue
+            value = body.pop(name)
+            if value is not None and self.store.collection("iam_projects").get(
+                    str(value).lower()) is None:
+                raise BadRequest(f"{name}: project {value} does not exist")
+            slot[name] = None if value is None else str(value).lower()
+
+    def _reference_role(self, entry, body):
+        """A binding's role given as one of the reference's built-in role uuids
+        (builtin.REFERENCE_ROLES) is our built-in role of that name, unless a role of
+        ours has that uuid."""
+        role = body.get("role")
+        if entry.collection not in builtin.ROLE_BINDING_COLLECTIONS or \
+                not isinstance(role, str):
+            return
+        uuid = role.rstrip("/").rsplit("/", 1)[-1].lower()
+        name = builtin.REFERENCE_ROLES.get(uuid)
+        roles = self.store.collection("iam_roles")
+        if name is None or roles.get(uuid) is not None:
+            return
+        ours = next((r for r in roles.by("name", name) if r.get("builtin")), None)
+        if ours is not None:
+            body["role"] = ours["uuid"]
 
     def _refusal(self, call, plan):
         """Why an element of a project may not apply its plan at all, or None: checked

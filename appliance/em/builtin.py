@@ -69,6 +69,30 @@ _CORE_ALIASES = {("iam", "permissionbinding"): "/v1/iam/permission_bindings",
                  ("iam", "rolebinding"): "/v1/iam/role_bindings"}
 
 
+# Fields the reference's manifests give a collection that ours does not have, and what the
+# Element Manager does with them. The reference's permission binding carries `project_id`
+# (read-only in its API, written by its Element Manager: dbaas.yaml.j2): the project the
+# binding was made for. Its IAM grants a role's permissions by role alone, wherever the
+# role is bound, and so do ours (bindings are global): the field changes no grant. So it
+# is accepted, must name an existing project, is kept in the element's slot (shown), and
+# is not written to IAM.
+REFERENCE_ONLY_FIELDS = {"/v1/iam/permission_bindings": ("project_id",)}
+
+
+def reference_only(collection, field):
+    return field in REFERENCE_ONLY_FIELDS.get(collection, ())
+
+
+# The reference's built-in roles have fixed uuids, and its elements bind their new
+# permissions to its owner role by that uuid (dbaas.yaml.j2, its manifest docs: "role:
+# 726f6c65-...-0002  <- owner role UUID"). Ours are found by name (api-conventions 3), so
+# a binding's `role` that is one of these uuids, and no role of ours, is our built-in
+# role of that name.
+REFERENCE_ROLES = {"726f6c65-0000-0000-0000-000000000001": "newcomer",
+                   "726f6c65-0000-0000-0000-000000000002": "owner"}
+ROLE_BINDING_COLLECTIONS = ("/v1/iam/permission_bindings", "/v1/iam/role_bindings")
+
+
 def _core_collection(base):
     # $core.<service>.<collection>: the platform's own API, one collection per pair
     if tuple(base) in _CORE_ALIASES:

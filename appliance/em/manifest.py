@@ -28,7 +28,12 @@ RESOURCE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}\Z")
 # $dbaas.types.sqldb.instances.$pg.users); builtin.py maps the segments to a collection
 RESOURCE_PATH = re.compile(r"^\$([a-z][a-z0-9_]*)((?:\.[a-z][a-z0-9_]*)+)"
                            r"(?:\.\$([A-Za-z_][A-Za-z0-9_-]*)\.([a-z][a-z0-9_]*))?\Z")
+# a sub-collection under an imported resource: $<this element>.imports.$<import>.<sub>
+IMPORTED_PARENT_PATH = re.compile(rf"^\$({NAME_TEXT})\.imports\.\$([A-Za-z_][A-Za-z0-9_-]*)"
+                                  r"\.([a-z][a-z0-9_]*)\Z")
 ELEMENT_REF = rf"^\${NAME_TEXT}$"
+
+UUID_TEXT = re.compile(rf"^{links.UUID}\Z")
 
 SCHEMA = {
     "type": "object",
@@ -134,7 +139,7 @@ def build_plan(manifest, api):
 
     entries = {}
     for path, named in manifest["resources"].items():
-        resource, parent, prefix = _collection_of(path, api)
+        resource, parent, prefix = _collection_of(path, api, name, imports)
         for res_name, body in named.items():
             where = f"resources.{path}.{res_name}"
             if not RESOURCE_NAME.match(res_name):
@@ -143,9 +148,11 @@ def build_plan(manifest, api):
             depends = _check_body(resource, body, where, name, imports)
             if parent:
                 _check_parent_field(body, parent, where)
-                depends.add(parent[1])
+                if not parent[1].startswith("imports."):
+                    depends.add(parent[1])      # an imported parent is no own resource
             entries[key] = Entry(key, resource.path, res_name, body, depends, parent, where)
 
+    _depend_on_declared_uuids(entries)
     for key, entry in entries.items():
         missing = sorted(d for d in entry.depends_on if d not in entries)
         if entry.parent and entry.parent[1] in missing:
@@ -160,18 +167,25 @@ def build_plan(manifest, api):
             _fail(f"exports.{exp_name}.link", str(e))
         key = _own_key(name, link, f"exports.{exp_name}.link")
         if link.fields or key not in entries:
+            # the reference refuses it too, at install (docs/element-manager.md)
+            alike = [k for k in entries if k.rsplit(".", 1)[-1] == link.segments[-1]]
+            hint = f" (its {link.segments[-1]} is {alike[0]})" if alike else ""
             _fail(f"exports.{exp_name}.link", f"{exp['link']} names no resource of this "
-                                              "manifest")
+                                              f"manifest{hint}")
     return Plan(manifest, _ordered(entries))
 
 
-def _collection_of(path, api):
+def _collection_of(path, api, plan_name, imports):
     """(API resource, parent or None, key prefix) of a resource path of the manifest."""
+    m = IMPORTED_PARENT_PATH.match(path)
+    if m:
+        return _under_import(path, api, plan_name, imports, *m.groups())
     m = RESOURCE_PATH.match(path)
     if not m:
         _fail(f"resources.{path}", "a resource path is $<element>.<service>.<collection> "
                                    "of a built-in element ($core.secret.passwords, "
-                                   "$dbaas.types.sqldb.instances)")
+                                   "$dbaas.types.sqldb.instances), or "
+                                   "$<this element>.imports.$<import>.<sub-collection>")
     element_name, base, parent_name, sub = m.groups()
     base = tuple(base[1:].split("."))
     element = builtin.BUILTIN.get(element_name)
@@ -184,7 +198,7 @@ def _collection_of(path, api):
     known = element.paths()
     if resource is not None and sub is not None:
         parent_path = resource.path
-        subs = [r for r in api.resources.values() if r.parent and r.parent[1] == parent_path]
+        subs = _sub_collections(api, parent_path)
         known = [f"{'.'.join(base)}.$<name>.{r.path.rsplit('/', 1)[1]}" for r in subs]
         resource = next((r for r in subs if r.path.endswith(f"/{sub}")), None)
         if resource is not None:
@@ -196,6 +210,41 @@ def _collection_of(path, api):
     return resource, parent, prefix
 
 
+def _sub_collections(api, parent_path):
+    return [r for r in api.resources.values() if r.parent and r.parent[1] == parent_path]
+
+
+def _under_import(path, api, plan_name, imports, element_name, import_name, sub):
+    """A sub-collection under an imported resource, as the reference declares DNS records
+    in the domain another element exports (dbaas.yaml.j2:
+    `$dbaas.imports.$core_local_domain.records`): the items belong to the imported record,
+    whose uuid fills their parent field at install. The import is reached only through
+    this element's name, as every import link is."""
+    where = f"resources.{path}"
+    if element_name != plan_name:
+        _fail(where, f"imports are named $<this element>.imports (${plan_name}.imports."
+                     f"${import_name}.{sub})")
+    imp = imports.get(import_name)
+    if imp is None:
+        _fail(where, f"no import {import_name} in this manifest")
+    segments = links.parse_link(imp["link"]).segments
+    base = builtin.base_of(segments)
+    provider = builtin.provider_of(segments)
+    collection = provider.collection(base) if provider else None
+    parent_resource = api.resources.get(collection) if collection else None
+    if parent_resource is None or len(base) != len(segments) - 1:
+        _fail(where, f"import {import_name} ({imp['link']}) is no resource of a collection "
+                     "with sub-collections")
+    subs = _sub_collections(api, parent_resource.path)
+    resource = next((r for r in subs if r.path.endswith(f"/{sub}")), None)
+    if resource is None or "create" not in resource.operations:
+        known = ", ".join(r.path.rsplit("/", 1)[1] for r in subs) or "none"
+        _fail(where, f"unknown resource path: {parent_resource.name} has no sub-collection "
+                     f"{sub} (it has: {known})")
+    parent_key = f"imports.${import_name}"
+    return resource, (resource.parent[0], parent_key), f"{parent_key}.{sub}"
+
+
 def _check_parent_field(body, parent, where):
     """A sub-collection item may name its parent (the spec's users and databases carry
     `instance`), but only as a link to the resource it is declared under: a literal uuid
@@ -205,7 +254,7 @@ def _check_parent_field(body, parent, where):
         return
     value = body[field]
     expr = links.parse_expression(value) if isinstance(value, str) else None
-    if not isinstance(expr, links.Link) or expr.is_import or expr.key != parent_key \
+    if not isinstance(expr, links.Link) or expr.key != parent_key \
             or expr.fields not in ((), ("uuid",)):
         _fail(f"{where}.{field}", f"must link to the resource it is declared under "
                                   f"($<element>.{parent_key}[:uuid])")
@@ -218,6 +267,11 @@ def _check_body(resource, body, where, element, imports):
     for field_name, value in body.items():
         field = resource.field(field_name)
         at = f"{where}.{field_name}"
+        if builtin.reference_only(resource.path, field_name):
+            if not _has_expression(value) and not (
+                    isinstance(value, str) and UUID_TEXT.match(value)):
+                _fail(at, "must be a project's uuid or a link to one")
+            continue
         if field is None or field.hidden:
             _fail(at, f"unknown field of {resource.name}")
         if field.read_only and field_name != "uuid":
@@ -233,7 +287,8 @@ def _check_body(resource, body, where, element, imports):
                     _fail(at, f"link {link.text}: no import {imp} in this manifest")
             else:
                 depends.add(_own_key(element, link, at))
-    literal = {k: v for k, v in body.items() if not _has_expression(v)}
+    literal = {k: v for k, v in body.items() if not _has_expression(v)
+               and not builtin.reference_only(resource.path, k)}
     required = [f.name for f in resource.fields if f.required and f.name not in body
                 and f.default is None]
     if required:
@@ -258,6 +313,34 @@ def _has_expression(value):
         return any(True for _ in links.expressions(value))
     except links.LinkError:
         return True
+
+
+def _literal_strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _literal_strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _literal_strings(v)
+
+
+def _depend_on_declared_uuids(entries):
+    """A literal uuid that is the `uuid` another resource of this manifest declares is a
+    reference to it, as a link would be: the reference's DBaaS element binds its user by
+    the uuid it gives that user (`user: 251cf57a-...`, "Hack, should be fixed"), and the
+    binding must come after the user whatever order the resources are listed in."""
+    declared = {str(e.body["uuid"]).lower(): key for key, e in entries.items()
+                if isinstance(e.body.get("uuid"), str)}
+    if not declared:
+        return
+    for key, entry in entries.items():
+        body = {k: v for k, v in entry.body.items() if k != "uuid"}
+        for text in _literal_strings(body):
+            other = declared.get(text.strip().lower())
+            if other is not None and other != key:
+                entry.depends_on.add(other)
 
 
 def _ordered(entries):

@@ -65,8 +65,10 @@ def resource_rows(element, by_name):
         if "<" in collection:
             # a sub-collection (/v1/dns/domains/<domain>/records): the placeholder is the
             # parent's uuid, the parent the slot keyed by this prefix minus its last part
+            # (or, under an imported record, the slot's own `parent`)
             parent = slots.get(prefix.rsplit(".", 1)[0]) or {}
-            collection = PLACEHOLDER.sub(parent.get("uuid") or "", collection)
+            collection = PLACEHOLDER.sub(slot.get("parent") or parent.get("uuid") or "",
+                                         collection)
         provider = builtin.provider_of(key.split("."))
         provider = provider.name if provider else "core"
         yield {**_common(element, slot["uuid"]), "name": name,

@@ -218,6 +218,20 @@ class SqldbResource(Resource):
 
 # ---- versions ---------------------------------------------------------------------------
 
+_MAJOR_IN_NAME = re.compile(r"^[A-Za-z_-]*(\d{2})(?:\.\d+)*\Z")
+
+
+def major_of_name(name):
+    """The major version a version's name says, for a body that gives none: the
+    reference's versions are a name and an image (`{name: pg18, image: ...}`,
+    dbaas.yaml.j2), the major being part of the name."""
+    m = _MAJOR_IN_NAME.match(str(name or ""))
+    if m is None or not 10 <= int(m.group(1)) <= 99:
+        raise BadRequest(f"major: required, since the name {name!r} does not give it "
+                         "(as pg18, 18 or 18.1 do)")
+    return int(m.group(1))
+
+
 class Versions(SqldbResource):
     """Admin-managed, in the admin project, shared with every project as its repositories
     are: read with `sqldb.version.read`, which every project role grants (the owner's
@@ -238,9 +252,10 @@ class Versions(SqldbResource):
                 Field("image", String(2048), default="", nullable=False,
                       description="the node image (URL or repo artifact) of the instances' "
                                   "nodes; may be empty: the node image's own PostgreSQL"),
-                Field("major", Integer(10, 99), required=True, create_only=True,
+                Field("major", Integer(10, 99), create_only=True,
                       description="the PostgreSQL major version: binaries in "
-                                  "/usr/lib/postgresql/<major>/bin; read-only after create"),
+                                  "/usr/lib/postgresql/<major>/bin; read-only after create; "
+                                  "left out, read from the name (pg18, 18, 18.1)"),
                 Field("deprecated", Boolean(), default=False, nullable=False,
                       description="kept by the instances that use it, refused for new ones"),
             ])
@@ -255,6 +270,8 @@ class Versions(SqldbResource):
         if record["project_id"] != ADMIN_PROJECT:
             raise BadRequest(f"project_id: versions belong to the admin project "
                              f"{ADMIN_PROJECT}")
+        if record.get("major") is None:
+            record["major"] = major_of_name(record.get("name"))
         return record
 
     def register(self, api):

@@ -212,7 +212,7 @@ def _ask(index, rtype, tcp):
 
 
 def test_an_rrset_too_large_for_one_message_is_servfail_over_tcp_not_a_broken_answer():
-    # two records racing past the API's check, or written to the store around it
+    # records written to the store around the API (its check runs under a lock)
     index = _index("a" * 40000, "b" * 40000)
     assert not index.problems
     assert _ask(index, "TXT", tcp=True).rcode() == dns.rcode.SERVFAIL

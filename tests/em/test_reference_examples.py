@@ -26,15 +26,11 @@ VARIABLES = {"version": "2.1.0"}
 INVALID = {"invalid-import-not-exported.yaml"}
 # Examples that do not load yet, each for a difference named here (strict: the test fails
 # once they load, so the entry is removed then)
-NOT_YET = {
-    "dbaas.yaml.j2": "the reference's DBaaS element: its IAM permission bindings carry a "
-                     "project_id (ours are global), and it declares DNS records under an "
-                     "imported domain ($dbaas.imports.$core_local_domain.records)",
-}
+NOT_YET = {}
 # The reference's manifest.md example exports `my_node` as
 # `$core_service_example.em.services.$example_node`, a resource it does not declare (its
-# node is under compute.nodes): refused here when posted, for that export, rather than
-# failing every element that imports it later
+# node is under compute.nodes). The reference refuses its install for that export; here
+# it is refused when posted, for the same export (docs/element-manager.md)
 BROKEN_EXPORT = "core_service_example.with_to_version.yaml"
 _HOLE = re.compile(r"\{\{\s*(\w+)\s*(?:\|\s*default\(\s*'([^']*)'\s*\)\s*)?\}\}")
 
@@ -122,10 +118,20 @@ def test_invalid_import_example_with_its_own_prefix_fails_at_install_naming_the_
 
 
 def test_example_with_an_export_of_nothing_is_refused_for_that_export(admin):
+    """The reference refuses it as well: its install resolves every export link in the
+    element's own resources and fails with "Resource with link string ... does not
+    exist" (rolled back, nothing installed). Here the same check runs when it is posted,
+    as every check that needs nothing installed does, so it is never stored."""
     manifest = load(BROKEN_EXPORT)
+    before = admin.get("/v1/em/manifests").json
     resp = post_manifest(admin, manifest)
     assert resp.status == 400, resp
-    assert resp.json["message"].startswith("exports.my_node.link:"), resp.json
+    assert resp.json["message"] == (
+        "exports.my_node.link: $core_service_example.em.services.$example_node names no "
+        "resource of this manifest (its $example_node is compute.nodes.$example_node)")
+    assert admin.get("/v1/em/manifests").json == before
+    assert post_manifest(admin, manifest, as_yaml=False).json["message"] == \
+        resp.json["message"]
     manifest["exports"]["my_node"]["link"] = "$core_service_example.compute.nodes.$example_node"
     fixed = post_manifest(admin, manifest)
     assert fixed.status == 201, fixed.json
@@ -145,3 +151,42 @@ def test_iam_bindings_under_the_reference_kind_names(admin):
     plan = admin.get(f"/v1/em/manifests/{resp.json['uuid']}/actions/validate").json
     assert plan["valid"], plan
     assert plan["order"][-1] == "iam.permissionbinding.$read_binding"
+
+
+def test_dbaas_example_plans_its_records_under_the_imported_domain_and_is_built_in(admin):
+    """The reference's DBaaS element posts; its plan puts the record after nothing of its
+    own (its parent is the import); its install is a 409 at once, since dbaas is built
+    into this appliance (docs/element-manager.md, "Built-in elements")."""
+    manifest = load("dbaas.yaml.j2")
+    found = admin.get("/v1/em/manifests", query={"name": "dbaas"}).json
+    uuid = found[0]["uuid"] if found else post_manifest(admin, manifest).json["uuid"]
+    plan = admin.get(f"/v1/em/manifests/{uuid}/actions/validate").json
+    assert "imports.$core_local_domain.records.$dbaas_cp" in plan["order"]
+    assert plan["order"].index("imports.$core_local_domain.records.$dbaas_cp") > \
+        plan["order"].index("compute.nodes.$dbaas_cp")
+    before = admin.get("/v1/em/elements").json
+    done = admin.post(f"/v1/em/manifests/{uuid}/actions/install/invoke", {})
+    assert done.status == 409, done
+    assert done.json["message"].startswith("element dbaas is built into this appliance")
+    assert admin.get("/v1/em/elements").json == before
+
+
+def test_version_in_the_reference_shape_takes_its_major_from_the_name(admin):
+    """dbaas.yaml.j2's version is `{name: pg18, image: ...}`: no major."""
+    manifest = {"name": "pg-version-example", "version": "1.0.0", "resources": {
+        "$dbaas.types.postgres.versions": {"pg18": {"name": "pg18", "image": ""}}}}
+    resp = post_manifest(admin, manifest)
+    assert resp.status == 201, resp.json
+    assert admin.post(f"/v1/em/manifests/{resp.json['uuid']}/actions/install/invoke",
+                      {}).status == 200
+    from .conftest import wait_element
+    elem = wait_element(admin, "pg-version-example")
+    slot = elem["resources"]["types.postgres.versions.$pg18"]
+    version = admin.get(f"/v1/types/postgres/versions/{slot['uuid']}")
+    assert version.status == 200 and version.json["major"] == 18, version
+    # a name that does not say it, and no major: refused naming the field
+    resp = admin.post("/v1/types/postgres/versions", {"name": "latest", "image": ""})
+    assert resp.status == 400, resp
+    assert resp.json["message"].startswith("major: required, since the name 'latest'")
+    assert admin.get("/v1/types/postgres/versions", query={"name": "latest"}).json in (
+        [], {"versions": []})

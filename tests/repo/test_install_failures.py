@@ -132,3 +132,89 @@ def test_a_resource_the_element_manager_cannot_write_ends_in_error(admin, repo):
     assert failed["status_reason"], failed
     assert "already-taken-secret" in failed["status_reason"] or \
         "secret.secrets.$s" in failed["status_reason"], failed
+
+
+# ---- the reference's shape: a repository with `core` and an `app` that requires it ---------
+
+def reference_manifest(name, version, requirements=None):
+    """The reference's test manifest, as its repo builder tests write it
+    (tests/functional/service/test_repo_builder.py, `_make_manifest`): name, version, no
+    resources, requirements when given; the file is `<name>-<version>.yaml`."""
+    manifest = {"name": name, "version": version, "resources": {}}
+    if requirements:
+        manifest["requirements"] = requirements
+    return manifest
+
+
+@pytest.fixture(scope="module", params=["copy", "lazy"])
+def reference_repo(admin, tmp_path_factory, request):
+    directory = tmp_path_factory.mktemp(f"reference-{request.param}")
+    write_manifest(directory, reference_manifest("core", "1.0.0"))
+    write_manifest(directory, reference_manifest(
+        "app", "1.0.0", requirements={"core": {"from_version": "1.0.0"}}))
+    made = make_repo(admin, {"kind": "bootstrap", "manifests_dir": str(directory)},
+                     sync_mode=request.param)
+    wait_repo(admin, made["uuid"])
+    return {k: v["uuid"] for k, v in elements_of(admin, made["uuid"]).items()}
+
+
+def test_reference_app_whose_core_only_the_repository_has_is_refused_at_once(
+        admin, reference_repo):
+    """In the reference, `app` pulls the repository's `core` 1.0.0 in. Here core is the
+    appliance (0.x, below app's from_version) and the repository's `core` could never be
+    handed to the Element Manager: the install is a 409 at once naming the dependency and
+    why, and nothing changes (never the old 200 followed by IN_PROGRESS for ever)."""
+    app, core = reference_repo[("app", "1.0.0")], reference_repo[("core", "1.0.0")]
+    before = [admin.get(f"{E}/{u}").json for u in (app, core)]
+    resp = install(admin, app)
+    assert resp.status == 409, resp
+    assert resp.json["type"] == "Conflict"
+    message = resp.json["message"]
+    assert message.startswith("dependency core (>=1.0.0) required by app 1.0.0: the "
+                              f"installed core {builtin_version('core')} does not satisfy "
+                              "it"), message
+    assert message.endswith("; core is built into this appliance at version "
+                            f"{builtin_version('core')}, and a repository element of that "
+                            "name is never installed"), message
+    assert [admin.get(f"{E}/{u}").json for u in (app, core)] == before
+    # and the repository's core itself is refused at once, for its name
+    resp = install(admin, core)
+    assert resp.status == 409 and "core 1.0.0: element core is built into this " \
+        "appliance" in resp.json["message"], resp
+    assert [admin.get(f"{E}/{u}").json for u in (app, core)] == before
+
+
+def builtin_version(name):
+    from appliance.em.builtin import BUILTIN
+    return BUILTIN[name].version
+
+
+def test_a_core_installed_before_the_rule_ends_in_error_with_its_dependent(
+        admin, server, tmp_path):
+    """A state written before the install rule (a repository `core` and its dependent
+    both INSTALLED, as the old 200 left them): the builder cannot hand core over, so it
+    goes ERROR with the Element Manager's reason, and app ERROR naming it; neither stays
+    IN_PROGRESS."""
+    write_manifest(tmp_path, reference_manifest("core", "1.0.0"))
+    write_manifest(tmp_path, reference_manifest(
+        "app", "1.0.0", requirements={"core": {"from_version": "1.0.0"}}))
+    made = make_repo(admin, {"kind": "bootstrap", "manifests_dir": str(tmp_path)},
+                     sync_mode="copy")
+    wait_repo(admin, made["uuid"])
+    found = elements_of(admin, made["uuid"])
+    app, core = found[("app", "1.0.0")]["uuid"], found[("core", "1.0.0")]["uuid"]
+    wait_element(admin, core, "AVAILABLE")
+    wait_element(admin, app, "AVAILABLE")
+    server.store.collection("repo_bindings").insert({"element": app, "depends_on": core})
+    for uuid in (core, app):
+        server.store.collection("repo_elements").update(uuid, {
+            "installation_state": "INSTALLED", "status": "IN_PROGRESS",
+            "status_reason": None})
+    failed = wait_element(admin, core, "ERROR")
+    assert failed["status_reason"].startswith("element core is built into this appliance"), \
+        failed
+    dependent = wait_element(admin, app, "ERROR")
+    assert dependent["status_reason"].startswith("dependency core 1.0.0 failed: element "
+                                                 "core is built into this appliance"), \
+        dependent
+    assert admin.get("/v1/em/elements", query={"name": "app"}).json == []
