@@ -14,7 +14,7 @@ from appliance.api.registry import Registry
 def capabilities():
     """Every capability package that registers resources, in registration order: the
     order of appliance/app.py's capabilities() (tests/supervisor/test_imports.py checks
-    that the two agree)."""
+    that both register the same resources in the same order)."""
     from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
     from appliance import lb, sqldb
     return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb,
