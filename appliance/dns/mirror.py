@@ -153,7 +153,7 @@ def conflict(owner):
     return f"the uuid is taken by {owner}; left intact{hint}"
 
 
-class Zone:
+class UpstreamZone:
     """The upstream domain one pass writes to, and what the pass carries along."""
 
     def __init__(self, upstream, uuid, name, memo, result, logger):
@@ -180,7 +180,7 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
     result.upstream_domain, result.domain_created = up_domain, created
     if created:
         logger.info("created domain %s at the upstream", name)
-    zone = Zone(upstream, up_domain["uuid"], name, memo, result, logger)
+    zone = UpstreamZone(upstream, up_domain["uuid"], name, memo, result, logger)
     listed, filtered = read_upstream(zone, mark, now, retry)
     ours, others = split_upstream(listed, mark, filtered)
     plan = plan_sync(local_records, ours, others, mark, memo.tags_supported is not False,
