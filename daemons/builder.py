@@ -11,8 +11,8 @@ is skipped when no watched kind changed and nothing is due.
 import sys
 import time
 
-from appliance.app import build_api
 from appliance.em.builder import ElementBuilder
+from appliance.registry import build_registry
 from appliance.repo.bridge import RepoBridge
 from appliance.repo.sync import CHECK_EVERY, RepositorySync
 from daemons.base import Daemon, run
@@ -27,8 +27,9 @@ class Builder(Daemon):
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
-        # the same resources, validation and hooks as the API, used in-process
-        self.api = build_api(self.settings, self.store)
+        # the same resources, validation and hooks as the API, used in-process, without
+        # the API's routes, Bottle application and middleware (appliance/registry.py)
+        self.api = build_registry(self.settings, self.store)
         self.elements = ElementBuilder(self.api, self.log)
         self.repositories = RepositorySync(self.api, self.log)
         self.bridge = RepoBridge(self.api, self.log)

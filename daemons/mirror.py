@@ -1,22 +1,10 @@
 """Mirror daemon: keeps every domain with `sync_to_ecosystem: true` in step with the domain
 of the same name at the upstream DNS API (spec 2.8; docs/dns-mirror.md).
 
-The sync of one domain is appliance.dns.mirror.sync_domain; this shell decides when to
-run it and shows its outcome in the domain's read-only `mirror` field:
-
-- it watches dns_domains and dns_records; a domain is synced when its name, its flag or
-  any of its records changed (a fingerprint of uuids and revisions; the `mirror` field the
-  daemon writes itself is not part of it, so its own writes never wake it into a loop),
-  and in any case every RESYNC_SECONDS, to catch changes made at the upstream;
-- a failed pass (5xx, no answer, refused login or permission) marks the domain ERROR with
-  the reason and is retried after a back-off that doubles from RETRY_FIRST_SECONDS up to
-  RETRY_MAX_SECONDS; a local change does not cut the back-off short. One failing domain
-  does not hold up the others;
-- the `mirror` field is written by compare-and-set on the domain's revision, only the
-  `mirror` key, and only when what it shows changed;
-- without mirror_url or realm_uuid it logs that once and does nothing;
-- a local domain nested with another project's zone (possible only in data from before
-  zones had one owner) is not mirrored: ERROR, until an admin removes one of them.
+A shell: the sync of one domain is appliance/dns/mirror.py, and when each domain is synced
+and how its outcome shows in its `mirror` field is appliance/dns/mirror_passes.py. It
+watches dns_domains and dns_records; without mirror_url or realm_uuid it logs that once
+and does nothing.
 
 Tuning (seconds; a setting of that name, else the APPLIANCE_<NAME> variable):
 mirror_resync_seconds, mirror_retry_max_seconds, mirror_filter_retry_seconds (the hour
@@ -24,53 +12,15 @@ after which a refused tag filter is tried again). mirror_scope (project:<uuid>) 
 the upstream token.
 """
 
-import logging
 import re
 import sys
-import time
 
-from appliance.dns import mirror as dnsmirror
-from appliance.tenancy import zones as zone_rule
+from appliance.dns.mirror_passes import MirrorPasses
 from daemons.base import Daemon, run
-from state import NotFound, RevisionConflict
 
-RESYNC_SECONDS = 60.0
-RETRY_FIRST_SECONDS = 0.5
-RETRY_MAX_SECONDS = 60.0
-PUBLISH_ATTEMPTS = 5
 TIMER = "mirror_timer"      # the pseudo-kind of timed passes (re-sync, back-off, filter retry)
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                    r"[0-9a-fA-F]{12}$")
-
-
-def tuning(settings, key, default):
-    """A number from the settings, else from APPLIANCE_<KEY>, else `default`."""
-    value = dnsmirror.extra_setting(settings, key)
-    if value is None:
-        return default
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return default
-
-
-def fingerprint(domain, records):
-    """What a pass depends on locally: the domain's name and flag, its records' revisions."""
-    return (domain.get("name"), domain.get("project_id"),
-            tuple(sorted((r["uuid"], r.get("revision")) for r in records
-                         if r.get("type") != "SOA")))
-
-
-class DomainState:
-    def __init__(self, memo):
-        self.memo = memo              # dnsmirror.FilterMemo: tag filter knowledge
-        self.fingerprint = None
-        self.next_at = 0.0            # monotonic: a pass is due from then on, changed or not
-        self.backoff_until = 0.0      # monotonic: no pass before, whatever changed
-        self.failures = 0
-        self.reported = set()         # skipped reasons already logged
-        self.skipped = set()          # uuids of the records skipped by the last pass
-        self.last_error = None
 
 
 class Mirror(Daemon):
@@ -79,19 +29,11 @@ class Mirror(Daemon):
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
-        s = self.settings
-        self.resync_seconds = tuning(s, "mirror_resync_seconds", RESYNC_SECONDS)
-        self.retry_first = min(RETRY_FIRST_SECONDS, self.resync_seconds)
-        self.retry_max = tuning(s, "mirror_retry_max_seconds", RETRY_MAX_SECONDS)
-        # None: appliance.dns.mirror.FILTER_RETRY_SECONDS, read at each pass
-        self.filter_retry_seconds = tuning(s, "mirror_filter_retry_seconds", None)
-        self.tick_seconds = self.resync_seconds
-        self.realm_uuid = str(s.get("realm_uuid") or "").lower() or None
-        self.upstream = dnsmirror.upstream_from_settings(s)
-        self.domains = {}             # local domain uuid -> DomainState
+        self.realm_uuid = str(self.settings.get("realm_uuid") or "").lower() or None
+        self.passes = MirrorPasses(self.store, self.settings, self.log, self.realm_uuid)
+        self.tick_seconds = self.passes.resync_seconds
+        self.domains = self.passes.domains      # local domain uuid -> DomainState
         self._idle_logged = False
-
-    # -- configuration -------------------------------------------------------------------
 
     def configured(self):
         problem = None
@@ -106,146 +48,15 @@ class Mirror(Daemon):
             self.log.warning("the DNS mirror is not configured (%s); it does nothing", problem)
         return False
 
-    # -- passes ----------------------------------------------------------------------------
-
     def reconcile(self, kind):
         if not self.configured():
             return
-        wait = self.sync_all()
+        wait = self.passes.sync_all()
         if wait is not None:
             # under a key of its own: Daemon.request() does not bring forward a kind that
             # request_in() already set for later, so a timer on dns_domains would hold up
             # the reconcile of a change until it ran out
             self.request_in(TIMER, wait)
-
-    def sync_all(self):
-        """Sync every due domain; the seconds until the next one is due (None: none)."""
-        records = self.store.collection("dns_records")
-        live, soonest = set(), None
-        every = self.store.collection("dns_domains").records()
-        for domain in every:
-            if not domain.get("sync_to_ecosystem"):
-                continue
-            uuid = domain["uuid"]
-            live.add(uuid)
-            st = self.domains.get(uuid)
-            if st is None:
-                st = self.domains[uuid] = DomainState(
-                    dnsmirror.FilterMemo.from_mirror(domain.get("mirror")))
-            local = [dict(r) for r in records.by("domain", uuid)]
-            others = zone_rule.others_nested(domain["name"], domain.get("project_id"), every)
-            # another owner's nested zone coming or going changes what a pass does
-            fp = (fingerprint(domain, local), tuple(sorted(o["uuid"] for o in others)))
-            now = time.monotonic()
-            if now >= st.next_at or (fp != st.fingerprint and now >= st.backoff_until):
-                self.sync_one(dict(domain), local, fp, st, others)
-            wait = st.next_at - time.monotonic()
-            soonest = wait if soonest is None else min(soonest, wait)
-        for gone in set(self.domains) - live:
-            del self.domains[gone]
-        return None if soonest is None else max(soonest, 0.05)
-
-    def sync_one(self, domain, local, fp, st, others=()):
-        name = domain["name"]
-        result = dnsmirror.Result()
-        if others:
-            # left from before zones had one owner: which owner's records the realm would
-            # get is not for the mirror to decide (docs/security.md)
-            error = (f"not mirrored: {zone_rule.ANOTHER_OWNER} (a parent or child zone of "
-                     "another project); an admin must remove one of the two")
-            st.fingerprint, st.next_at = fp, time.monotonic() + self.resync_seconds
-            if error != st.last_error:
-                self.log.warning("domain %s: %s", name, error)
-            st.last_error = error
-            self.publish(domain["uuid"], lambda old: self.outcome(old, "ERROR", error,
-                                                                  result, st.memo))
-            return
-
-        def on_plan(steps):
-            # nothing to show when the only work is another try of what was skipped last
-            # time (a uuid taken upstream, a record the upstream refuses)
-            if all(op == "create" and uuid in st.skipped for op, uuid in steps):
-                return
-            self.publish(domain["uuid"], lambda old: {**old, "status": "IN_PROGRESS"}
-                         if old.get("status") != "IN_PROGRESS" else old)
-
-        st.fingerprint = fp
-        try:
-            dnsmirror.sync_domain(self.upstream, self.realm_uuid, domain, local, st.memo,
-                                  filter_retry_seconds=self.filter_retry_seconds,
-                                  on_plan=on_plan, result=result, logger=self.log)
-        except Exception as e:
-            if isinstance(e, dnsmirror.UpstreamError):
-                error = e.message
-            else:
-                error = f"internal error of the mirror: {type(e).__name__}: {e}"
-                self.log.exception("domain %s: the sync raised", name)
-            st.failures += 1
-            delay = min(self.retry_first * 2 ** (st.failures - 1), self.retry_max)
-            st.backoff_until = st.next_at = time.monotonic() + delay
-            # a repeated error is logged once, its retries only at DEBUG
-            self.log.log(logging.WARNING if error != st.last_error else logging.DEBUG,
-                         "domain %s: sync failed: %s; retrying in %.1f s", name, error, delay)
-            st.last_error = error
-            self.publish(domain["uuid"], lambda old: self.outcome(old, "ERROR", error,
-                                                                  result, st.memo))
-            return
-        if st.failures:
-            self.log.info("domain %s: in step again after %d failed attempts", name,
-                          st.failures)
-        st.failures, st.backoff_until, st.last_error = 0, 0.0, None
-        due = self.resync_seconds
-        if st.memo.filter_retry_at is not None:
-            due = min(due, max(st.memo.filter_retry_at - time.time(), 0.0))
-        st.next_at = time.monotonic() + due
-        if result.changed_upstream:
-            self.log.info("domain %s: %d created, %d updated, %d deleted upstream%s", name,
-                          result.created, result.updated, result.deleted,
-                          f", {len(result.skipped)} skipped" if result.skipped else "")
-        # each skipped record once, not at every re-sync
-        for reason in sorted(set(result.skipped) - st.reported):
-            self.log.warning("domain %s: skipped %s", name, reason)
-        st.reported = set(result.skipped)
-        st.skipped = set(result.skipped_uuids)
-        self.publish(domain["uuid"], lambda old: self.outcome(old, "ACTIVE", None, result,
-                                                              st.memo))
-
-    # -- the `mirror` field ----------------------------------------------------------------
-
-    @staticmethod
-    def outcome(old, status, error, result, memo):
-        """The new `mirror` value; `old` itself when nothing worth showing changed (a quiet
-        re-sync writes nothing, so the daemon's own write never wakes it into a loop)."""
-        core = {"status": status, "last_error": error, "skipped": list(result.skipped),
-                "tag_filter": memo.tag_filter,
-                "filter_retry_at": dnsmirror.format_time(memo.filter_retry_at)}
-        if not result.changed_upstream and all(old.get(k) == v for k, v in core.items()):
-            return old
-        return {**core, "created": result.created, "updated": result.updated,
-                "deleted": result.deleted,
-                "synced_at": dnsmirror.format_time(time.time()) if status == "ACTIVE"
-                else old.get("synced_at")}
-
-    def publish(self, uuid, compute):
-        """Set the domain's `mirror` to compute(current) by compare-and-set: only that key,
-        never over a write that came in between, and nothing when it would not change."""
-        domains = self.store.collection("dns_domains")
-        for _ in range(PUBLISH_ATTEMPTS):
-            current = domains.get(uuid)
-            if current is None:
-                return
-            old = current.get("mirror") if isinstance(current.get("mirror"), dict) else {}
-            new = compute(dict(old))
-            if new == old:
-                return
-            try:
-                domains.update(uuid, {"mirror": new}, expect_revision=current["revision"])
-                return
-            except RevisionConflict:
-                continue
-            except NotFound:
-                return
-        self.log.warning("domain %s: could not record the mirror status (busy)", uuid)
 
 
 def main():

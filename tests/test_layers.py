@@ -36,9 +36,6 @@ KNOWN_UPWARD = {
         "each capability declares its quota use through its descriptor (move 1)",
     ("appliance/tenancy/quotas.py", "appliance.sqldb.sets"):
         "each capability declares its quota use through its descriptor (move 1)",
-    # the builder daemon builds the whole API in its own process to run element builds
-    ("daemons/builder.py", "appliance.app"):
-        "the build rules move below em/resources.py and the daemon calls them (move 2)",
 }
 
 # (package, package): the arrow, between two packages of one floor, that closes a cycle.

@@ -26,7 +26,8 @@ refused login) is 502 and nothing more is tried.
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID_RE
 
-from .mirror import UpstreamError, is_realm_tag, mark_of, upstream_from_settings
+from .mirror import is_realm_tag, mark_of
+from .upstream import UpstreamError, upstream_from_settings
 
 MAX_RECORDS = 500
 

@@ -1,9 +1,7 @@
 """The DNS realm mirror: an upstream client and the sync of one domain (spec 2.8).
 
-The upstream is another appliance's API, or any API of the same shape. `Upstream` talks
-to it over urllib: a token by password grant at <mirror_url>/v1/iam/clients/default/
-actions/get_token/invoke, refreshed (refresh grant, else password grant again) before it
-expires and once more on a 401, JSON bodies both ways.
+The upstream is another appliance's API, or any API of the same shape; its client is
+appliance/dns/upstream.py.
 
 `sync_domain` brings the upstream domain of the same name in line with one local domain:
 
@@ -31,26 +29,15 @@ expires and once more on a 401, JSON bodies both ways.
 Record names go through unchanged, so a bare `*` stays the zone wildcard (rule 8).
 """
 
-import base64
 import datetime
-import http.client
-import json
 import logging
-import os
-import socket
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
-TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
-DOMAINS = "/v1/dns/domains"
+from .upstream import AuthError, UpstreamError
+
 # a refused or unsupported tag filter is tried again after this long (spec 2.8 rule 6).
 # Read at call time, so a test may patch it; the daemon takes a setting over it.
 FILTER_RETRY_SECONDS = 3600.0
-TIMEOUT_SECONDS = 10.0
-TOKEN_MARGIN_SECONDS = 30.0
 MAX_SKIPPED = 50
 # statuses with which the upstream refuses one record; the sync reports it and goes on
 RECORD_REFUSALS = (400, 404, 409, 413, 422)
@@ -82,265 +69,6 @@ def parse_time(text):
             tzinfo=datetime.timezone.utc).timestamp()
     except (TypeError, ValueError):
         return None
-
-
-# ---- the upstream client ----------------------------------------------------------------
-
-class UpstreamError(Exception):
-    """An upstream call that did not succeed. `status` is the HTTP status, None when no
-    answer came at all (refused connection, timeout, broken response)."""
-
-    def __init__(self, message, status=None, body=None):
-        super().__init__(message)
-        self.message, self.status, self.body = message, status, body
-
-    @property
-    def detail(self):
-        """The upstream's own words (its error message), else the whole message."""
-        return Upstream._message(self.status, self.body) if self.body else self.message
-
-    @property
-    def failure(self):
-        """The upstream itself failed (5xx or no answer): retry later, never a refusal."""
-        return self.status is None or self.status >= 500
-
-    @property
-    def refusal(self):
-        """A 400 to the request itself (for the tag filter: the query is not supported)."""
-        return self.status == 400
-
-
-class AuthError(UpstreamError):
-    """Login at the upstream failed (wrong credentials, no credentials). Always a failure
-    of the pass, whatever its status: a 400 invalid_grant is not a filter refusal."""
-
-    @property
-    def refusal(self):
-        return False
-
-
-class Upstream:
-    def __init__(self, url, username, password, *, scope="", timeout=TIMEOUT_SECONDS,
-                 clock=time.monotonic):
-        self.url = (url or "").rstrip("/")
-        self.username, self._password = username, password
-        self.scope = scope or ""
-        self.timeout = timeout
-        self.clock = clock
-        self._access = None
-        self._access_until = 0.0
-        self._refresh = None
-        self._refresh_until = 0.0
-        self.project_id = None
-        self._opener = urllib.request.build_opener()
-
-    def __repr__(self):
-        return f"<Upstream {self.url} as {self.username}>"
-
-    # -- transport ---------------------------------------------------------------------
-
-    def _send(self, method, path, body=None, query=None, token=None):
-        url = self.url + path
-        if query:
-            url += "?" + urllib.parse.urlencode(query, doseq=True)
-        headers = {"Accept": "application/json", "User-Agent": "appliance-mirror"}
-        data = None
-        if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        if token:
-            headers["Authorization"] = f"Bearer {token}"
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with self._opener.open(request, timeout=self.timeout) as resp:
-                return resp.status, resp.read()
-        except urllib.error.HTTPError as e:
-            try:
-                raw = e.read()
-            except (OSError, http.client.HTTPException):
-                raw = b""
-            finally:
-                e.close()
-            return e.code, raw
-        except urllib.error.URLError as e:
-            raise UpstreamError(f"cannot reach the upstream {self.url}: {e.reason}") from None
-        except (OSError, http.client.HTTPException, socket.timeout) as e:
-            raise UpstreamError(f"cannot reach the upstream {self.url}: "
-                                f"{type(e).__name__}: {e}") from None
-
-    @staticmethod
-    def _decode(raw):
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode("utf-8", "replace")[:200]
-
-    @staticmethod
-    def _message(status, body):
-        if isinstance(body, dict):
-            text = body.get("message") or body.get("error_description") or body.get("error")
-            if text:
-                return str(text)
-        return str(body)[:200] if body else f"HTTP {status}"
-
-    # -- token -------------------------------------------------------------------------
-
-    def _grant(self, params):
-        status, raw = self._send("POST", TOKEN_PATH, params)
-        body = self._decode(raw)
-        if status != 200 or not isinstance(body, dict) or "access_token" not in body:
-            if status is not None and status >= 500:
-                raise UpstreamError(f"upstream token endpoint failed ({status}): "
-                                    f"{self._message(status, body)}", status, body)
-            what = body.get("error", "") if isinstance(body, dict) else ""
-            raise AuthError(f"login at the upstream as {self.username!r} failed ({status}"
-                            f"{' ' + what if what else ''}): {self._message(status, body)}",
-                            status, body)
-        now = self.clock()
-        expires_in = float(body.get("expires_in") or 300)
-        self._access = body["access_token"]
-        self._access_until = now + expires_in - min(TOKEN_MARGIN_SECONDS, expires_in / 5)
-        self._refresh = body.get("refresh_token")
-        refresh_in = float(body.get("refresh_expires_in") or 0)
-        self._refresh_until = now + refresh_in - min(TOKEN_MARGIN_SECONDS, refresh_in / 5)
-        self.project_id = _project_of(body) or ADMIN_PROJECT
-        return self._access
-
-    def token(self):
-        """A valid access token: the cached one, else refreshed, else a new login."""
-        now = self.clock()
-        if self._access and now < self._access_until:
-            return self._access
-        if self._refresh and now < self._refresh_until:
-            try:
-                return self._grant({"grant_type": "refresh_token",
-                                    "refresh_token": self._refresh})
-            except AuthError:
-                pass          # revoked or expired early: log in again
-        if not self.username or self._password is None:
-            raise AuthError("mirror_username and mirror_password are not set")
-        params = {"grant_type": "password", "username": self.username,
-                  "password": self._password}
-        if self.scope:
-            params["scope"] = self.scope
-        return self._grant(params)
-
-    def forget_token(self):
-        self._access, self._access_until = None, 0.0
-
-    # -- JSON calls --------------------------------------------------------------------
-
-    def call(self, method, path, body=None, query=None):
-        """The decoded answer of a 2xx; UpstreamError otherwise. A 401 gets one new login."""
-        for attempt in (1, 2):
-            status, raw = self._send(method, path, body, query, self.token())
-            if status == 401 and attempt == 1:
-                self.forget_token()
-                self._refresh = None
-                continue
-            break
-        decoded = self._decode(raw)
-        if not 200 <= status < 300:
-            raise UpstreamError(f"upstream {method} {path} answered {status}: "
-                                f"{self._message(status, decoded)}", status, decoded)
-        return decoded
-
-    # -- DNS ---------------------------------------------------------------------------
-
-    def find_domain(self, name):
-        """The upstream domain `name` of the mirror's own project, or None. One of
-        another project (an admin's credentials see every project's) is never written
-        into: UpstreamError 409. An upstream that shows no project_id cannot tell."""
-        found = self.call("GET", DOMAINS + "/", query={"name": name})
-        for domain in found or ():
-            if not isinstance(domain, dict):
-                continue
-            if str(domain.get("name", "")).rstrip(".").lower() == name:
-                owner = domain.get("project_id")
-                if owner is not None and self.project_id is not None and \
-                        owner != self.project_id:
-                    raise UpstreamError(
-                        f"the upstream domain {name} belongs to project {owner}, not to "
-                        f"the mirror's project {self.project_id}: a zone has one owner, "
-                        "so the mirror does not write into it", 409)
-                return domain
-        return None
-
-    def ensure_domain(self, name):
-        """The upstream domain of this name, created when missing."""
-        domain = self.find_domain(name)
-        if domain is not None:
-            return domain, False
-        self.token()          # so that project_id is known
-        try:
-            return self.call("POST", DOMAINS + "/", {"name": name,
-                                                     "project_id": self.project_id}), True
-        except UpstreamError as e:
-            if e.status != 409:
-                raise
-            refused = e
-        domain = self.find_domain(name)      # created meanwhile by someone else
-        if domain is None:
-            # the upstream's own zone rule (a zone of another owner covers the name), or
-            # a domain of that name the mirror's credentials cannot see
-            raise UpstreamError(f"the upstream refused domain {name}: {refused.detail}",
-                                409, refused.body)
-        return domain, False
-
-    def records_path(self, domain_uuid):
-        return f"{DOMAINS}/{domain_uuid}/records"
-
-    def list_records(self, domain_uuid, tag=None):
-        query = {"q": f'tags:"{tag}"'} if tag is not None else None
-        found = self.call("GET", self.records_path(domain_uuid) + "/", query=query)
-        if not isinstance(found, list):
-            raise UpstreamError(f"record listing of domain {domain_uuid} is not a list", 502)
-        return found
-
-    def get_record(self, domain_uuid, uuid):
-        return self.call("GET", f"{self.records_path(domain_uuid)}/{uuid}")
-
-    def create_record(self, domain_uuid, body):
-        return self.call("POST", self.records_path(domain_uuid) + "/", body)
-
-    def update_record(self, domain_uuid, uuid, changes):
-        return self.call("PUT", f"{self.records_path(domain_uuid)}/{uuid}", changes)
-
-    def delete_record(self, domain_uuid, uuid):
-        return self.call("DELETE", f"{self.records_path(domain_uuid)}/{uuid}")
-
-
-def _project_of(token_body):
-    """The project a token is scoped to: its `scope`, else its `project_id` claim."""
-    scope = token_body.get("scope") or ""
-    if scope.startswith("project:"):
-        return scope.split(":", 1)[1]
-    try:
-        payload = token_body["access_token"].split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        return claims.get("project_id")
-    except (KeyError, IndexError, ValueError, AttributeError):
-        return None
-
-
-def extra_setting(settings, key):
-    """A mirror setting that appliance/config.py may not declare: the setting when present,
-    else the APPLIANCE_<KEY> variable, else None."""
-    value = settings.get(key)
-    if value in (None, ""):
-        value = os.environ.get("APPLIANCE_" + key.upper())
-    return None if value in (None, "") else value
-
-
-def upstream_from_settings(settings):
-    """The client for the configured upstream, or None when the mirror is not configured."""
-    if not settings.get("mirror_url"):
-        return None
-    return Upstream(settings["mirror_url"], settings.get("mirror_username"),
-                    settings.get("mirror_password"),
-                    scope=extra_setting(settings, "mirror_scope") or "")
 
 
 # ---- the sync of one domain -------------------------------------------------------------
@@ -425,6 +153,14 @@ def conflict(owner):
     return f"the uuid is taken by {owner}; left intact{hint}"
 
 
+class UpstreamZone:
+    """The upstream domain one pass writes to, and what the pass carries along."""
+
+    def __init__(self, upstream, uuid, name, memo, result, logger):
+        self.upstream, self.uuid, self.name = upstream, uuid, name
+        self.memo, self.result, self.logger = memo, result, logger
+
+
 def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
                 filter_retry_seconds=None, on_plan=None, result=None, logger=None):
     """Bring the upstream domain named like `domain` in line with `local_records`.
@@ -444,17 +180,32 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
     result.upstream_domain, result.domain_created = up_domain, created
     if created:
         logger.info("created domain %s at the upstream", name)
-    zone = up_domain["uuid"]
+    zone = UpstreamZone(upstream, up_domain["uuid"], name, memo, result, logger)
+    listed, filtered = read_upstream(zone, mark, now, retry)
+    ours, others = split_upstream(listed, mark, filtered)
+    plan = plan_sync(local_records, ours, others, mark, memo.tags_supported is not False,
+                     result)
+    if plan and on_plan is not None:
+        on_plan([(op, (rec or mine)["uuid"]) for op, rec, mine, _ in plan])
+    for op, rec, mine, data in plan:
+        apply_step(zone, op, rec, mine, data)
+    if len(result.skipped) > MAX_SKIPPED:
+        extra = len(result.skipped) - MAX_SKIPPED
+        result.skipped = result.skipped[:MAX_SKIPPED] + [f"... and {extra} more"]
+    return result
 
-    # -- read (rules 6 and 7) --
-    filtered = False
+
+def read_upstream(zone, mark, now, retry):
+    """The upstream's records of the zone (rules 6 and 7): ours by the tag filter while it
+    is supported or due again, else the whole zone; (records, filtered)."""
+    memo, logger = zone.memo, zone.logger
     if memo.filter_due(now):
         try:
-            listed = upstream.list_records(zone, tag=mark)
-            filtered = True
+            listed = zone.upstream.list_records(zone.uuid, tag=mark)
             if memo.tag_filter != "supported":
-                logger.info("domain %s: the upstream supports the tag filter", name)
+                logger.info("domain %s: the upstream supports the tag filter", zone.name)
             memo.tag_filter, memo.filter_retry_at, memo.tags_supported = "supported", None, True
+            return listed, True
         except UpstreamError as e:
             if not e.refusal:
                 raise               # a failure, never mistaken for a refusal
@@ -463,14 +214,17 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
             memo.tag_filter = "unsupported" if memo.tags_supported is False else "refused"
             logger.log(logging.INFO if first else logging.DEBUG,
                        "domain %s: the upstream refused the tag filter (%s); reading the "
-                       "whole zone, filter retried in %.0f s", name, e.detail, retry)
-    if not filtered:
-        listed = upstream.list_records(zone)
-        if listed:
-            memo.tags_supported = all("tags" in r for r in listed)
-            memo.tag_filter = "refused" if memo.tags_supported else "unsupported"
+                       "whole zone, filter retried in %.0f s", zone.name, e.detail, retry)
+    listed = zone.upstream.list_records(zone.uuid)
+    if listed:
+        memo.tags_supported = all("tags" in r for r in listed)
+        memo.tag_filter = "refused" if memo.tags_supported else "unsupported"
+    return listed, False
 
-    tags_ok = memo.tags_supported is not False
+
+def split_upstream(listed, mark, filtered):
+    """{uuid: record} of the upstream records that are ours (rule 1), and of the others
+    (known only when the whole zone was read)."""
     ours, others = {}, {}
     for record in listed:
         if not isinstance(record, dict) or "uuid" not in record:
@@ -479,8 +233,12 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
             ours[record["uuid"]] = record
         elif not filtered:
             others[record["uuid"]] = record
+    return ours, others
 
-    # -- plan --
+
+def plan_sync(local_records, ours, others, mark, tags_ok, result):
+    """The steps [(operation, local record, upstream record, data)] that bring the upstream
+    in line; the local records that cannot be mirrored go to `result` as skipped."""
     local = [r for r in local_records if r.get("type") != "SOA"]
     local_ids = {r["uuid"] for r in local}
     plan = []
@@ -508,43 +266,46 @@ def sync_domain(upstream, realm_uuid, domain, local_records, memo, *, now=None,
     for uuid, mine in ours.items():
         if uuid not in local_ids:
             plan.append(("delete", None, mine, None))
+    return plan
 
-    # -- write --
-    if plan and on_plan is not None:
-        on_plan([(op, (rec or mine)["uuid"]) for op, rec, mine, _ in plan])
-    for op, rec, mine, data in plan:
+
+def apply_step(zone, op, rec, mine, data):
+    """One planned step; a refusal of that one record is reported and the pass goes on, a
+    failure of the upstream is raised."""
+    result = zone.result
+    try:
+        write_step(zone, op, rec, mine, data)
+    except UpstreamError as e:
+        if e.failure or e.status not in RECORD_REFUSALS or isinstance(e, AuthError):
+            raise
+        target = rec if rec is not None else mine
+        if op == "create" and e.status == 409:
+            result.skip(target, conflict(_holder(zone.upstream, zone.uuid, target)))
+        else:
+            result.skip(target, f"{op} refused by the upstream ({e.status}): {e.detail}")
+        zone.logger.debug("domain %s: %s of record %s refused by the upstream: %s",
+                          zone.name, op, target.get("uuid"), e.detail)
+
+
+def write_step(zone, op, rec, mine, data):
+    upstream, result = zone.upstream, zone.result
+    if op == "update":
+        upstream.update_record(zone.uuid, mine["uuid"], data)
+        result.updated += 1
+    elif op == "delete":
         try:
-            if op == "update":
-                upstream.update_record(zone, mine["uuid"], data)
-                result.updated += 1
-            elif op == "delete":
-                try:
-                    upstream.delete_record(zone, mine["uuid"])
-                    result.deleted += 1
-                except UpstreamError as e:
-                    if e.status != 404:
-                        raise
-            elif op == "replace":       # ours, but of another type: type never changes
-                upstream.delete_record(zone, mine["uuid"])
-                _create(upstream, zone, rec, data, memo, logger, name)
-                result.updated += 1
-            else:
-                _create(upstream, zone, rec, data, memo, logger, name)
-                result.created += 1
+            upstream.delete_record(zone.uuid, mine["uuid"])
+            result.deleted += 1
         except UpstreamError as e:
-            if e.failure or e.status not in RECORD_REFUSALS or isinstance(e, AuthError):
+            if e.status != 404:
                 raise
-            target = rec if rec is not None else mine
-            if op == "create" and e.status == 409:
-                result.skip(target, conflict(_holder(upstream, zone, target)))
-            else:
-                result.skip(target, f"{op} refused by the upstream ({e.status}): {e.detail}")
-            logger.debug("domain %s: %s of record %s refused by the upstream: %s", name,
-                         op, target.get("uuid"), e.detail)
-    if len(result.skipped) > MAX_SKIPPED:
-        extra = len(result.skipped) - MAX_SKIPPED
-        result.skipped = result.skipped[:MAX_SKIPPED] + [f"... and {extra} more"]
-    return result
+    elif op == "replace":       # ours, but of another type: type never changes
+        upstream.delete_record(zone.uuid, mine["uuid"])
+        _create(upstream, zone.uuid, rec, data, zone.memo, zone.logger, zone.name)
+        result.updated += 1
+    else:
+        _create(upstream, zone.uuid, rec, data, zone.memo, zone.logger, zone.name)
+        result.created += 1
 
 
 def _holder(upstream, zone, record):

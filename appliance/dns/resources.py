@@ -3,7 +3,8 @@
 A record is `{type, ttl, prio, disabled, tags, record: {kind, name, ...}}`; `record` is
 checked by a schema of its type, `kind` must equal `type`, and `type` never changes.
 Names are relative to the domain (`@` the apex, a bare `*` the zone wildcard). Creating a
-domain creates its SOA; every change of a zone's records increases the SOA serial; an SOA
+domain creates its SOA; every change of a zone's records increases the SOA serial (both
+rules in appliance/dns/records.py, which the daemons that write records call too); an SOA
 is deleted only with its domain.
 """
 
@@ -16,6 +17,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, R
                                   String, Tags, Text)
 from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
+from appliance.dns import records as zone_records
 from appliance.dns import zones as wire
 from appliance.dns.adopt import REQUEST_SCHEMA as ADOPT_SCHEMA
 from appliance.tenancy import zones as zone_rule
@@ -49,11 +51,6 @@ RECORD_SCHEMAS = {
 _CHECKS = {t: Validator({"type": "object", "properties": {"record": {
     "type": "object", "additionalProperties": False, **s}}}) for t, s in RECORD_SCHEMAS.items()}
 _Q = re.compile(r'^tags:"([^"]{1,255})"$')
-
-
-def default_soa(domain_name):
-    return {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{domain_name}", "serial": 1,
-            "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}
 
 
 class Domains(Resource):
@@ -97,10 +94,7 @@ class Domains(Resource):
         return record
 
     def after_create(self, call, record):
-        self.api.resources[RECORDS].collection().insert({
-            "domain": record["uuid"], "project_id": record["project_id"], "type": "SOA",
-            "ttl": 3600, "prio": None, "disabled": False, "tags": [],
-            "record": default_soa(record["name"])})
+        self.api.resources[RECORDS].collection().insert(zone_records.soa_record(record))
 
     def after_delete(self, call, record):
         call.store.collection("dns_records").delete_where(
@@ -241,24 +235,18 @@ class Records(Resource):
         if record["type"] == "SOA":
             raise Forbidden("an SOA record goes only with its domain")
 
-    # ---- the zone serial -------------------------------------------------------------
-
-    def bump_serial(self, domain_uuid):
-        for soa in self.collection().by("domain", domain_uuid):
-            if soa["type"] == "SOA":
-                self.collection().mutate(soa["uuid"], lambda r: {**r, "record": {
-                    **r["record"], "serial": (r["record"]["serial"] + 1) % 4294967296}})
+    # ---- the zone serial (appliance/dns/records.py) ------------------------------------
 
     def after_create(self, call, record):
         if record["type"] != "SOA":
-            self.bump_serial(record["domain"])
+            zone_records.bump_serial(self.collection(), record["domain"])
 
     def after_update(self, call, before, after):
-        if after["type"] != "SOA" or after["record"]["serial"] == before["record"]["serial"]:
-            self.bump_serial(after["domain"])
+        if zone_records.changes_serial(before, after):
+            zone_records.bump_serial(self.collection(), after["domain"])
 
     def after_delete(self, call, record):
-        self.bump_serial(record["domain"])
+        zone_records.bump_serial(self.collection(), record["domain"])
 
 
 def all_resources(settings):

@@ -205,53 +205,9 @@ class ZoneIndex:
         never raises on bad data. `memo`: the `.memo` of the previous index (store
         records carry a revision that every write increases, so an entry stays valid
         as long as its key exists)."""
-        memo = memo or {}
-        new_memo = {}
         problems = []
-        by_uuid = {}
-        zones = {}
-        for domain in domains:
-            try:
-                origin = to_wire(str(domain["name"]))
-            except (KeyError, TypeError, ValueError, UnicodeError) as e:
-                problems.append(f"domain {domain.get('uuid')}: unusable name ({e})")
-                continue
-            if origin == _ROOT:
-                problems.append(f"domain {domain.get('uuid')}: the root zone is not served")
-                continue
-            if origin in zones:
-                problems.append(f"domain {domain.get('uuid')}: {to_text(origin)} is "
-                                f"already served from domain {zones[origin].domain_uuid}")
-                continue
-            zone = Zone(origin, domain.get("uuid"), domain.get("project_id"))
-            zones[origin] = zone
-            by_uuid[domain.get("uuid")] = zone
-        count = 0
-        for record in records:
-            if record.get("disabled"):
-                continue
-            zone = by_uuid.get(_ref_uuid(record.get("domain")))
-            if zone is None:
-                continue        # its domain is gone (or not written yet)
-            key = (record.get("uuid"), record.get("revision"), zone.origin)
-            compiled = memo.get(key)
-            if compiled is None:
-                try:
-                    compiled = _compile(zone.origin, record)
-                except (KeyError, TypeError, ValueError, UnicodeError, struct.error) as e:
-                    compiled = f"record {record.get('uuid')} of {zone.name}: skipped ({e})"
-            if key[0] is not None and key[1] is not None:
-                new_memo[key] = compiled
-            if isinstance(compiled, str):
-                problems.append(compiled)
-                continue
-            owner, rtype, ttl, rdata = compiled
-            if rtype == SOA and SOA in zone.nodes.get(owner, {}):
-                problems.append(f"record {record.get('uuid')} of {zone.name}: skipped "
-                                "(the zone already has an SOA record)")
-                continue
-            zone.rrset(owner, rtype, ttl).add(ttl, rdata)
-            count += 1
+        zones, by_uuid = _zones_of(domains, problems)
+        count, new_memo = _add_records(by_uuid, records, memo or {}, problems)
         for origin, zone in list(zones.items()):
             if SOA not in zone.nodes.get(origin, {}):
                 problems.append(f"domain {zone.domain_uuid} ({zone.name}): no enabled SOA "
@@ -281,54 +237,119 @@ class ZoneIndex:
         zone = self.find_zone(qname)
         if zone is None:
             return Result(REFUSED, aa=False)
-        nodes = zone.nodes
-        if zone.cuts:
-            referral = _referral(zone, qname, qtype)
-            if referral is not None:
-                return referral
-        types = nodes.get(qname)
-        if types is None:
-            if qname in zone.exists:                    # empty non-terminal
-                return _nodata(zone)
-            # RFC 4592: the closest encloser is the nearest existing ancestor; the
-            # wildcard below it, if any, is the source of synthesis
-            encloser = qname[qname[0] + 1:]
-            while encloser not in zone.exists:
-                encloser = encloser[encloser[0] + 1:]
-            types = nodes.get(_WILD + encloser)
-            if types is None:
-                return Result(NXDOMAIN, authority=[(zone.origin, zone.negative_soa)])
-        if qtype == ANY:
-            if tcp:
-                chosen = [types[t] for t in sorted(types)]
-            else:
-                chosen = [types[t] for t in ANY_PREFERENCE if t in types][:1]
-            return Result(answer=[(qname, rrset) for rrset in chosen])
-        rrset = types.get(qtype)
-        if rrset is None:
-            return _nodata(zone)
-        return Result(answer=[(qname, rrset)])
+        return _lookup_in(zone, qname, qtype, tcp)
 
     # -- queries --------------------------------------------------------------------
 
     def answer(self, query, tcp=False):
         """The complete response (bytes) to a parsed Query."""
-        if query.opcode != OPCODE_QUERY:
-            return encode(query, Result(NOTIMP, aa=False), _limit(query, tcp))
-        if query.edns_version:
-            return encode(query, Result(BADVERS, aa=False), _limit(query, tcp))
-        qtype = query.qtype
-        if query.qclass not in (CLASS_IN, CLASS_ANY):
-            result = Result(REFUSED, aa=False)
-        elif qtype in (AXFR, IXFR):
-            result = Result(REFUSED, aa=False)         # no zone transfers
-        elif qtype in (MAILA, MAILB):
-            result = Result(NOTIMP, aa=False)
-        elif qtype == OPT:
-            result = Result(FORMERR, aa=False)         # RFC 6891 6.1.1
-        else:
-            result = self.lookup(query.qname, qtype, tcp)
+        result = _not_looked_up(query) or self.lookup(query.qname, query.qtype, tcp)
         return encode(query, result, _limit(query, tcp))
+
+
+def _not_looked_up(query):
+    """The Result of a query that is answered without a lookup, else None."""
+    if query.opcode != OPCODE_QUERY:
+        return Result(NOTIMP, aa=False)
+    if query.edns_version:
+        return Result(BADVERS, aa=False)
+    qtype = query.qtype
+    if query.qclass not in (CLASS_IN, CLASS_ANY):
+        return Result(REFUSED, aa=False)
+    if qtype in (AXFR, IXFR):
+        return Result(REFUSED, aa=False)         # no zone transfers
+    if qtype in (MAILA, MAILB):
+        return Result(NOTIMP, aa=False)
+    if qtype == OPT:
+        return Result(FORMERR, aa=False)         # RFC 6891 6.1.1
+    return None
+
+
+def _zones_of(domains, problems):
+    """The zones of the domains that can be served, by origin and by domain uuid."""
+    by_uuid = {}
+    zones = {}
+    for domain in domains:
+        try:
+            origin = to_wire(str(domain["name"]))
+        except (KeyError, TypeError, ValueError, UnicodeError) as e:
+            problems.append(f"domain {domain.get('uuid')}: unusable name ({e})")
+            continue
+        if origin == _ROOT:
+            problems.append(f"domain {domain.get('uuid')}: the root zone is not served")
+            continue
+        if origin in zones:
+            problems.append(f"domain {domain.get('uuid')}: {to_text(origin)} is "
+                            f"already served from domain {zones[origin].domain_uuid}")
+            continue
+        zone = Zone(origin, domain.get("uuid"), domain.get("project_id"))
+        zones[origin] = zone
+        by_uuid[domain.get("uuid")] = zone
+    return zones, by_uuid
+
+
+def _add_records(by_uuid, records, memo, problems):
+    """Every enabled record added to its zone, compiled (or taken from `memo`); the
+    count of records added and the memo of the new index."""
+    new_memo = {}
+    count = 0
+    for record in records:
+        if record.get("disabled"):
+            continue
+        zone = by_uuid.get(_ref_uuid(record.get("domain")))
+        if zone is None:
+            continue        # its domain is gone (or not written yet)
+        key = (record.get("uuid"), record.get("revision"), zone.origin)
+        compiled = memo.get(key)
+        if compiled is None:
+            try:
+                compiled = _compile(zone.origin, record)
+            except (KeyError, TypeError, ValueError, UnicodeError, struct.error) as e:
+                compiled = f"record {record.get('uuid')} of {zone.name}: skipped ({e})"
+        if key[0] is not None and key[1] is not None:
+            new_memo[key] = compiled
+        if isinstance(compiled, str):
+            problems.append(compiled)
+            continue
+        owner, rtype, ttl, rdata = compiled
+        if rtype == SOA and SOA in zone.nodes.get(owner, {}):
+            problems.append(f"record {record.get('uuid')} of {zone.name}: skipped "
+                            "(the zone already has an SOA record)")
+            continue
+        zone.rrset(owner, rtype, ttl).add(ttl, rdata)
+        count += 1
+    return count, new_memo
+
+
+def _lookup_in(zone, qname, qtype, tcp):
+    """Result for (qname, qtype) in the zone that holds qname."""
+    nodes = zone.nodes
+    if zone.cuts:
+        referral = _referral(zone, qname, qtype)
+        if referral is not None:
+            return referral
+    types = nodes.get(qname)
+    if types is None:
+        if qname in zone.exists:                    # empty non-terminal
+            return _nodata(zone)
+        # RFC 4592: the closest encloser is the nearest existing ancestor; the
+        # wildcard below it, if any, is the source of synthesis
+        encloser = qname[qname[0] + 1:]
+        while encloser not in zone.exists:
+            encloser = encloser[encloser[0] + 1:]
+        types = nodes.get(_WILD + encloser)
+        if types is None:
+            return Result(NXDOMAIN, authority=[(zone.origin, zone.negative_soa)])
+    if qtype == ANY:
+        if tcp:
+            chosen = [types[t] for t in sorted(types)]
+        else:
+            chosen = [types[t] for t in ANY_PREFERENCE if t in types][:1]
+        return Result(answer=[(qname, rrset) for rrset in chosen])
+    rrset = types.get(qtype)
+    if rrset is None:
+        return _nodata(zone)
+    return Result(answer=[(qname, rrset)])
 
 
 def _nested_across_owners(zones):

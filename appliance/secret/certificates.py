@@ -30,6 +30,7 @@ import time
 
 from state.collection import format_time
 
+from appliance.dns.records import bump_serial
 from appliance.tenancy import zones as zone_rule
 
 from .crypto import SecretBox
@@ -84,15 +85,6 @@ def zone_of(name, zones):
                 best is None or len(zone["name"]) > len(best["name"])):
             best = zone
     return best
-
-
-def bump_serial(records, zone_uuid):
-    """As appliance/dns/resources.py's Records.bump_serial (kept apart: this daemon does
-    not load the API framework)."""
-    for soa in records.by("domain", zone_uuid):
-        if soa["type"] == "SOA":
-            records.mutate(soa["uuid"], lambda r: {**r, "record": {
-                **r["record"], "serial": (r["record"]["serial"] + 1) % 4294967296}})
 
 
 def remove_challenges(store, certificate_uuid=None):

@@ -17,7 +17,7 @@ triggers the next pass. Values are never logged.
 import time
 
 from .crypto import DecryptionError, SecretBox
-from .kinds import KINDS, effective_value
+from .kinds import KINDS, UNDELIVERED, effective_value, is_undelivered
 
 FIRST_RETRY, MAX_RETRY = 0.5, 60.0
 
@@ -99,9 +99,8 @@ class SecretDelivery:
             if self.dataplane.remove(*folder, record["uuid"]):
                 self.log.info("withdrew %s %s: nothing to deliver", coll.kind, record["uuid"])
             self._retry.pop((coll.kind, record["uuid"]), None)
-            if record["status"] != "NEW" or record.get("status_reason"):
-                changes[record["uuid"]] = (record["revision"],
-                                           {"status": "NEW", "status_reason": None})
+            if not is_undelivered(record):
+                changes[record["uuid"]] = (record["revision"], dict(UNDELIVERED))
         if changes:
             coll.update_many(changes)
 

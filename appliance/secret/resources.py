@@ -17,10 +17,10 @@ from appliance.agent.targets import TARGET_SCHEMA
 
 from . import generate
 from .crypto import SecretBox
+from .kinds import STATUSES, UNDELIVERED
 from .kinds import effective_value  # noqa: F401 (part of this module's interface)
 
 VALUE_LIMIT = 10240
-STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 CONSTRUCTOR_KINDS = ["plain"]
 CONSTRUCTOR = {"type": "object", "properties": {"kind": {"enum": CONSTRUCTOR_KINDS}},
                "required": ["kind"], "additionalProperties": False}
@@ -78,12 +78,12 @@ class SecretMaterial(Resource):
         return super().render(record, only)
 
     def prepare_create(self, call, record):
-        record["status"], record["status_reason"] = "NEW", None
+        record.update(UNDELIVERED)
         return self._seal(record["uuid"], self.fill(call, record))
 
     def prepare_update(self, call, current, changes):
         changes = self.refill(call, current, changes)
-        changes["status"], changes["status_reason"] = "NEW", None
+        changes.update(UNDELIVERED)
         return self._seal(current["uuid"], changes)
 
     # kind-specific: derive generated fields
@@ -172,7 +172,7 @@ class Passwords(SecretMaterial):
         if record["method"] == "MANUAL":
             raise BadRequest("method MANUAL: set a new value with PUT instead")
         changes = {"value": generate.password(record["method"], record["default_length"]),
-                   "status": "NEW", "status_reason": None}
+                   **UNDELIVERED}
         updated = self.collection().update(record["uuid"], self._seal(record["uuid"], changes))
         return self.render(updated)
 

@@ -7,13 +7,13 @@ name in another project (left from before zones had one owner, docs/security.md)
 written into, nor is the zone made beside another owner's parent or child zone; the
 instances then get no endpoint, and the reason is logged, until an admin removes it.
 Our records carry the tag `sqldb`; a record of ours whose instance is gone, or has no
-primary with an address, is deleted. Every change bumps the
-zone's SOA serial, as the DNS API does (appliance/dns/resources.py; kept apart here as in
-appliance/secret/certificates.py: this runs in a daemon without the API).
+primary with an address, is deleted. Every change bumps the zone's SOA serial, through the
+zone rules the DNS API follows too (appliance/dns/records.py, which loads no API).
 """
 
 import logging
 
+from appliance.dns.records import bump_serial, soa_record
 from appliance.tenancy import zones as zone_rule
 
 from .members import INSTANCES, NODES, host_of
@@ -50,20 +50,8 @@ def ensure_zone(store, name):
         zone = domains.insert({"name": name, "project_id": ADMIN_PROJECT, "mirror": None,
                                "description": "endpoints of DBaaS instances (sqldb)",
                                "tags": [TAG], "sync_to_ecosystem": False})
-        store.collection(RECORDS).insert({
-            "domain": zone["uuid"], "project_id": ADMIN_PROJECT, "type": "SOA",
-            "ttl": 3600, "prio": None, "disabled": False, "tags": [],
-            "record": {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{name}",
-                       "serial": 1, "refresh": 10800, "retry": 3600, "expire": 604800,
-                       "ttl": 3600}})
+        store.collection(RECORDS).insert(soa_record(zone))
     return zone
-
-
-def bump_serial(records, zone_uuid):
-    for soa in records.by("domain", zone_uuid):
-        if soa["type"] == "SOA":
-            records.mutate(soa["uuid"], lambda r: {**r, "record": {
-                **r["record"], "serial": (r["record"]["serial"] + 1) % 4294967296}})
 
 
 def wanted(store):

@@ -1,4 +1,4 @@
-"""The conventions of api-conventions.md section 2, against a real Waitress server."""
+"""The REST conventions of docs/api.md, against a real Waitress server."""
 
 import logging
 import os

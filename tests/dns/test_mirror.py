@@ -27,6 +27,7 @@ from appliance.app import create_app
 from appliance.api.resource import Action
 from appliance.bootstrap import bootstrap
 from appliance.dns import mirror as dnsmirror
+from appliance.dns import upstream as dnsupstream
 from appliance.dns.adopt import REQUEST_SCHEMA, adopt
 from appliance.iam.builtin import ADMIN_PROJECT
 from daemons.mirror import Mirror
@@ -533,12 +534,12 @@ class FakeUpstream:
 
     def list_records(self, zone, tag=None):
         if tag is not None:
-            raise dnsmirror.UpstreamError("q refused", 400, {"message": "unknown field q"})
+            raise dnsupstream.UpstreamError("q refused", 400, {"message": "unknown field q"})
         return []
 
     def create_record(self, zone, body):
         if "tags" in body:
-            raise dnsmirror.UpstreamError("refused", 400,
+            raise dnsupstream.UpstreamError("refused", 400,
                                           {"message": "unknown field(s) for Record: tags"})
         self.created.append(body)
 
@@ -599,7 +600,7 @@ def test_rule6_filter_retry_after_the_patched_hour(monkeypatch, no_filter):
     the module constant."""
     monkeypatch.setattr(dnsmirror, "FILTER_RETRY_SECONDS", 100.0)
     layer = no_filter.upstream.layer
-    upstream = dnsmirror.Upstream(no_filter.upstream.url, "mirror", MIRROR_PASSWORD)
+    upstream = dnsupstream.Upstream(no_filter.upstream.url, "mirror", MIRROR_PASSWORD)
     memo, realm = dnsmirror.FilterMemo(), str(uuidlib.uuid4())
     domain = {"name": f"u{uuidlib.uuid4().hex[:8]}.test"}
     records = [local_record("a")]
@@ -644,22 +645,22 @@ def test_rule6_server_error_is_a_failure_not_a_refusal(full):
 
 
 def test_rule6_unit_server_error_keeps_the_filter(full):
-    upstream = dnsmirror.Upstream(full.upstream.url, "mirror", MIRROR_PASSWORD)
+    upstream = dnsupstream.Upstream(full.upstream.url, "mirror", MIRROR_PASSWORD)
     memo = dnsmirror.FilterMemo("supported")
     domain = {"name": f"u{uuidlib.uuid4().hex[:8]}.test"}
     first = dnsmirror.sync_domain(upstream, full.realm, domain, [], memo)
     zone = first.upstream_domain["uuid"]
     full.upstream.layer.fail_listings.add(zone)
     try:
-        with pytest.raises(dnsmirror.UpstreamError) as caught:
+        with pytest.raises(dnsupstream.UpstreamError) as caught:
             dnsmirror.sync_domain(upstream, full.realm, domain, [local_record("a")], memo)
         assert caught.value.failure and not caught.value.refusal
         assert memo.tag_filter == "supported" and memo.filter_retry_at is None
     finally:
         full.upstream.layer.fail_listings.discard(zone)
     # nothing listening: a failure too
-    dead = dnsmirror.Upstream("http://127.0.0.1:9", "mirror", MIRROR_PASSWORD, timeout=2)
-    with pytest.raises(dnsmirror.UpstreamError) as caught:
+    dead = dnsupstream.Upstream("http://127.0.0.1:9", "mirror", MIRROR_PASSWORD, timeout=2)
+    with pytest.raises(dnsupstream.UpstreamError) as caught:
         dnsmirror.sync_domain(dead, full.realm, domain, [], memo)
     assert caught.value.failure and memo.tag_filter == "supported"
 
@@ -816,12 +817,12 @@ def test_unconfigured_mirror_logs_once_and_does_nothing(tmp_path):
 def test_token_is_refreshed_when_it_expires(tmp_path):
     srv = start_upstream(tmp_path, "full", token_ttl=2)
     try:
-        upstream = dnsmirror.Upstream(srv.url, "mirror", MIRROR_PASSWORD)
+        upstream = dnsupstream.Upstream(srv.url, "mirror", MIRROR_PASSWORD)
         since = time.monotonic()
 
         def grants():
             return [p for t, m, p, _ in srv.layer.requests
-                    if t >= since and p == dnsmirror.TOKEN_PATH]
+                    if t >= since and p == dnsupstream.TOKEN_PATH]
         assert upstream.find_domain("nothing.test") is None
         assert len(grants()) == 1
         upstream.find_domain("nothing.test")
@@ -844,7 +845,7 @@ def test_scoped_token_creates_the_domain_in_its_project(full_upstream):
     SECRET_VALUES.add(password)
     user, username, _ = make_user(up, None, password)
     bind(up, user, "owner", project)
-    upstream = dnsmirror.Upstream(full_upstream.url, username, password,
+    upstream = dnsupstream.Upstream(full_upstream.url, username, password,
                                   scope=f"project:{project}")
     name = f"s{uuidlib.uuid4().hex[:8]}.test"
     result = dnsmirror.sync_domain(upstream, str(uuidlib.uuid4()), {"name": name},
@@ -870,7 +871,7 @@ def scoped_mirror(up, url):
     SECRET_VALUES.add(password)
     user, username, _ = make_user(up, None, password)
     bind(up, user, "owner", project)
-    return project, dnsmirror.Upstream(url, username, password, scope=f"project:{project}")
+    return project, dnsupstream.Upstream(url, username, password, scope=f"project:{project}")
 
 
 def test_the_mirror_never_writes_into_an_upstream_domain_of_another_project(full_upstream):
@@ -881,8 +882,8 @@ def test_the_mirror_never_writes_into_an_upstream_domain_of_another_project(full
     name = f"o{uuidlib.uuid4().hex[:8]}.test"
     theirs = up.post(D, {"name": name, "project_id": other}).json
     before = up.get(f"{D}/{theirs['uuid']}/records").json
-    upstream = dnsmirror.Upstream(full_upstream.url, "mirror", MIRROR_PASSWORD)
-    with pytest.raises(dnsmirror.UpstreamError) as refused:
+    upstream = dnsupstream.Upstream(full_upstream.url, "mirror", MIRROR_PASSWORD)
+    with pytest.raises(dnsupstream.UpstreamError) as refused:
         dnsmirror.sync_domain(upstream, str(uuidlib.uuid4()), {"name": name},
                               [local_record("a")], dnsmirror.FilterMemo())
     assert refused.value.status == 409 and "does not write into it" in refused.value.message
@@ -899,7 +900,7 @@ def test_the_upstream_zone_rule_refuses_a_mirrored_zone_inside_another_owners(
     parent = f"v{uuidlib.uuid4().hex[:8]}.test"
     up.post(D, {"name": parent, "project_id": victim})
     _, upstream = scoped_mirror(up, full_upstream.url)
-    with pytest.raises(dnsmirror.UpstreamError) as refused:
+    with pytest.raises(dnsupstream.UpstreamError) as refused:
         dnsmirror.sync_domain(upstream, str(uuidlib.uuid4()), {"name": f"www.{parent}"},
                               [local_record("a")], dnsmirror.FilterMemo())
     assert refused.value.status == 409 and ANOTHER_OWNER in refused.value.message

@@ -42,7 +42,9 @@ OPENSSL = {"_hashlib", "hmac", "secrets"}
 
 NEVER = {
     "api": DNS_WIRE | {"watchdog"},
-    "builder": HTTP_SERVER | DNS_WIRE,
+    # resources in-process, without the API's routes, Bottle app and middleware
+    # (appliance/registry.py)
+    "builder": HTTP_SERVER | DNS_WIRE | {"appliance.app", "appliance.api.wsgi"},
     "delivery": HTTP_SERVER | TOKENS | DNS_WIRE | CONFIG_FILE,
     "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE | HTTP_CLIENT | OPENSSL,
     "mirror": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE,
@@ -144,3 +146,20 @@ def test_supervisor_preloads_every_child_module_and_never_starts_a_thread(tmp_pa
     assert imported(modules, TEST_ONLY) == []
     # the first-start bootstrap ran (in a forked child): its line was printed
     assert any("admin password of user 'admin'" in line for line in supervisor.lines)
+
+
+def test_the_builder_registry_holds_what_the_api_registers(settings):
+    """The builder runs manifests through appliance/registry.py, not the composition root:
+    the same resources of the same classes, registered in the same order."""
+    from appliance.app import build_api
+    from appliance.registry import build_registry
+    api = build_api(settings)
+    registry = build_registry(settings, api.store)
+    try:
+        assert list(registry.resources) == list(api.resources)
+        assert {p: type(r) for p, r in registry.resources.items()} == \
+            {p: type(r) for p, r in api.resources.items()}
+        assert registry.authenticate is not None
+    finally:
+        registry.close()
+        api.close()

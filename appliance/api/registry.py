@@ -1,0 +1,27 @@
+"""The resources of the capabilities without their HTTP side, for code that runs them
+in-process (the builder daemon: the Element Manager, repository sync and the bridge).
+
+A capability registers itself the one way (`register(api)`), and this object takes that
+registration as the API does, but keeps only the resources, the settings, the store and the
+authenticator: a route is the HTTP mapping, and here there is none. Creating, updating and
+deleting through a resource then runs the same validation and hooks as a request would,
+without a route table, a Bottle application or the WSGI middleware in the process.
+"""
+
+
+class Registry:
+    def __init__(self, settings, store):
+        self.settings = settings
+        self.store = store
+        self.resources = {}         # collection path -> Resource
+        self.routes = ()            # what a capability may read back of its routes: none
+        self.authenticate = None    # installed by IAM, as in the API
+        self.closers = []
+
+    def route(self, method, path, handler, **declaration):
+        """A capability's route: the HTTP mapping, not kept here."""
+        return None
+
+    def close(self):
+        for closer in self.closers:
+            closer()
