@@ -16,11 +16,12 @@ from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldTyp
                                   FilterError, Integer, List, Object, Reference, String, Tags,
                                   UUID_RE)
 from appliance.api.links import Link
-from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
-from state.collection import format_time, utcnow
+from appliance.kinds import ADMIN_PROJECT
 from appliance.tenancy import addresses, is_platform
 from appliance.tenancy import nodes as node_rules
+from state.collection import format_time, utcnow
 
 from . import disks
 from .sets import release_volumes

@@ -22,7 +22,7 @@ import socket
 import subprocess
 
 from appliance.agent.credentials import AGENTS, issue_credential, same
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT
 from state import DuplicateKey
 
 log = logging.getLogger("appliance.firstboot")

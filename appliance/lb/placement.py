@@ -9,7 +9,8 @@ other I/O, so the API (ipsv4, port checks), the producer and the status step sha
   `lbaas-<name>` set, made by appliance/lb/reconcile.py).
 """
 
-from appliance.tenancy import ADMIN_PROJECT, appliance_node  # noqa: F401 (placement's own name for it)
+from appliance.kinds import ADMIN_PROJECT
+from appliance.tenancy import appliance_node
 
 NODES, SETS = "compute_nodes", "compute_sets"
 

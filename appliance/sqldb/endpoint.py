@@ -14,12 +14,12 @@ appliance/secret/certificates.py: this runs in a daemon without the API).
 
 import logging
 
+from appliance.kinds import ADMIN_PROJECT
 from appliance.tenancy import zones as zone_rule
 
 from .members import INSTANCES, NODES, host_of
 
 DOMAINS, RECORDS = "dns_domains", "dns_records"
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 TAG = "sqldb"
 # short: a client resolving again after a failover finds the new primary within this
 TTL = 5

@@ -157,7 +157,8 @@ PLATFORM = Reach(platform=True)
 def for_project(store, settings, project_id):
     """The Reach of a project (the platform's for the admin project), from the network
     records and the setting."""
-    from appliance.tenancy import ADMIN_PROJECT, is_platform_project  # noqa: PLC0415
+    from appliance.kinds import ADMIN_PROJECT  # noqa: PLC0415
+    from appliance.tenancy import is_platform_project  # noqa: PLC0415
     if is_platform_project(project_id):
         return PLATFORM
     from appliance.network.networks import networks  # noqa: PLC0415 (the API's store)

@@ -23,7 +23,9 @@ project.
 
 from appliance.api.errors import BadRequest, Forbidden
 
-from . import ADMIN_PROJECT, appliance_node, is_platform
+from appliance.kinds import ADMIN_PROJECT
+
+from . import appliance_node, is_platform
 
 NODES, SETS = "compute_nodes", "compute_sets"
 KINDS = {"node": NODES, "nodes": NODES, "node_set": SETS}

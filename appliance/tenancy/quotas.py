@@ -28,7 +28,7 @@ import zlib
 
 import orjson
 
-from . import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT
 
 NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
 LBS, SQLDB_INSTANCES = "network_lb", "sqldb_instances"
