@@ -98,7 +98,7 @@ def lands_on(record, node):
 
 
 def check_target(store, principal, project_id, target, where="target"):
-    """A `target` field (appliance/agent/targets.py TARGET_SCHEMA: node, node_set or
+    """A `target` field (appliance/targeting.py TARGET_SCHEMA: node, node_set or
     nodes) checked by `check_nodes`; its uuids are lower-cased in place."""
     kind = target["kind"]
     if kind == "nodes":
