@@ -12,10 +12,11 @@ import json
 import secrets
 import uuid as uuidlib
 
+from appliance.kinds import COMPUTE_NODES
 from state import format_time, utcnow
 
 AGENTS, ENROLLMENTS, RESOURCES = "ua_agents", "ua_enrollments", "ua_resources"
-NODES = "compute_nodes"
+NODES = COMPUTE_NODES
 
 
 def digest(text):

@@ -15,6 +15,7 @@ from appliance.api.errors import BadRequest
 from appliance.api.fields import UUID, UUID_RE, Enum, Field, Object, String, Tags
 from appliance.api.links import ANY, Link
 from appliance.api.resource import Resource
+from appliance.kinds import VS_VARIABLES
 from appliance.targeting import TARGET_SCHEMA
 
 from . import paths, render
@@ -61,7 +62,7 @@ ON_CHANGE_SCHEMA = {
     ],
 }
 # fields a link may read beyond a resource's plain visible fields
-_COMPUTED = {("vs_variables", "value")}
+_COMPUTED = {(VS_VARIABLES, "value")}
 
 
 class Configs(Resource):

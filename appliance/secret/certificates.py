@@ -30,13 +30,14 @@ import time
 
 from state.collection import format_time
 
+from appliance.kinds import DNS_DOMAINS
 from appliance.tenancy import zones as zone_rule
 
 from .challenges import remove_challenges
 from .crypto import SecretBox
 
 KIND = "secret_certificates"
-DOMAINS = "dns_domains"
+DOMAINS = DNS_DOMAINS
 # what the order's process needs of the daemon's settings
 ORDER_SETTINGS = ("state_dir", "log_level", "acme_directory_url", "acme_ca_bundle",
                   "acme_dns_wait_seconds", "acme_order_timeout_seconds")

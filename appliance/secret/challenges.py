@@ -9,7 +9,9 @@ raises it: a DNS server that does not answer in time fails the order.
 
 import time
 
-RECORDS = "dns_records"
+from appliance.kinds import DNS_RECORDS
+
+RECORDS = DNS_RECORDS
 # every TXT record of ours carries it: found again after a crash, or after a certificate
 # was deleted while its order ran
 TAG = "appliance-certificate:"

@@ -14,12 +14,12 @@ appliance/secret/certificates.py: this runs in a daemon without the API).
 
 import logging
 
-from appliance.kinds import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT, DNS_DOMAINS, DNS_RECORDS
 from appliance.tenancy import zones as zone_rule
 
 from .members import INSTANCES, NODES, host_of
 
-DOMAINS, RECORDS = "dns_domains", "dns_records"
+DOMAINS, RECORDS = DNS_DOMAINS, DNS_RECORDS
 TAG = "sqldb"
 # short: a client resolving again after a failover finds the new primary within this
 TTL = 5

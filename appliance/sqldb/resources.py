@@ -31,7 +31,7 @@ from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType
 from appliance.api.links import Link
 from appliance.api.resource import Resource
 from appliance.api.routing import PUBLIC
-from appliance.kinds import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES
 from appliance.kinds import UUID as _U
 from appliance.tenancy import is_platform
 from appliance.tenancy.nodes import check_nodes
@@ -385,7 +385,7 @@ class Instances(SqldbResource):
                              f"{record['sync_replica_number']}")
 
     def declared_links(self):
-        return [Link(INSTANCES, "compute_nodes", label="placement.nodes",
+        return [Link(INSTANCES, COMPUTE_NODES, label="placement.nodes",
                      values=lambda r: (r.get("placement") or {}).get("nodes") or ())]
 
     def checked_placement(self, call, record):

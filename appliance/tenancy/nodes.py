@@ -22,12 +22,11 @@ project.
 """
 
 from appliance.api.errors import BadRequest, Forbidden
-
-from appliance.kinds import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES, COMPUTE_SETS
 
 from . import appliance_node, is_platform
 
-NODES, SETS = "compute_nodes", "compute_sets"
+NODES, SETS = COMPUTE_NODES, COMPUTE_SETS
 KINDS = {"node": NODES, "nodes": NODES, "node_set": SETS}
 
 
