@@ -1,5 +1,5 @@
-"""The words every package shares: the store's kind names, the id pattern, the admin
-project.
+"""The words every package shares: the store's kind names, ids (their pattern, and the id
+of a record's item on a node), the admin project.
 
 A kind name is a file in the state directory: a typo in one package reads an empty
 collection without an error, so a kind that one package names for another's records is
@@ -10,6 +10,7 @@ appliance: every floor may import it.
 """
 
 import re
+import uuid as uuidlib
 
 # the admin project: its records are the platform's (appliance/tenancy/__init__.py)
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -20,6 +21,17 @@ UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]
 UUID_PATTERN = rf"^{UUID}$"
 # a uuid as stored (lower case, which the API writes): for input that never passed the API
 STORED_UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+
+# uuid5 namespace of target resources (fixed: the same node, kind and master give the same
+# uuid on every server and after every restart)
+NODE_NS = uuidlib.UUID("0b6f0c52-6a43-5c4e-9d0e-3f2a8f4c1d77")
+
+
+def target_uuid(node_uuid, kind, master_uuid):
+    """The id of what `master_uuid` (a config, a service, ...) becomes on one node: the
+    producers name their items with it, the agent its actual resources
+    (appliance/agent/protocol.py)."""
+    return str(uuidlib.uuid5(NODE_NS, f"{node_uuid}/{kind}/{master_uuid}"))
 
 # ---- store kinds named across packages (each owned by the package in its prefix) -------
 

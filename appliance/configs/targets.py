@@ -9,9 +9,8 @@ Of two configs that write one path on a node, only the earlier is delivered ther
 (paths.py); the later one's item says why and is refused.
 """
 
-from appliance.agent.protocol import target_uuid
 from appliance.em.links import Unavailable
-from appliance.kinds import VS_VARIABLES
+from appliance.kinds import VS_VARIABLES, target_uuid
 
 from . import paths, render
 

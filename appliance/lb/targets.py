@@ -11,8 +11,7 @@ address or a renewed certificate changes the item's hash and the agent renders a
 import logging
 
 from appliance import config
-from appliance.agent.protocol import target_uuid
-from appliance.kinds import COMPUTE_NODES
+from appliance.kinds import COMPUTE_NODES, target_uuid
 from appliance.tenancy import addresses
 
 from . import conditions, nginx, placement

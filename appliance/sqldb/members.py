@@ -6,8 +6,7 @@ whose uuid is the instance's (appliance/sqldb/sets.py). A member's host is its n
 `default_network.ipv4`, a HW node's too.
 """
 
-from appliance.agent.protocol import target_uuid
-from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, UA_RESOURCES
+from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, UA_RESOURCES, target_uuid
 
 KIND, MASTER_KIND = "sqldb", "sqldb_instances"
 INSTANCES, VERSIONS = "sqldb_instances", "sqldb_versions"
