@@ -21,12 +21,12 @@ and the agent into a cycle. Here it is written once, beneath all of them:
 - `links`: a node or set that a target names is in use (appliance/api/links.py).
 
 It imports only the floors below it: the API framework's links, the tenancy rules and
-the kind names.
+the kind names; the first two when a function needs them, so that the daemons that only
+read targets (compute's VM seeds, DBaaS's status step) do not load the API framework
+(tests/supervisor/test_imports.py).
 """
 
-from appliance.api.links import Link
 from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, UUID_PATTERN
-from appliance.tenancy.nodes import check_target, lands_on
 
 _UUID = {"type": "string", "pattern": UUID_PATTERN}
 
@@ -63,6 +63,7 @@ def normalized(target):
 def checked(store, principal, project_id, target, where="target"):
     """400 unless a record of `project_id` written by `principal` may name every node or
     node set of `target` (appliance/tenancy/nodes.py); the target, normalized in place."""
+    from appliance.tenancy.nodes import check_target
     return check_target(store, principal, project_id, normalized(target), where)
 
 
@@ -102,6 +103,7 @@ def names(target, node):
 def delivers(record, node):
     """True when `record` (a config, service or SSH key) goes to `node`: its target names
     the node, and the node is of its project (appliance/tenancy/nodes.py, `lands_on`)."""
+    from appliance.tenancy.nodes import lands_on
     return names(record.get("target"), node) and lands_on(record, node)
 
 
@@ -122,6 +124,8 @@ def nodes_named(store, target):
 def links(user_kind, field="target"):
     """The links of a `target` field to the nodes and sets it names (api/links.py): a
     node or set that a config, secret or service targets is in use."""
+    from appliance.api.links import Link
+
     def values(kind):
         return lambda record: named(record.get(field), kind)
     return [Link(user_kind, COMPUTE_NODES, values=values("node"), label=f"{field} node"),
