@@ -49,6 +49,8 @@ CONFIG_CONFIGS = "config_configs"
 DNS_DOMAINS = "dns_domains"
 DNS_RECORDS = "dns_records"
 
+IAM_PROJECTS = "iam_projects"
+
 SECRET_CERTIFICATES = "secret_certificates"
 
 SQLDB_INSTANCES = "sqldb_instances"
