@@ -14,7 +14,7 @@ import sys
 import time
 
 from appliance import config, logs
-from appliance.agent.credentials import CredentialError, layout, read_credential
+from appliance.agent.credential_file import CredentialError, layout, read_credential
 
 
 def build(settings):

@@ -1,6 +1,6 @@
 """Node agent credentials, without the API: the compute daemon (VM seeds) and first boot
-(the appliance's own node) issue them, and must not pull the web framework in; the node
-agent (daemons/agent.py) and `appliance agent status` read the credential file.
+(the appliance's own node) use them, and must not pull the web framework in. The node
+side reads the file they end up in through credential_file.py.
 
 Agent secrets are 256-bit random strings, so a plain SHA-256 of them is stored (a slow KDF
 protects guessable passwords, not these).
@@ -8,7 +8,6 @@ protects guessable passwords, not these).
 
 import hashlib
 import hmac
-import json
 import secrets
 import uuid as uuidlib
 
@@ -102,35 +101,3 @@ def agent_endpoint(store, settings, node):
     if ca:
         return f"https://{gateway}", ca
     return f"http://{gateway}:{settings['api_port']}", None
-
-
-# ---- the node side: the credential file {"endpoint", "agent", "node", "secret"}, which
-# may also carry "root" and "state_dir" (`appliance agent enroll --root/--state-dir`)
-
-class CredentialError(Exception):
-    """A credential file that is missing or unusable; str() says which and why."""
-
-
-def read_credential(path):
-    """The credential file's contents, with its four keys checked."""
-    try:
-        with open(path) as f:
-            cred = json.load(f)
-    except OSError as e:
-        raise CredentialError(f"cannot read the credential file {path}: {e.strerror}") \
-            from None
-    except ValueError:
-        raise CredentialError(f"the credential file {path} is not JSON") from None
-    missing = [k for k in ("endpoint", "agent", "node", "secret")
-               if not isinstance(cred.get(k), str) or not cred[k]] \
-        if isinstance(cred, dict) else ["all"]
-    if missing:
-        raise CredentialError(f"the credential file {path} lacks {', '.join(missing)}")
-    return cred
-
-
-def layout(settings, cred):
-    """(root, state dir, allowed roots) of this agent."""
-    roots = [r.strip() for r in str(settings["agent_allowed_roots"]).split(",") if r.strip()]
-    return (cred.get("root") or settings["agent_root"],
-            cred.get("state_dir") or settings["agent_state_dir"], roots)
