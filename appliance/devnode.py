@@ -25,6 +25,8 @@ import json
 import logging
 import os
 
+from appliance.kinds import COMPUTE_NODES
+
 log = logging.getLogger("appliance.devnode")
 
 NAME = "dev-node"
@@ -78,7 +80,7 @@ def register(store, settings, cores=None, ram=None):
     node, made = register_self(store, NAME, network(), cores or os.cpu_count() or 1,
                                ram or memory_mb())
     if node.get("description") != DESCRIPTION:
-        node = store.collection("compute_nodes").update(node["uuid"],
+        node = store.collection(COMPUTE_NODES).update(node["uuid"],
                                                         {"description": DESCRIPTION})
     os.makedirs(root, exist_ok=True)
     os.makedirs(agent_state, mode=0o700, exist_ok=True)

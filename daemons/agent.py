@@ -8,41 +8,13 @@ credential file {"endpoint", "agent", "node", "secret"} may also carry "root" an
 "state_dir" (`appliance agent enroll --root/--state-dir`), which then win.
 """
 
-import json
 import logging
 import signal
 import sys
 import time
 
 from appliance import config, logs
-
-
-class CredentialError(Exception):
-    pass
-
-
-def read_credential(path):
-    try:
-        with open(path) as f:
-            cred = json.load(f)
-    except OSError as e:
-        raise CredentialError(f"cannot read the credential file {path}: {e.strerror}") \
-            from None
-    except ValueError:
-        raise CredentialError(f"the credential file {path} is not JSON") from None
-    missing = [k for k in ("endpoint", "agent", "node", "secret")
-               if not isinstance(cred.get(k), str) or not cred[k]] \
-        if isinstance(cred, dict) else ["all"]
-    if missing:
-        raise CredentialError(f"the credential file {path} lacks {', '.join(missing)}")
-    return cred
-
-
-def layout(settings, cred):
-    """(root, state dir, allowed roots) of this agent."""
-    roots = [r.strip() for r in str(settings["agent_allowed_roots"]).split(",") if r.strip()]
-    return (cred.get("root") or settings["agent_root"],
-            cred.get("state_dir") or settings["agent_state_dir"], roots)
+from appliance.agent.credential_file import CredentialError, layout, read_credential
 
 
 def build(settings):

@@ -46,20 +46,10 @@ KNOWN_CYCLES = {
         "lb declares its sets through the descriptor; compute makes them (move 5)",
     ("appliance/compute/", "appliance/sqldb/"):
         "sqldb declares its sets through the descriptor; compute makes them (move 5)",
-    # the "target" idea has no home: agent/targets.py <-> configs/resources.py <->
-    # secret/resources.py. The targeting floor (move 3) takes the schema, the check and
-    # target_uuid out of agent/
-    ("appliance/configs/", "appliance/agent/"):
-        "TARGET_SCHEMA, target_links and target_uuid move to the targeting floor (move 3)",
-    ("appliance/secret/", "appliance/agent/"):
-        "TARGET_SCHEMA, target_links and target_uuid move to the targeting floor (move 3)",
 }
 
 # (module, module): the import that closes a cycle inside one package.
 KNOWN_INNER_CYCLES = {
-    # the ACME client and the certificate reconciler call each other (function-level)
-    ("appliance.secret.acme", "appliance.secret.certificates"):
-        "Challenges moves to a module both import (secret's rules, move 2)",
     # the package exports all_resources() lazily from resources, which imports the package
     ("appliance.service.resources", "appliance.service"):
         "the package's descriptor names resources; resources stops importing it (move 1)",

@@ -1,5 +1,6 @@
 """Node agent credentials, without the API: the compute daemon (VM seeds) and first boot
-(the appliance's own node) use them, and must not pull the web framework in.
+(the appliance's own node) use them, and must not pull the web framework in. The node
+side reads the file they end up in through credential_file.py.
 
 Agent secrets are 256-bit random strings, so a plain SHA-256 of them is stored (a slow KDF
 protects guessable passwords, not these).
@@ -10,10 +11,11 @@ import hmac
 import secrets
 import uuid as uuidlib
 
+from appliance.kinds import COMPUTE_NODES
 from state import format_time, utcnow
 
 AGENTS, ENROLLMENTS, RESOURCES = "ua_agents", "ua_enrollments", "ua_resources"
-NODES = "compute_nodes"
+NODES = COMPUTE_NODES
 
 
 def digest(text):

@@ -7,15 +7,9 @@ value and nothing else makes the agent act; the payload hash covers the set of i
 
 import hashlib
 import json
-import uuid as uuidlib
 
-# uuid5 namespace of target resources (fixed: the same node, kind and master give the same
-# uuid on every server and after every restart)
-NODE_NS = uuidlib.UUID("0b6f0c52-6a43-5c4e-9d0e-3f2a8f4c1d77")
-
-
-def target_uuid(node_uuid, kind, master_uuid):
-    return str(uuidlib.uuid5(NODE_NS, f"{node_uuid}/{kind}/{master_uuid}"))
+# an item's uuid: the producers below the agent name their items with it too
+from appliance.kinds import NODE_NS, target_uuid  # noqa: F401
 
 
 def canonical(value):

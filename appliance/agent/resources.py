@@ -7,9 +7,10 @@ import logging
 
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden
 from appliance.api.fields import DateTime, Enum, Field, Object, String, UUID
-from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.routing import PUBLIC, Reply
 from appliance.api.validation import Validator
+from appliance.kinds import ADMIN_PROJECT
 from appliance.tenancy import is_platform
 
 from . import capabilities, protocol

@@ -8,11 +8,13 @@ ACTIVE. Any ERROR: ERROR. Else IN_PROGRESS, naming the first node still waiting 
 The per-node judgement goes into the master's read-only `node_status`.
 """
 
+from appliance.kinds import COMPUTE_SETS
+
 from . import capabilities, protocol
 from .credentials import AGENTS, NODES, RESOURCES
 from .targets import View
 
-SETS = "compute_sets"
+SETS = COMPUTE_SETS
 # kinds whose writes can move a master's status (besides the master kinds): the reports,
 # the agents and nodes, and what producers render links from
 WATCHED = (RESOURCES, AGENTS, NODES, SETS, "secret_secrets", "secret_passwords",

@@ -8,10 +8,12 @@ values into what a client sees (references become paths).
 import copy
 import re
 
+from appliance.kinds import UUID_PATTERN
+
 from .patterns import compiled
 
-# the declared form (published with `$`) and the one that checks input (`$` -> `\Z`)
-UUID_PATTERN = r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"
+# the declared form (published with `$`, appliance/kinds.py) and the one that checks input
+# (`$` -> `\Z`)
 UUID_RE = compiled(UUID_PATTERN)
 
 

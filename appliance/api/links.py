@@ -19,10 +19,12 @@ reads only the links that can name the deleted kind.
 
 import threading
 
+from appliance.kinds import IAM_PROJECTS
+
 from .errors import Conflict
 
 ANY = "*"                   # a link whose extractor names the kind of each target
-PROJECTS = "iam_projects"
+PROJECTS = IAM_PROJECTS
 SHOWN = 10                  # users named in a refusal; the rest are counted
 
 

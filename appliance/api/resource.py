@@ -8,6 +8,7 @@ Capabilities subclass `Resource` and override the hooks (`prepare_create`,
 
 import uuid as uuidlib
 
+from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
 from appliance.tenancy import quotas
 
 from . import links
@@ -18,8 +19,7 @@ from .listing import check_project_filter, matches, parse_filters, sort_and_page
 from .routing import Reply
 from .validation import Validator
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
-PROJECTS = "iam_projects"       # the kind a project-scoped record's project_id must name
+PROJECTS = IAM_PROJECTS         # the kind a project-scoped record's project_id must name
 # listing.check_project_filter's refusal: a list of a project-scoped kind answers it even
 # on a public route (the store's catalog), so every such list declares it
 PROJECT_FILTER_403 = {"403": {

@@ -101,8 +101,9 @@ def cmd_enroll(args, env):
 
 def cmd_status(args, env):
     import datetime  # noqa: PLC0415
+    from appliance.agent.credential_file import (CredentialError, layout,  # noqa: PLC0415
+                                                 read_credential)
     from appliance.agent.runner import read_state  # noqa: PLC0415
-    from daemons.agent import CredentialError, layout, read_credential  # noqa: PLC0415
     settings = _settings(env)
     path = args.credential_file or settings["agent_credential_file"]
     try:

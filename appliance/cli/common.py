@@ -23,6 +23,7 @@ from appliance.cli import CliError, NotLoggedIn, UsageError, output, schema
 from appliance.cli.client import ApiClient, ApiError, Transport, UrllibTransport, normalize_endpoint
 from appliance.cli.session import SessionStore, config_dir_from_environ
 from appliance.cli.trust import ask_on_terminal
+from appliance.kinds import ADMIN_PROJECT
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_PAGE_SIZE = 100
@@ -31,7 +32,6 @@ DEFAULT_PAGE_SIZE = 100
 # default that differs per group is one more thing to remember.
 WAIT_TIMEOUT = 900.0
 UUID = re.compile(r"^[0-9a-fA-F-]{36}$")
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 PROJECTS = "/v1/iam/projects/"
 # how items of a collection are named where it is not `name`
 NAME_FIELDS = {"/v1/iam/users/": "username"}

@@ -10,6 +10,7 @@ import argparse
 import os
 import time
 
+from appliance.kinds import ADMIN_PROJECT
 from appliance.versions import VersionError, parse
 
 from . import CliError, UsageError
@@ -19,7 +20,6 @@ from .em import read_manifest
 from .groups import Progress
 
 REPOS = "/v1/repo/repositories/"
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 ELEMENTS = "/v1/repo/elements/"
 EM_ELEMENTS = "/v1/em/elements/"
 POLL_SECONDS = 0.2

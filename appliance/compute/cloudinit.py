@@ -47,14 +47,14 @@ def keys_for(node, ssh_keys):
     """The public keys (sorted, unique) of `ssh_keys` records that go to `node`: a key
     with a target only when it targets the node, and then the line it authorizes (its
     target_public_key, else its own public key); one without, as before."""
-    from appliance.agent.targets import View
+    from appliance import targeting
     from appliance.secret.ssh_targets import authorized_line
     keys = set()
     for record in ssh_keys:
         if record.get("project_id") != node.get("project_id"):
             continue
         if record.get("target"):
-            if View(None).targets(record["target"], node) and authorized_line(record):
+            if targeting.names(record["target"], node) and authorized_line(record):
                 keys.add(authorized_line(record))
             continue
         for field in ("public_key", "target_public_key"):

@@ -16,11 +16,12 @@ from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldTyp
                                   FilterError, Integer, List, Object, Reference, String, Tags,
                                   UUID_RE)
 from appliance.api.links import Link
-from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
-from state.collection import format_time, utcnow
+from appliance.kinds import ADMIN_PROJECT, NETWORK_NETWORKS, NETWORK_PORTS
 from appliance.tenancy import addresses, is_platform
 from appliance.tenancy import nodes as node_rules
+from state.collection import format_time, utcnow
 
 from . import disks
 from .sets import release_volumes
@@ -35,7 +36,7 @@ NODES_PATH = "/v1/compute/nodes"
 SETS_PATH = "/v1/compute/sets"
 NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
 POLICIES, HYPERVISORS, NETWORKS = ("compute_placement_policies", "compute_hypervisors",
-                                   "network_networks")
+                                   NETWORK_NETWORKS)
 CONSOLE_TAIL = 64 * 1024
 # fields a set owns on its members: a PUT of them on a member is refused
 SET_OWNED = ("cores", "ram", "disk_spec", "placement_policies")
@@ -497,7 +498,7 @@ class Nodes(ComputeResource):
                                    node["project_id"]).refusal(address)
         if why is not None:
             raise BadRequest(f"address: {why}")
-        for port in self.store_kind("network_ports").by("ipv4", address):
+        for port in self.store_kind(NETWORK_PORTS).by("ipv4", address):
             if port.get("node") != node["uuid"]:
                 raise Conflict(f"address: {address} is the address of node "
                                f"{port.get('node')} on its network")

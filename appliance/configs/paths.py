@@ -24,7 +24,9 @@ tenancy/nodes.py), so two concurrent creates of one path on one node cannot both
 import contextlib
 import zlib
 
-CONFIGS, NODES = "config_configs", "compute_nodes"
+from appliance.kinds import COMPUTE_NODES
+
+CONFIGS, NODES = "config_configs", COMPUTE_NODES
 LOCK_STRIPES = 16
 
 

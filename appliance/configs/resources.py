@@ -10,12 +10,13 @@ path on one node (paths.py: 409, checked under a lock per project). Status is th
 step's (appliance/agent/status.py): read-only, and every PUT returns it to NEW.
 """
 
-from appliance.agent.targets import TARGET_SCHEMA, target_links
+from appliance import targeting
 from appliance.api.errors import BadRequest
 from appliance.api.fields import UUID, UUID_RE, Enum, Field, Object, String, Tags
 from appliance.api.links import ANY, Link
 from appliance.api.resource import Resource
-from appliance.tenancy.nodes import check_target
+from appliance.kinds import VS_VARIABLES
+from appliance.targeting import TARGET_SCHEMA
 
 from . import paths, render
 from .targets import SECRET_VALUE_FIELDS, link_target
@@ -61,7 +62,7 @@ ON_CHANGE_SCHEMA = {
     ],
 }
 # fields a link may read beyond a resource's plain visible fields
-_COMPUTED = {("vs_variables", "value")}
+_COMPUTED = {(VS_VARIABLES, "value")}
 
 
 class Configs(Resource):
@@ -79,8 +80,7 @@ class Configs(Resource):
                       description="absolute path on the node, under the agent's allowed "
                                   "roots"),
                 Field("target", Object(TARGET_SCHEMA), required=True,
-                      description="{kind: node, node} | {kind: node_set, node_set} | "
-                                  "{kind: nodes, nodes: [...]}"),
+                      description=targeting.DESCRIPTION),
                 Field("body", Object(BODY_SCHEMA), required=True,
                       description="{kind: text, content} | {kind: template, template, "
                                   "variables}: `{{ name }}` only; a `$` variable is a link"),
@@ -129,7 +129,7 @@ class Configs(Resource):
     def declared_links(self):
         # the records its `$core` links name (a password, a variable...), and its target
         return [Link(self.kind, ANY, values=linked_records, label="body links"),
-                *target_links(self.kind)]
+                *targeting.links(self.kind)]
 
     # ---- checks beyond the schema ----------------------------------------------------
 
@@ -167,7 +167,7 @@ class Configs(Resource):
             bad("names a record of another project")
 
     def check_target(self, call, target, project_id):
-        check_target(call.store, call.principal, project_id, target)
+        targeting.checked(call.store, call.principal, project_id, target)
 
 
 def linked_records(config):
@@ -179,21 +179,10 @@ def linked_records(config):
     return found
 
 
-def normalized_target(values):
-    target = values.get("target")
-    if target:
-        for key in ("node", "node_set"):
-            if key in target:
-                target[key] = target[key].lower()
-        if "nodes" in target:
-            target["nodes"] = [u.lower() for u in target["nodes"]]
-    return values
-
-
 def _normalized(values):
     """Stored forms: uuids in lower case (the producer compares them as strings), a
     template's variables present."""
-    normalized_target(values)
+    targeting.normalized(values.get("target"))
     body = values.get("body")
     if body and body["kind"] == "template":
         body.setdefault("variables", {})

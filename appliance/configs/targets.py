@@ -9,8 +9,8 @@ Of two configs that write one path on a node, only the earlier is delivered ther
 (paths.py); the later one's item says why and is refused.
 """
 
-from appliance.agent.protocol import target_uuid
 from appliance.em.links import Unavailable
+from appliance.kinds import VS_VARIABLES, target_uuid
 
 from . import paths, render
 
@@ -41,7 +41,7 @@ def resolve_link(view, link, project_id):
     first = link.fields[0]
     if SECRET_VALUE_FIELDS.get(kind) == first:
         value = view.secret_value(kind, uuid)
-    elif kind == "vs_variables" and first == "value":
+    elif kind == VS_VARIABLES and first == "value":
         from appliance.vs.values import NoValue, variable_value
         try:
             value = variable_value(view.store, record)

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+from appliance.kinds import ADMIN_PROJECT  # noqa: E402
 TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
 DOMAINS = "/v1/dns/domains"
 TIMEOUT_SECONDS = 10.0

@@ -16,8 +16,9 @@ A string value that starts with `$` is a link and must parse as one; `to_str(`, 
 
 import re
 
+from appliance.kinds import UUID
+
 IDENT = r"[A-Za-z_][A-Za-z0-9_-]*"
-UUID = r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}"
 # a `$` segment may also be a uuid (one starting with a digit is no IDENT): a config names
 # the record it links to by uuid, having no manifest names (docs/configs.md)
 _LINK = re.compile(rf"^\$({IDENT})((?:\.(?:\$?{IDENT}|\${UUID}))+)((?::{IDENT})*)\Z")

@@ -22,14 +22,14 @@ import socket
 import subprocess
 
 from appliance.agent.credentials import AGENTS, issue_credential, same
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_HYPERVISORS, COMPUTE_NODES
 from state import DuplicateKey
 
 log = logging.getLogger("appliance.firstboot")
 
 LOCAL_URI = "qemu:///system"
-HYPERVISORS = "compute_hypervisors"
-NODES = "compute_nodes"
+HYPERVISORS = COMPUTE_HYPERVISORS
+NODES = COMPUTE_NODES
 LOOPBACK = "lo"
 
 

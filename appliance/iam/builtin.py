@@ -1,7 +1,8 @@
 """What first start creates: the admin project, built-in roles and their permissions,
 the public default client."""
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+from appliance.kinds import ADMIN_PROJECT  # noqa: F401 (the admin project, created here)
+
 DEFAULT_CLIENT = "00000000-0000-0000-0000-000000000000"
 DEFAULT_ORGANIZATION = "00000000-0000-0000-0000-000000000000"
 ADMIN_USERNAME = "admin"

@@ -13,8 +13,9 @@ one an installed element owns, or one whose kind refuses it (the active profile)
 from appliance.api import links
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.routing import SystemCall
+from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, NETWORK_LB, SQLDB_INSTANCES
 
-WORKLOADS = ("compute_nodes", "compute_sets", "network_lb", "sqldb_instances")
+WORKLOADS = (COMPUTE_NODES, COMPUTE_SETS, NETWORK_LB, SQLDB_INSTANCES)
 BINDINGS = "iam_role_bindings"
 SHOWN = 10
 

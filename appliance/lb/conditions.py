@@ -12,14 +12,14 @@ import re
 
 from appliance.api.errors import BadRequest
 from appliance.api.validation import Validator
+from appliance.kinds import UUID_PATTERN
 
 KINDS = ("prefix", "exact", "regex", "raw")
 L7_KINDS = ("prefix", "exact", "regex")
 HEADERS = ["Host", "X-Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Proto",
            "X-Forwarded-Prefix"]
 DAV_METHODS = ["PUT", "DELETE"]
-UUID = {"type": "string",
-        "pattern": "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"}
+UUID = {"type": "string", "pattern": UUID_PATTERN}
 # the reference's ^/(.*)$, less what would break out of an nginx location line
 PATH = r'^/[^\s"\'{};\\]*$'
 SAFE = r'^[^\x00-\x1f\x7f"{};\\]*$'

@@ -9,9 +9,10 @@ other I/O, so the API (ipsv4, port checks), the producer and the status step sha
   `lbaas-<name>` set, made by appliance/lb/reconcile.py).
 """
 
-from appliance.tenancy import ADMIN_PROJECT, appliance_node  # noqa: F401 (placement's own name for it)
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES, COMPUTE_SETS
+from appliance.tenancy import appliance_node
 
-NODES, SETS = "compute_nodes", "compute_sets"
+NODES, SETS = COMPUTE_NODES, COMPUTE_SETS
 
 
 def set_name(lb):

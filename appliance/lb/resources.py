@@ -20,6 +20,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Obj
 from appliance.api.links import Link
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
+from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, SECRET_CERTIFICATES
 from appliance.tenancy import addresses, fetch, is_platform
 from appliance.tenancy.nodes import check_appliance_node, check_nodes, platform_record
 
@@ -31,7 +32,7 @@ ROUTES_PATH = VHOSTS_PATH + "/<vhost>/routes"
 POOLS_PATH = LB_PATH + "/<lb>/backend_pools"
 LBS, VHOSTS = "network_lb", "network_lb_vhosts"
 ROUTES, POOLS = "network_lb_routes", "network_lb_backend_pools"
-CERTIFICATES, NODES, SETS = "secret_certificates", "compute_nodes", "compute_sets"
+CERTIFICATES, NODES, SETS = SECRET_CERTIFICATES, COMPUTE_NODES, COMPUTE_SETS
 CERT_PATH = "/v1/secret/certificates"
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 PROTOCOLS = ("http", "https", "tcp", "udp")

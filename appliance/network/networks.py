@@ -13,6 +13,7 @@ deleted under the ports lock, so no port can be added to it meanwhile).
 
 import uuid as uuidlib
 
+from appliance.kinds import ADMIN_PROJECT
 from state import DuplicateKey
 
 from . import ipam
@@ -22,7 +23,6 @@ PORTS = "network_ports"
 NETWORK_UNIQUE = [("default_of",), ("bridge",)]
 PORT_UNIQUE = [("network", "ipv4"), ("mac",), ("node",)]
 CIDR_LOCK = "network-cidrs"
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 DEFAULT_NAME = "default"
 LAYOUT = ("cidr", "gateway", "dns", "dhcp_start", "dhcp_end")
 

@@ -8,6 +8,7 @@ collides is drawn again (docs/network.md).
 
 import random
 
+from appliance.kinds import COMPUTE_NODES
 from state import DuplicateKey
 
 from . import ipam
@@ -39,7 +40,7 @@ def network_of(store, settings, node):
 def operator_addresses(store):
     """The addresses operators gave HW nodes (their `address`, docs/compute.md): a
     bare-metal machine already holds it on its network, so no VM may lease it."""
-    return [n["address"] for n in store.collection("compute_nodes").by("node_type", "HW")
+    return [n["address"] for n in store.collection(COMPUTE_NODES).by("node_type", "HW")
             if n.get("address")]
 
 

@@ -9,11 +9,13 @@ import logging
 
 import libvirt
 
+from appliance.kinds import COMPUTE_NODES
+
 from . import netxml
 from .networks import networks, ports
 
 log = logging.getLogger("appliance.network")
-NODES = "compute_nodes"
+NODES = COMPUTE_NODES
 HOST_SECTION = libvirt.VIR_NETWORK_SECTION_IP_DHCP_HOST
 
 

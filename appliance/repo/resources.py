@@ -11,10 +11,11 @@ from appliance import versions
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden, Unauthorized
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, Integer, Object,
                                   Reference, String, Tags, Text)
-from appliance.api.resource import ADMIN_PROJECT, Action, Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.routing import UPLOAD
 from appliance.api.validation import Validator
 from appliance.em.manifest import build_plan
+from appliance.kinds import ADMIN_PROJECT
 from appliance.secret.crypto import SecretBox
 from appliance.tenancy import addresses, fetch, is_platform
 from state import DuplicateKey, format_time, utcnow

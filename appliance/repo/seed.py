@@ -3,9 +3,9 @@ repository of the admin project (spec 4.3.1, last paragraph): the URL unchanged 
 project id appended), lazy sync, hourly refresh. Idempotent; a changed URL in the config
 updates the repository."""
 
+from appliance.kinds import ADMIN_PROJECT
 from state import DuplicateKey, format_time, utcnow
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 NAME = "realm"
 
 

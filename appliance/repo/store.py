@@ -13,8 +13,9 @@ part of a catalog (and not for anonymous eyes); `/v1/repo/elements` shows it.
 """
 
 from appliance import versions
-from appliance.api.resource import ADMIN_PROJECT, Resource
+from appliance.api.resource import Resource
 from appliance.api.routing import PUBLIC
+from appliance.kinds import ADMIN_PROJECT
 from state import order_key
 
 STORE = "/v1/repo/store"

@@ -78,7 +78,7 @@ import re
 import unicodedata
 from urllib.parse import unquote_to_bytes
 
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT, STORED_UUID_RE
 
 READ_PERMISSION = "repo.repository.read"
 UPLOAD_PERMISSION = "repo.repository.upload"
@@ -86,7 +86,7 @@ UPLOAD_PERMISSION = "repo.repository.upload"
 READ_METHODS = frozenset({"GET", "HEAD"})
 WRITE_METHODS = frozenset({"PUT", "DELETE"})
 
-_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+_UUID = STORED_UUID_RE
 _PRINTABLE_ASCII = re.compile(r"^[\x21-\x7e]*\Z")
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 _MAX_DECODE_ROUNDS = 8

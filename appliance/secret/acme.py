@@ -1,7 +1,7 @@
 """The ACME side of a certificate: account, order, DNS-01 challenges, finalization.
 
 All protocol work is the `acme` library's (certbot's client); this module only wires it to
-our store and to the DNS side given by the caller (appliance/secret/certificates.py puts
+our store and to the DNS side given by the caller (appliance/secret/challenges.py puts
 the TXT records into our zones and waits until our server answers them). Each order runs
 in a process of its own (the end of this file): `acme`, josepy, requests and pyOpenSSL
 are ~20 MB, and the certificate daemon is idle nearly always.
@@ -23,6 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from .challenges import AcmeFailure, Challenges
 from .crypto import SecretBox
 
 ACCOUNTS = "secret_acme_accounts"
@@ -32,10 +33,6 @@ KEY_BITS = 2048                 # RSA, as the reference's driver issues
 # the library logs every request and response whole (multi-line, the issued chain among
 # them) at DEBUG: a daemon at DEBUG would flood its journal
 logging.getLogger("acme").setLevel(logging.INFO)
-
-
-class AcmeFailure(Exception):
-    """An order that did not end in a certificate; str() is the reason shown to users."""
 
 
 def _new_key_pem():
@@ -165,7 +162,6 @@ def run_order(request):
     {"ok": false, "reason"}."""
     from state import Store
 
-    from .certificates import Challenges
     log = logging.getLogger("daemons.certificates")
     settings = request["settings"]
     store = Store(settings["state_dir"])
@@ -194,7 +190,7 @@ def main():
 
 
 if __name__ == "__main__":
-    # run as the module proper, not as __main__: certificates.py raises ITS AcmeFailure,
-    # which a second copy of this module (__main__) would not catch
+    # run as the module proper, not as __main__: one copy of the module's names (a second
+    # one, __main__, would hold classes of its own)
     from appliance.secret.acme import main as module_main
     raise SystemExit(module_main())

@@ -8,12 +8,12 @@ returned to a caller holding the read permission.
 
 import re
 
+from appliance import targeting
 from appliance.api.errors import BadRequest
 from appliance.api.fields import (UUID, DateTime, Enum, Field, Integer, List, Object, String,
                                   Tags, Text)
 from appliance.api.resource import Action, Resource
-
-from appliance.agent.targets import TARGET_SCHEMA
+from appliance.targeting import TARGET_SCHEMA
 
 from . import generate
 from .crypto import SecretBox
@@ -222,13 +222,10 @@ class SshKeys(SecretMaterial):
         return super().prepare_update(call, current, changes)
 
     def declared_links(self):
-        from appliance.agent.targets import target_links
-        return target_links(self.kind)
+        return targeting.links(self.kind)
 
     def check_target(self, call, record):
-        from appliance.configs.resources import normalized_target
-        from appliance.tenancy.nodes import check_target
-        normalized_target(record)
+        targeting.normalized(record.get("target"))
         if record.get("target_public_key") and not PUBLIC_KEY.match(
                 record["target_public_key"].strip()):
             raise BadRequest("target_public_key: one OpenSSH public key line "
@@ -237,7 +234,7 @@ class SshKeys(SecretMaterial):
             return
         if not record.get("user"):
             raise BadRequest("user: required with a target")
-        check_target(call.store, call.principal, record["project_id"], record["target"])
+        targeting.checked(call.store, call.principal, record["project_id"], record["target"])
 
     def fill(self, call, record):
         if record["algorithm"] == "ed25519":

@@ -1,7 +1,7 @@
 """The producer of kind `ssh_key`: an SSH key with a target goes into its `user`'s
 authorized_keys on every node the target names (docs/secrets.md, "SSH-key targets")."""
 
-from appliance.agent.protocol import target_uuid
+from appliance.kinds import target_uuid
 
 KIND = "ssh_key"
 MASTER_KIND = "secret_ssh_keys"

@@ -8,14 +8,15 @@ agents' payload) and answer at once.
 
 import datetime
 
-from appliance.agent.targets import TARGET_SCHEMA, View, target_links
-from appliance.api.links import Link
+from appliance import targeting
 from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import UUID, Enum, Field, Integer, List, Object, String, Tags
+from appliance.api.links import Link
 from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
+from appliance.kinds import COMPUTE_NODES, UUID_PATTERN
+from appliance.targeting import TARGET_SCHEMA
 from appliance.tenancy import is_platform
-from appliance.tenancy.nodes import check_target
 from state import DuplicateKey, RevisionConflict, format_time
 
 from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES
@@ -30,7 +31,7 @@ NAME = r"^[A-Za-z0-9_-]{0,100}$"
 ACCOUNT = r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,254}$"
 COMMAND = {"type": "string", "minLength": 1, "maxLength": 262144,
            "pattern": COMMAND_PATTERN}
-_UUID = TARGET_SCHEMA["oneOf"][0]["properties"]["node"]
+_UUID = {"type": "string", "pattern": UUID_PATTERN}
 
 SERVICE_TYPE = {
     "type": "object",
@@ -164,7 +165,7 @@ class Services(Resource):
     # ---- checks ----------------------------------------------------------------------
 
     def check_target(self, call, target, project_id):
-        check_target(call.store, call.principal, project_id, target)
+        targeting.checked(call.store, call.principal, project_id, target)
 
     def check_order(self, call, record, field, entries):
         services = self.collection()
@@ -198,8 +199,11 @@ class Services(Resource):
 
     def prepare_update(self, call, current, changes):
         merged = {**current, **changes}
-        if "target" in changes:
-            self.check_target(call, changes["target"], current["project_id"])
+        # the whole target at every write, as configs and SSH keys (appliance/targeting.py):
+        # a PUT may not keep a target its writer may not give; the kept one is checked on
+        # a copy, the stored record is not the caller's to change
+        self.check_target(call, changes["target"] if "target" in changes
+                          else dict(current["target"]), current["project_id"])
         if "service_type" in changes:
             changes["service_type"] = self.normalized_type(changes["service_type"])
         for field in ("before", "after"):
@@ -214,7 +218,7 @@ class Services(Resource):
                 e["service"] for e in r.get(field) or () if e.get("kind") == "service"],
                 message=lambda used, users: f"service {users[0]['uuid']} names this one "
                                             f"in its {field}: change that first")
-        return [*target_links(self.kind), ordering("before"), ordering("after")]
+        return [*targeting.links(self.kind), ordering("before"), ordering("after")]
 
     def after_delete(self, call, record):
         call.store.collection(LEASES).delete_where(lambda r: r["uuid"] == record["uuid"])
@@ -263,8 +267,8 @@ class Services(Resource):
             raise BadRequest(f"service {record['uuid']} is "
                              f"{record['service_type']['kind']}: only monopoly kinds take "
                              "a lease")
-        node_record = call.store.collection("compute_nodes").get(node)
-        if node_record is None or not View(call.store).targets(record["target"], node_record):
+        node_record = call.store.collection(COMPUTE_NODES).get(node)
+        if node_record is None or not targeting.names(record["target"], node_record):
             if own is not None:
                 raise Forbidden(f"service {record['uuid']} does not target node {node}")
             raise BadRequest(f"node: service {record['uuid']} does not target node {node}")

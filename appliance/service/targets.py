@@ -6,7 +6,7 @@ change makes the driver restart it. Ordering between services is resolved here, 
 an entry naming a service that also runs on this node becomes After=/Before= its unit.
 """
 
-from appliance.agent.protocol import target_uuid
+from appliance.kinds import target_uuid
 
 # not from resources.py: the delivery daemon's status step runs this producer, and it has
 # no use for the API framework

@@ -14,12 +14,12 @@ zone rules the DNS API follows too (appliance/dns/records.py, which loads no API
 import logging
 
 from appliance.dns.records import bump_serial, soa_record
+from appliance.kinds import ADMIN_PROJECT, DNS_DOMAINS, DNS_RECORDS
 from appliance.tenancy import zones as zone_rule
 
 from .members import INSTANCES, NODES, host_of
 
-DOMAINS, RECORDS = "dns_domains", "dns_records"
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+DOMAINS, RECORDS = DNS_DOMAINS, DNS_RECORDS
 TAG = "sqldb"
 # short: a client resolving again after a failover finds the new primary within this
 TTL = 5

@@ -6,12 +6,12 @@ whose uuid is the instance's (appliance/sqldb/sets.py). A member's host is its n
 `default_network.ipv4`, a HW node's too.
 """
 
-from appliance.agent.protocol import target_uuid
+from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, UA_RESOURCES, target_uuid
 
 KIND, MASTER_KIND = "sqldb", "sqldb_instances"
 INSTANCES, VERSIONS = "sqldb_instances", "sqldb_versions"
 USERS, DATABASES = "sqldb_users", "sqldb_databases"
-NODES, SETS, RESOURCES = "compute_nodes", "compute_sets", "ua_resources"
+NODES, SETS, RESOURCES = COMPUTE_NODES, COMPUTE_SETS, UA_RESOURCES
 
 
 def nodes_of(store, instance):

@@ -29,8 +29,10 @@ from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType, FilterError,
                                   Integer, List, Object, String)
 from appliance.api.links import Link
-from appliance.api.resource import ADMIN_PROJECT, Resource
+from appliance.api.resource import Resource
 from appliance.api.routing import PUBLIC
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES
+from appliance.kinds import UUID as _U
 from appliance.tenancy import is_platform
 from appliance.tenancy.nodes import check_nodes
 
@@ -81,7 +83,6 @@ FAMILIES = [
 TYPES_PATHS = ("/v1/types", DBAAS_PREFIX + "/v1/types")
 TYPE_NAMES = ["postgres"]
 
-_U = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _TYPES = r"(?:/api/dbaas)?/v1/types/(?:sqldb|postgres)"
 _INSTANCES = rf"(?:{_TYPES}|/v1/sqldb)/instances"
 VERSION_REF = re.compile(rf"^(?:{_TYPES}/versions/)?({_U})/?$")
@@ -401,7 +402,7 @@ class Instances(SqldbResource):
                              f"{record['sync_replica_number']}")
 
     def declared_links(self):
-        return [Link(INSTANCES, "compute_nodes", label="placement.nodes",
+        return [Link(INSTANCES, COMPUTE_NODES, label="placement.nodes",
                      values=lambda r: (r.get("placement") or {}).get("nodes") or ())]
 
     def checked_placement(self, call, record):

@@ -11,10 +11,10 @@ replacement would have to copy it back; nodes_number going down is the API's to 
 """
 
 from appliance.compute.owned_sets import reconcile_owned
+from appliance.kinds import ADMIN_PROJECT
 
 from .members import INSTANCES, VERSIONS
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 DATA_MOUNT = "/var/lib/appliance/sqldb"
 ROOT_SIZE = 10
 

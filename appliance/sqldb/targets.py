@@ -17,12 +17,13 @@ primary.
 import ipaddress
 
 from appliance import config
+from appliance.kinds import NETWORK_NETWORKS
 
 from .members import (DATABASES, INSTANCES, KIND, MASTER_KIND, USERS, VERSIONS, host_of,
                       item_uuid, member, nodes_of)
 
 REPLICATOR, ADMIN = "dbaas_replicator", "dbaas_admin"
-NETWORKS = "network_networks"
+NETWORKS = NETWORK_NETWORKS
 
 
 class Unavailable(Exception):

@@ -8,7 +8,7 @@ administrator may have changed its image or deprecated it since).
 
 import uuid
 
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT
 
 VERSIONS = "sqldb_versions"
 SEED_NAME = "15"

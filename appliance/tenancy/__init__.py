@@ -12,7 +12,7 @@ by a module of this package, never by a rule written again inside a capability:
 - `zones`: who may own which DNS zone.
 """
 
-ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES, UA_AGENTS
 
 
 def is_platform(principal):
@@ -39,8 +39,8 @@ def appliance_node(store):
     """The appliance's own node record, or None when first boot registered none: the
     admin project's HW node of the agent named "appliance" (an agent of that name on a
     project's node, or on a VM, is not it)."""
-    nodes = store.collection("compute_nodes")
-    for agent in sorted(store.collection("ua_agents").records(), key=lambda a: a["uuid"]):
+    nodes = store.collection(COMPUTE_NODES)
+    for agent in sorted(store.collection(UA_AGENTS).records(), key=lambda a: a["uuid"]):
         if agent.get("name") == APPLIANCE_AGENT:
             node = nodes.get(agent.get("node") or "")
             if node is not None and node.get("project_id") == ADMIN_PROJECT and \

@@ -15,12 +15,14 @@ project's network, the platform's network. Platform callers reach anything.
 
 `Reach` is the rule's data for one caller, so that a daemon without the store (the node
 agent) can apply the same rule from what the platform sent it (`as_dict`/`from_dict`).
-Stdlib only: the node agent imports this module.
+Stdlib only (appliance/kinds.py is too): the node agent imports this module.
 """
 
 import ipaddress
 import threading
 import time
+
+from appliance.kinds import COMPUTE_NODES
 
 SETTING = "allowed_outside_networks"
 HOST_ADDRESSES_TTL = 10.0          # seconds a read of the host's own addresses is reused
@@ -157,7 +159,8 @@ PLATFORM = Reach(platform=True)
 def for_project(store, settings, project_id):
     """The Reach of a project (the platform's for the admin project), from the network
     records and the setting."""
-    from appliance.tenancy import ADMIN_PROJECT, is_platform_project  # noqa: PLC0415
+    from appliance.kinds import ADMIN_PROJECT  # noqa: PLC0415
+    from appliance.tenancy import is_platform_project  # noqa: PLC0415
     if is_platform_project(project_id):
         return PLATFORM
     from appliance.network.networks import networks  # noqa: PLC0415 (the API's store)
@@ -183,7 +186,7 @@ def for_project(store, settings, project_id):
             denied.append((net["cidr"], "in another project's network"))
     # the platform's nodes (the appliance's own node among them) are the platform's,
     # whatever network they sit on
-    for node in store.collection("compute_nodes").records():
+    for node in store.collection(COMPUTE_NODES).records():
         ipv4 = (node.get("default_network") or {}).get("ipv4")
         if ipv4 and node.get("project_id") == ADMIN_PROJECT and parse_address(ipv4):
             denied.append((ipv4 + "/32", "the address of a platform node (the "

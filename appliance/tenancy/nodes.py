@@ -22,10 +22,11 @@ project.
 """
 
 from appliance.api.errors import BadRequest, Forbidden
+from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES, COMPUTE_SETS
 
-from . import ADMIN_PROJECT, appliance_node, is_platform
+from . import appliance_node, is_platform
 
-NODES, SETS = "compute_nodes", "compute_sets"
+NODES, SETS = COMPUTE_NODES, COMPUTE_SETS
 KINDS = {"node": NODES, "nodes": NODES, "node_set": SETS}
 
 
@@ -96,7 +97,7 @@ def lands_on(record, node):
 
 
 def check_target(store, principal, project_id, target, where="target"):
-    """A `target` field (appliance/agent/targets.py TARGET_SCHEMA: node, node_set or
+    """A `target` field (appliance/targeting.py TARGET_SCHEMA: node, node_set or
     nodes) checked by `check_nodes`; its uuids are lower-cased in place."""
     kind = target["kind"]
     if kind == "nodes":

@@ -28,12 +28,14 @@ import zlib
 
 import orjson
 
-from . import ADMIN_PROJECT
+from appliance.kinds import (ADMIN_PROJECT, COMPUTE_NODES, COMPUTE_SETS, COMPUTE_VOLUMES,
+                             CONFIG_CONFIGS, DNS_DOMAINS, DNS_RECORDS, NETWORK_LB,
+                             SQLDB_INSTANCES)
 
-NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
-LBS, SQLDB_INSTANCES = "network_lb", "sqldb_instances"
-CONFIGS = "config_configs"
-DOMAINS, RECORDS = "dns_domains", "dns_records"
+NODES, SETS, VOLUMES = COMPUTE_NODES, COMPUTE_SETS, COMPUTE_VOLUMES
+LBS = NETWORK_LB
+CONFIGS = CONFIG_CONFIGS
+DOMAINS, RECORDS = DNS_DOMAINS, DNS_RECORDS
 # quota-checked writes of one project hold one of these (named) store locks
 LOCK_STRIPES = 16
 MIB = 1024 * 1024

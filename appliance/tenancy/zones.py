@@ -23,7 +23,9 @@ Names are compared as lower-case text without the trailing dot; zone names are u
 across all projects anyway (the dns_domains kind has a unique key on `name`).
 """
 
-from . import ADMIN_PROJECT, is_platform
+from appliance.kinds import ADMIN_PROJECT
+
+from . import is_platform
 
 ANOTHER_OWNER = "a zone of another owner covers this name"
 EVERYTHING = "*.*.*"

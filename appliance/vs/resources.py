@@ -11,7 +11,7 @@ from appliance.api.errors import BadRequest, Conflict, NotFound
 from appliance.api.fields import UUID, Boolean, Enum, Field, Object, Reference, String, Tags, Text
 from appliance.api.links import Link
 from appliance.api.resource import Action, Resource
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT
 
 from .values import PROFILES, VALUES, VARIABLES, NoValue, variable_value
 

@@ -5,7 +5,7 @@ lock, adds only the profiles whose name is missing and makes `develop` active on
 no profile is. Run at every start, it never undoes an activation made since.
 """
 
-from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.kinds import ADMIN_PROJECT
 
 from .values import PROFILES, active_profile
 
