@@ -19,10 +19,9 @@ WATCHED = (RESOURCES, AGENTS, NODES, SETS, "secret_secrets", "secret_passwords",
            "secret_ssh_keys", "secret_rsa_keys", "vs_values", "vs_variables", "vs_profiles",
            "secret_certificates", "network_lb_vhosts", "network_lb_routes",
            "network_lb_backend_pools")
-# master kinds placed by their capability rather than by a `target` field:
-# "module:function" called as function(store, record) -> (status, reason) while the record
-# is on no node (a judgement of no items would say ACTIVE), else None
-PLACEMENT = {"network_lb": "appliance.lb.placement:unplaced"}
+# master kinds placed by their capability rather than by a `target` field (the descriptors'
+# Target.unplaced)
+PLACEMENT = capabilities.PLACEMENT
 
 
 def watched_kinds():

@@ -1,5 +1,16 @@
 """DNS: domains and records; the DNS server and the realm mirror are daemons."""
 
+from appliance.capability import Capability, Daemon
+
+CAPABILITY = Capability(
+    name="dns",
+    resources="appliance.dns.resources",
+    register="appliance.dns:register",
+    # a domain is work for the mirror only with sync_to_ecosystem
+    # (appliance/firstboot/ondemand.py)
+    daemons=(Daemon("dns"), Daemon("mirror", on_demand=("dns_domains",))),
+)
+
 
 def register(api):
     # Imported here: the daemons import this package's other modules without the API.
