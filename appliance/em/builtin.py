@@ -4,7 +4,7 @@ Each is one row of BUILTIN: its name, the version requirements on it are checked
 the resource paths under it and the API collections they are, which of those collections
 carry a data-plane status an element waits for, and what it exports to imports. `$core`
 is the platform's own API; the others are declared by the capabilities that serve them
-(their descriptor's `builtin_element`, e.g. appliance/sqldb/element.py for `$dbaas`).
+(their descriptor's `builtin_element`, appliance/capability.py).
 
 They are never installed or uninstalled (no em_elements record): requirements on them are
 met by this appliance, and a manifest of the same name cannot be installed.
