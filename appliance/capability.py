@@ -35,6 +35,9 @@ class Target:
     # "module:function" called as function(store, record) -> (status, reason) while a
     # master placed by its capability (not by a `target` field) is on no node, else None
     unplaced: str = None
+    # store kinds the producer reads besides the master (links, children): a write to one
+    # can move the master's status, so the status step watches them
+    reads: tuple = ()
 
 
 @dataclass(frozen=True)

@@ -97,6 +97,10 @@ def test_the_agent_s_tables_are_the_declared_targets():
     assert agent.DRIVERS == {t.kind: t.driver for t in targets}
     assert agent.MASTERS == {t.kind: t.master for t in targets if t.master}
     assert agent.PLACEMENT == {t.master: t.unplaced for t in targets if t.unplaced}
+    from appliance.agent import status
+    reads = {kind for t in targets for kind in t.reads}
+    assert set(agent.READS) == reads and len(agent.READS) == len(reads)
+    assert reads <= set(status.watched_kinds())
 
 
 def test_the_daemons_are_the_declared_ones_each_with_its_units():

@@ -9,7 +9,7 @@ test may register a capability of its own (tests/agent/testcap.py).
 from appliance import capabilities
 from appliance.capability import load
 
-__all__ = ["DRIVERS", "MASTERS", "PLACEMENT", "PRODUCERS", "drivers", "load", "producers"]
+__all__ = ["DRIVERS", "MASTERS", "PLACEMENT", "PRODUCERS", "READS", "drivers", "load", "producers"]
 
 _TARGETS = capabilities.targets()
 
@@ -27,6 +27,9 @@ MASTERS = {t.kind: t.master for t in _TARGETS if t.master}
 # "module:function" called as function(store, record) -> (status, reason) while the record
 # is on no node (a judgement of no items would say ACTIVE), else None
 PLACEMENT = {t.master: t.unplaced for t in _TARGETS if t.master and t.unplaced}
+
+# the kinds producers read besides their masters, each once
+READS = tuple(dict.fromkeys(kind for t in _TARGETS for kind in t.reads))
 
 
 def producers():

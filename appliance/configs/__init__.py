@@ -7,7 +7,10 @@ CAPABILITY = Capability(
     resources="appliance.configs.resources",
     register="appliance.configs:register",
     targets=(Target("config", producer="appliance.configs.targets:for_node",
-                    driver="appliance.configs.node:Driver", master="config_configs"),),
+                    driver="appliance.configs.node:Driver", master="config_configs",
+                    # what a config's content links to (targets.py)
+                    reads=("secret_secrets", "secret_passwords", "secret_ssh_keys",
+                           "secret_rsa_keys", "vs_values", "vs_variables", "vs_profiles")),),
 )
 
 

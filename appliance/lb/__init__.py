@@ -8,7 +8,10 @@ CAPABILITY = Capability(
     register="appliance.lb.resources:register",
     targets=(Target("lb", producer="appliance.lb.targets:for_node",
                     driver="appliance.lb.node:Driver", master="network_lb",
-                    unplaced="appliance.lb.placement:unplaced"),),
+                    unplaced="appliance.lb.placement:unplaced",
+                    # its vhosts, routes and pools, and the certificates its vhosts serve
+                    reads=("network_lb_vhosts", "network_lb_routes",
+                           "network_lb_backend_pools", "secret_certificates")),),
     settings={
         # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
         # address; several test "nodes" on one host each take their own 127.0.0.x
