@@ -50,6 +50,9 @@ class Daemon:
     # it runs the agent's status step (appliance/agent/status.py), so a write to any
     # master kind is work for it too (with on_demand only)
     runs_agent_status: bool = False
+    # "module:function" called as function(record) -> bool: whether a record of its
+    # on_demand kinds is work for it (first boot's check); None: any record is
+    is_work: str = None
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,11 @@ DAEMONS = [daemon.name for daemon in _capabilities.daemons()]
 ON_DEMAND = {daemon.name: _on_demand(daemon) for daemon in _capabilities.daemons()
              if daemon.on_demand}
 
+# an on-demand daemon -> "module:function" telling whether a record of its kinds is work
+# for it (first boot's check, appliance/firstboot/ondemand.py); absent: any record is
+IS_WORK = {daemon.name: daemon.is_work for daemon in _capabilities.daemons()
+           if daemon.on_demand and daemon.is_work}
+
 
 def module_of(name):
     """The module that `python -m` runs for a daemon of DAEMONS."""

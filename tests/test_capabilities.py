@@ -55,7 +55,9 @@ def test_every_path_a_descriptor_names_imports(capability):
         assert isinstance(daemon, Daemon)
         assert importlib.util.find_spec(f"daemons.{daemon.name}") is not None, daemon.name
         assert isinstance(daemon.on_demand, tuple)
-        assert daemon.on_demand or not daemon.runs_agent_status
+        assert daemon.on_demand or not (daemon.runs_agent_status or daemon.is_work)
+        if daemon.is_work:
+            assert callable(load(daemon.is_work))
     if capability.seed:
         assert list(inspect.signature(load(capability.seed)).parameters)[:2] == [
             "store", "settings"]
@@ -114,6 +116,7 @@ def test_the_daemons_are_the_declared_ones_each_with_its_units():
         if daemon.on_demand:
             kinds = set(daemon.on_demand) | (masters if daemon.runs_agent_status else set())
             assert set(daemons.ON_DEMAND[daemon.name]) == kinds
+    assert daemons.IS_WORK == {d.name: d.is_work for d in declared if d.is_work}
     # the hand-written units of systemd/: one service per declared daemon, and a path
     # unit exactly for those started on demand (their contents: tests/firstboot/test_units.py)
     units = os.listdir(os.path.join(ROOT, "systemd"))

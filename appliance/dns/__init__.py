@@ -6,10 +6,14 @@ CAPABILITY = Capability(
     name="dns",
     resources="appliance.dns.resources",
     register="appliance.dns:register",
-    # a domain is work for the mirror only with sync_to_ecosystem
-    # (appliance/firstboot/ondemand.py)
-    daemons=(Daemon("dns"), Daemon("mirror", on_demand=("dns_domains",))),
+    daemons=(Daemon("dns"), Daemon("mirror", on_demand=("dns_domains",),
+                                   is_work="appliance.dns:mirror_has_work")),
 )
+
+
+def mirror_has_work(domain):
+    """A domain is work for the mirror only with sync_to_ecosystem."""
+    return bool(domain.get("sync_to_ecosystem"))
 
 
 def register(api):
