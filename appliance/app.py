@@ -6,24 +6,23 @@ import importlib
 from state import Store
 
 from appliance.api import system
+from appliance.capability import load
 from appliance.migrations import latest
 from appliance.api.routing import Api
 from appliance.api.wsgi import Middleware
 
 
 def capabilities():
-    """Every capability package that registers routes, in registration order."""
-    from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    from appliance import lb, sqldb
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb,
-            sqldb]
+    """Every capability's descriptor, in registration order (appliance/capabilities.py)."""
+    from appliance.capabilities import descriptors  # noqa: PLC0415
+    return descriptors()
 
 
 def preload():
     """Import what build_api imports (every capability's resources), touching no state: the
     image's API does it while first boot still prepares the state (api_wait_for)."""
     for capability in capabilities():
-        importlib.import_module(capability.__name__ + ".resources")
+        importlib.import_module(capability.resources)
 
 
 def build_api(settings, store=None):
@@ -33,11 +32,7 @@ def build_api(settings, store=None):
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
     for capability in capabilities():
-        # a package whose __init__ is only its docstring (appliance/lb, shared by two
-        # branches) registers from its resources module
-        register = getattr(capability, "register", None) or importlib.import_module(
-            capability.__name__ + ".resources").register
-        register(api)
+        load(capability.register)(api)
     api.compile_routes()
     return api
 

@@ -1,5 +1,5 @@
 """Every start: the state brought to the current schema (appliance.migrations), then what
-must exist before any process serves (admin password, IAM seed).
+must exist before any process serves (admin password, every capability's seed).
 
 Idempotent and safe to run from several processes at once: every step goes through the
 store's locks, and a file that already exists wins.
@@ -30,14 +30,13 @@ def bootstrap(settings):
         # first: the seeds below write records of the current schema
         migrate(store)
         password, path = admin_password(store, settings)
-        from appliance.iam.seed import seed as iam_seed  # noqa: PLC0415
-        from appliance.repo.seed import seed as repo_seed  # noqa: PLC0415
-        from appliance.vs.seed import seed as vs_seed  # noqa: PLC0415
-        from appliance.sqldb.versions import seed as sqldb_seed  # noqa: PLC0415
-        iam_seed(store, password)
-        vs_seed(store)
-        repo_seed(store, settings.get("repo_url"))
-        sqldb_seed(store, settings)
+        # every capability's seed, in the list's order (IAM's first: the admin user)
+        from appliance.capabilities import descriptors  # noqa: PLC0415
+        from appliance.capability import load  # noqa: PLC0415
+        seeded = {**settings, "admin_password": password}
+        for capability in descriptors():
+            if capability.seed:
+                load(capability.seed)(store, seeded)
     finally:
         store.close()
     if path:

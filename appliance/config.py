@@ -6,6 +6,7 @@ variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
 
 import os
 
+from appliance.capabilities import settings as capability_settings
 from appliance.tenancy.quotas import setting_defaults as quota_defaults
 
 DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
@@ -97,32 +98,12 @@ DEFAULTS = {
     "agent_allowed_roots": "/etc,/opt,/srv,/var/lib,/home,/root,/usr/local",
     "agent_state_dir": "/var/lib/appliance/agent",
     "agent_poll_wait": 25.0,
-    # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
-    # address; several test "nodes" on one host each take their own 127.0.0.x
-    "agent_lb_listen": "",
     # `appliance up` (make run) enrolls a development node of its own, its agent writing
     # under <state_dir>/node (docs/dev-node.md); the image never runs `appliance up`
     "dev_node": True,
-    # the longest pg_basebackup or pg_rewind of a DBaaS member may take, in seconds
-    # (docs/sqldb-dataplane.md): the agent's other work waits for it meanwhile
-    "agent_sqldb_basebackup_seconds": 900,
     # services (the service part of issue 14, docs/services.md): how long a monopoly
     # service's lease lasts; its agent renews it every third of that
     "service_lease_seconds": 10.0,
-    # load balancers (docs/lb.md): the image an LB of type core boots its nodes from (the
-    # node image's URL, or file:// on the appliance); unset: type core is refused
-    "lb_image": None,
-    # DBaaS (docs/sqldb.md): the node image of the seeded PostgreSQL version ("": the node
-    # image's own PostgreSQL)
-    "sqldb_image": "",
-    # DBaaS data plane (docs/sqldb-failover.md): PostgreSQL's port on every member; how long
-    # a primary's report may be stale (or say "not running") before a replica is promoted;
-    # the DNS zone of the instances' endpoints; CIDRs (comma-separated) allowed as clients
-    # besides the project's networks
-    "sqldb_port": 5432,
-    "sqldb_failover_seconds": 10.0,
-    "sqldb_zone": "sqldb.appliance.internal",
-    "sqldb_client_networks": "",
     # tenant isolation (docs/security.md, "Addresses a project may reach"): networks
     # outside every project network that projects' LB pools and fetches (image,
     # repository and archive URLs) may reach; a YAML list or comma-separated CIDRs.
@@ -140,6 +121,9 @@ DEFAULTS = {
     # allows 5 failed validations per name and hour)
     "acme_retry_first_seconds": 60.0,
     "acme_retry_max_seconds": 21600.0,
+    # ---- what each capability declares (its descriptor's settings: appliance/<capability>/
+    # __init__.py, read through appliance/capabilities.py) ----
+    **capability_settings(),
     # ---- quotas per project (docs/quotas.md): quota_<name>, declared with what each
     # counts and why in appliance/tenancy/quotas.py; a negative value is no limit ----
     **quota_defaults(),

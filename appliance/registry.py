@@ -4,30 +4,17 @@ it never imports the composition root (appliance/app.py, which adds the routes, 
 application and the middleware).
 """
 
-import importlib
-
 from state import Store
 
 from appliance.api.registry import Registry
-
-
-def capabilities():
-    """Every capability package that registers resources, in registration order: the
-    order of appliance/app.py's capabilities() (tests/supervisor/test_imports.py checks
-    that both register the same resources in the same order)."""
-    from appliance import agent, compute, configs, dns, em, iam, network, repo, secret, service, vs
-    from appliance import lb, sqldb
-    return [iam, secret, vs, dns, em, repo, compute, network, agent, configs, service, lb,
-            sqldb]
+from appliance.capabilities import descriptors
+from appliance.capability import load
 
 
 def build_registry(settings, store=None):
-    """The resources of every capability, registered as build_api registers them."""
+    """The resources of every capability, registered as build_api registers them: the same
+    descriptors (appliance/capabilities.py), the same order."""
     registry = Registry(settings, store or Store(settings["state_dir"]))
-    for capability in capabilities():
-        # as in build_api: a package whose __init__ is only its docstring registers from
-        # its resources module
-        register = getattr(capability, "register", None) or importlib.import_module(
-            capability.__name__ + ".resources").register
-        register(registry)
+    for capability in descriptors():
+        load(capability.register)(registry)
     return registry

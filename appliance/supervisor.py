@@ -91,7 +91,7 @@ def preload():
     from appliance.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
     modules = [module for _, module in child_modules()]
     # a capability's routes are imported when the API registers them
-    modules += [capability.__name__ + ".resources" for capability in capabilities()]
+    modules += [capability.resources for capability in capabilities()]
     modules.append("appliance.iam.auth")
     for module in modules:
         try:

@@ -1,7 +1,9 @@
 """Background daemons of the appliance, each a process of its own (`python -m daemons.<name>`).
 
-DAEMONS is the one list of them: `appliance up` starts exactly these, and systemd/ has
-one unit per entry. Kept free of imports so that reading the list costs nothing.
+DAEMONS is the one list of them, read from the capabilities' descriptors
+(appliance/capabilities.py, each `Daemon` of a `CAPABILITY`): `appliance up` starts
+exactly these, and systemd/ has one unit per entry (tests/firstboot/test_units.py).
+Reading it imports only the descriptors, which import nothing heavy.
 
 ON_DEMAND names the daemons that the appliance image starts only once they have work, and
 the kinds whose records are that work (docs/on-demand-daemons.md): each has a systemd path
@@ -10,21 +12,27 @@ boot when one of them holds a record. Once started, a daemon runs until shutdown
 other daemons (and `appliance up`, which starts every daemon) run from the start.
 """
 
-DAEMONS = ["builder", "mirror", "delivery", "compute", "dns", "agent", "backup", "certificates",
-           "sqldb"]
+from appliance import capabilities as _capabilities
 
-ON_DEMAND = {
-    "builder": ("repo_repositories", "repo_elements", "repo_artifacts", "em_manifests",
-                "em_elements"),
-    # the secret kinds it delivers, and the masters of what node agents apply
-    # (appliance.secret.delivery, appliance.agent.capabilities.MASTERS)
-    "delivery": ("secret_secrets", "secret_passwords", "secret_ssh_keys", "secret_rsa_keys",
-                 "config_configs", "em_services", "network_lb"),
-    # a domain is work only with sync_to_ecosystem (appliance/firstboot/ondemand.py)
-    "mirror": ("dns_domains",),
-    "certificates": ("secret_certificates",),
-    "sqldb": ("sqldb_instances",),
-}
+
+def _on_demand(daemon):
+    kinds = daemon.on_demand
+    if daemon.runs_agent_status:
+        # the masters of what node agents apply, whose status it writes
+        # (appliance.agent.capabilities.MASTERS)
+        kinds += tuple(t.master for t in _capabilities.targets() if t.master)
+    return tuple(dict.fromkeys(kinds))
+
+
+DAEMONS = [daemon.name for daemon in _capabilities.daemons()]
+
+ON_DEMAND = {daemon.name: _on_demand(daemon) for daemon in _capabilities.daemons()
+             if daemon.on_demand}
+
+# an on-demand daemon -> "module:function" telling whether a record of its kinds is work
+# for it (first boot's check, appliance/firstboot/ondemand.py); absent: any record is
+IS_WORK = {daemon.name: daemon.is_work for daemon in _capabilities.daemons()
+           if daemon.on_demand and daemon.is_work}
 
 
 def module_of(name):

@@ -40,12 +40,6 @@ KNOWN_UPWARD = {
 
 # (package, package): the arrow, between two packages of one floor, that closes a cycle.
 KNOWN_CYCLES = {
-    # compute's pass makes the LB's and DBaaS's sets (an optional import); lb/ and sqldb/
-    # import compute/owned_sets.py. The compute split has each declare the sets it owns
-    ("appliance/compute/", "appliance/lb/"):
-        "lb declares its sets through the descriptor; compute makes them (move 5)",
-    ("appliance/compute/", "appliance/sqldb/"):
-        "sqldb declares its sets through the descriptor; compute makes them (move 5)",
 }
 
 # (module, module): the import that closes a cycle inside one package.

@@ -1,43 +1,35 @@
-"""Which capability produces and applies each kind of target resource.
+"""Which capability produces and applies each kind of target resource: the tables read from
+the capabilities' descriptors (their `targets`, appliance/capability.py).
 
 Module paths, imported on first use: the API imports only the producers, a node's agent
-only the drivers, so neither pulls in the other's code.
+only the drivers, so neither pulls in the other's code. The tables are plain dicts, so a
+test may register a capability of its own (tests/agent/testcap.py).
 """
 
-import importlib
+from appliance import capabilities
+from appliance.capability import load
+
+__all__ = ["DRIVERS", "MASTERS", "PLACEMENT", "PRODUCERS", "READS", "drivers", "load", "producers"]
+
+_TARGETS = capabilities.targets()
 
 # kind of target resource -> "module:function" called as function(view, node) -> [items]
-PRODUCERS = {
-    "config": "appliance.configs.targets:for_node",
-    "service": "appliance.service.targets:for_node",
-    "ssh_key": "appliance.secret.ssh_targets:for_node",
-    "lb": "appliance.lb.targets:for_node",
-    # not in MASTERS: its status is sqldb's own (appliance/sqldb/status.py, by its daemon)
-    "sqldb": "appliance.sqldb.targets:for_node",
-}
+PRODUCERS = {t.kind: t.producer for t in _TARGETS}
 
 # kind of target resource -> "module:Class" built as Class(host) on the node
-DRIVERS = {
-    "config": "appliance.configs.node:Driver",
-    "service": "appliance.service.node:Driver",
-    "ssh_key": "appliance.secret.node:Driver",
-    "lb": "appliance.lb.node:Driver",
-    "sqldb": "appliance.sqldb.node:Driver",
-}
+DRIVERS = {t.kind: t.driver for t in _TARGETS}
 
 # kind of target resource -> the store kind of the record it comes from (its "master"),
-# whose status the platform's status step writes
-MASTERS = {
-    "config": "config_configs",
-    "service": "em_services",
-    "ssh_key": "secret_ssh_keys",
-    "lb": "network_lb",
-}
+# whose status the platform's status step writes; a kind without one writes its own
+MASTERS = {t.kind: t.master for t in _TARGETS if t.master}
 
+# master kinds placed by their capability rather than by a `target` field:
+# "module:function" called as function(store, record) -> (status, reason) while the record
+# is on no node (a judgement of no items would say ACTIVE), else None
+PLACEMENT = {t.master: t.unplaced for t in _TARGETS if t.master and t.unplaced}
 
-def load(path):
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
+# the kinds producers read besides their masters, each once
+READS = tuple(dict.fromkeys(kind for t in _TARGETS for kind in t.reads))
 
 
 def producers():

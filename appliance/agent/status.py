@@ -16,15 +16,11 @@ from .targets import View
 
 SETS = COMPUTE_SETS
 # kinds whose writes can move a master's status (besides the master kinds): the reports,
-# the agents and nodes, and what producers render links from
-WATCHED = (RESOURCES, AGENTS, NODES, SETS, "secret_secrets", "secret_passwords",
-           "secret_ssh_keys", "secret_rsa_keys", "vs_values", "vs_variables", "vs_profiles",
-           "secret_certificates", "network_lb_vhosts", "network_lb_routes",
-           "network_lb_backend_pools")
-# master kinds placed by their capability rather than by a `target` field:
-# "module:function" called as function(store, record) -> (status, reason) while the record
-# is on no node (a judgement of no items would say ACTIVE), else None
-PLACEMENT = {"network_lb": "appliance.lb.placement:unplaced"}
+# the agents and nodes, and what producers read (the descriptors' Target.reads)
+WATCHED = (RESOURCES, AGENTS, NODES, SETS, *capabilities.READS)
+# master kinds placed by their capability rather than by a `target` field (the descriptors'
+# Target.unplaced)
+PLACEMENT = capabilities.PLACEMENT
 
 
 def watched_kinds():

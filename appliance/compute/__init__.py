@@ -1,5 +1,14 @@
 """Compute: hypervisors, placement policies, nodes, node sets and volumes."""
 
+from appliance.capability import Capability, Daemon
+
+CAPABILITY = Capability(
+    name="compute",
+    resources="appliance.compute.resources",
+    register="appliance.compute:register",
+    daemons=(Daemon("compute"),),
+)
+
 
 def register(api):
     # Imported here: the compute daemon imports this package's other modules without the API.

@@ -20,7 +20,9 @@ import threading
 import time
 from html import escape  # xml.sax.saxutils would bring urllib.request and ssl along
 
+from appliance import capabilities
 from appliance.agent.credentials import vm_credential
+from appliance.capability import load
 
 from . import cloudinit, domain_xml, kvm_probe, placement
 from .images import ImageCache, ImageError, reach_for
@@ -36,8 +38,8 @@ log = logging.getLogger("appliance.compute")
 NODES, HYPERVISORS = "compute_nodes", "compute_hypervisors"
 VOLUMES, POLICIES = "compute_volumes", "compute_placement_policies"
 KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, "network_networks",
-         "network_ports", "secret_ssh_keys", "network_lb", "sqldb_instances",
-         "sqldb_versions")
+         "network_ports", "secret_ssh_keys",
+         *dict.fromkeys(k for sets in capabilities.node_sets() for k in sets.watches))
 NODE_REF = "/v1/compute/nodes/"
 VOLUME_PREFIX = "appliance-vol-"
 IMAGE_PREFIX = "appliance-image-"
@@ -69,22 +71,16 @@ def _reconcile_sets():
     return reconcile_sets
 
 
-def _reconcile_lb_sets():
-    # the node sets of LBs of type core (appliance/lb/reconcile.py)
-    try:
-        from appliance.lb.reconcile import reconcile_lb_sets  # noqa: PLC0415
-    except ImportError:
-        return None
-    return reconcile_lb_sets
-
-
-def _reconcile_sqldb_sets():
-    # the node sets of DBaaS instances (appliance/sqldb/sets.py)
-    try:
-        from appliance.sqldb.sets import reconcile_sqldb_sets  # noqa: PLC0415
-    except ImportError:
-        return None
-    return reconcile_sqldb_sets
+def _reconcile_owned_sets():
+    # the node sets other capabilities own (their descriptors' node_sets): an LB of type
+    # core's, a DBaaS instance's; a capability not built into this install is skipped
+    steps = []
+    for sets in capabilities.node_sets():
+        try:
+            steps.append(load(sets.reconcile))
+        except ImportError:
+            continue
+    return steps
 
 
 def _network_errors():
@@ -111,8 +107,7 @@ class Reconciler:
         self.console_dir = os.path.join(base, "console")
         self.ports, self.reconcile_networks = _network_api()
         self.reconcile_sets = _reconcile_sets()
-        self.reconcile_lb_sets = _reconcile_lb_sets()
-        self.reconcile_sqldb_sets = _reconcile_sqldb_sets()
+        self.reconcile_owned_sets = _reconcile_owned_sets()
         self.conns = {}         # hypervisor uuid -> (uri, connection)
         self.accel = {}         # connection uri -> "kvm" | "tcg" | None, detected once
         self.marks = {}         # (hypervisor uuid, domain UUID) -> mark or None (foreign)
@@ -134,10 +129,8 @@ class Reconciler:
 
     def pass_once(self):
         with self._lock:
-            if self.reconcile_lb_sets is not None:
-                self.reconcile_lb_sets(self.store, self.settings)
-            if self.reconcile_sqldb_sets is not None:
-                self.reconcile_sqldb_sets(self.store, self.settings)
+            for reconcile_owned in self.reconcile_owned_sets:
+                reconcile_owned(self.store, self.settings)
             if self.reconcile_sets is not None:
                 self.reconcile_sets(self.store, self.settings)
             active = self._hypervisors()

@@ -1,6 +1,18 @@
 """Element Manager: manifests, elements (with their resources, imports and exports as
 read-only views), and the builder's reconcile step."""
 
+from appliance.capability import Capability, Daemon
+
+CAPABILITY = Capability(
+    name="em",
+    resources="appliance.em.resources",
+    register="appliance.em:register",
+    # repositories' sync, the bridge to the Element Manager and the elements' own step
+    # (daemons/builder.py): the repositories' and the Element Manager's kinds are its work
+    daemons=(Daemon("builder", on_demand=("repo_repositories", "repo_elements",
+                                          "repo_artifacts", "em_manifests", "em_elements")),),
+)
+
 
 def register(api):
     # Imported here: the daemons import this package's other modules without the API.

@@ -1,40 +1,21 @@
 """Elements built into this appliance: what a manifest names as `$core.…` and `$dbaas.…`.
 
 Each is one row of BUILTIN: its name, the version requirements on it are checked against,
-the resource paths under it and the API collections they are (the one place that knows
-that `$dbaas.types.sqldb.instances` is `/v1/sqldb/instances`), which of those collections
-carry a data-plane status an element waits for, and what it exports to imports.
+the resource paths under it and the API collections they are, which of those collections
+carry a data-plane status an element waits for, and what it exports to imports. `$core`
+is the platform's own API; the others are declared by the capabilities that serve them
+(their descriptor's `builtin_element`, appliance/capability.py).
 
 They are never installed or uninstalled (no em_elements record): requirements on them are
 met by this appliance, and a manifest of the same name cannot be installed.
 """
 
-import re
+import importlib
 
 import appliance
+from appliance import capabilities
 
 from . import links
-
-# `$dbaas.types.<type>.<collection>` is the API's `/v1/types/<type>/<collection>`: both
-# spellings, `sqldb` (ours) and `postgres` (the reference's), are path families of the
-# same records (appliance/sqldb/resources.py), so a resource's path reads as its manifest
-# spells it, and its references (version, owner) are shown in that family's form
-DBAAS_TYPES = ("sqldb", "postgres")
-SQLDB_VERSIONS_KIND = "sqldb_versions"
-
-
-def _types(family, collection):
-    return f"/v1/types/{family}/{collection}"
-
-
-# The reference's DBaaS element is at 2.x, and its manifests ask for `dbaas` from 2.1.0
-# (communal_pg_cluster). What is built in here serves that element's API as the reference
-# documents it (reference-api.md section 9: types/postgres paths, fields, ranges), so it
-# answers to the version those manifests were written against; a manifest that needs a
-# later DBaaS (from_version 2.2.0, 3.0.0) is refused rather than half served.
-DBAAS_VERSION = "2.1.0"
-
-_EXPORT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*\Z")
 
 
 class BuiltinElement:
@@ -100,31 +81,18 @@ def _core_collection(base):
     return f"/v1/{base[0]}/{base[1]}" if len(base) == 2 else None
 
 
-def _dbaas_exports(store):
-    """Every DBaaS version, under both spellings of the reference: a version named `15`
-    is `$dbaas.types.sqldb.versions.$pg15` (and `...postgres...`), one named with a leading
-    letter keeps its name. The first boot's version (name "15") is so `$pg15`."""
-    exported = {}
-    for version in store.collection(SQLDB_VERSIONS_KIND).records():
-        name = str(version.get("name") or "")
-        name = name if name[:1].isalpha() else f"pg{name}"
-        if not _EXPORT_NAME.match(name):
-            continue            # not nameable in a link (e.g. "15.4" -> pg15.4)
-        for family in DBAAS_TYPES:
-            exported[("types", family, "versions", f"${name}")] = {
-                "uuid": version["uuid"], "collection": _types(family, "versions")}
-    return exported
+def _declared():
+    """The elements the capabilities declare (their descriptors' builtin_element)."""
+    for capability in capabilities.descriptors():
+        if capability.builtin_element:
+            m = importlib.import_module(capability.builtin_element)
+            yield BuiltinElement(m.NAME, m.VERSION, m.COLLECTIONS,
+                                 follows_status=m.FOLLOWS_STATUS, exports=m.exports)
 
 
 BUILTIN = {e.name: e for e in (
     BuiltinElement("core", appliance.__version__, _core_collection),
-    BuiltinElement(
-        "dbaas", DBAAS_VERSION,
-        {("types", family, kind): _types(family, kind)
-         for family in DBAAS_TYPES for kind in ("instances", "versions")},
-        follows_status=[_types(family, "instances") + sub for family in DBAAS_TYPES
-                        for sub in ("", "/<instance>/users", "/<instance>/databases")],
-        exports=_dbaas_exports),
+    *_declared(),
 )}
 
 

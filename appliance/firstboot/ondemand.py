@@ -13,14 +13,10 @@ the appliance user's: their creation and chown would otherwise look like writes.
 import logging
 import subprocess
 
-from daemons import ON_DEMAND
+from appliance.capability import load
+from daemons import IS_WORK, ON_DEMAND
 
 log = logging.getLogger("appliance.firstboot")
-
-# a record that is work for the daemon; any record of its kinds when not named here
-IS_WORK = {
-    "mirror": lambda record: bool(record.get("sync_to_ecosystem")),
-}
 
 
 def unit_of(name, suffix="service"):
@@ -38,7 +34,7 @@ def wanted(store):
     """The on-demand daemons that have work now, in ON_DEMAND's order."""
     names = []
     for name, kinds in ON_DEMAND.items():
-        is_work = IS_WORK.get(name, lambda record: True)
+        is_work = load(IS_WORK[name]) if name in IS_WORK else (lambda record: True)
         if any(is_work(record) for kind in kinds for record in store.collection(kind).records()):
             names.append(name)
     return names

@@ -1,6 +1,14 @@
 """Network: project networks, their ports and IPAM; the libvirt network step runs in the
 compute daemon (reconcile.py)."""
 
+from appliance.capability import Capability
+
+CAPABILITY = Capability(
+    name="network",
+    resources="appliance.network.resources",
+    register="appliance.network:register",
+)
+
 
 def register(api):
     # Imported here: the compute daemon imports this package's other modules without the API.

@@ -1,5 +1,22 @@
 """Secrets: opaque secrets, passwords, SSH and RSA keys."""
 
+from appliance.capability import Capability, Daemon, Target
+
+CAPABILITY = Capability(
+    name="secret",
+    resources="appliance.secret.resources",
+    register="appliance.secret:register",
+    targets=(Target("ssh_key", producer="appliance.secret.ssh_targets:for_node",
+                    driver="appliance.secret.node:Driver", master="secret_ssh_keys"),),
+    daemons=(
+        # the secret kinds it delivers (appliance.secret.delivery), and the masters of what
+        # node agents apply, whose status it writes
+        Daemon("delivery", on_demand=("secret_secrets", "secret_passwords", "secret_ssh_keys",
+                                      "secret_rsa_keys"), runs_agent_status=True),
+        Daemon("certificates", on_demand=("secret_certificates",)),
+    ),
+)
+
 
 def register(api):
     # Imported here: the daemons import this package's other modules without the API.

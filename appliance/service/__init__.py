@@ -6,6 +6,16 @@ Platform side: `resources.py` (API, actions, the lease), `targets.py` (the produ
 Node side: `unit.py` (pure rendering), `node.py` (the systemd driver), `lease.py`.
 """
 
+from appliance.capability import Capability, Target
+
+CAPABILITY = Capability(
+    name="service",
+    resources="appliance.service.resources",
+    register="appliance.service:register",
+    targets=(Target("service", producer="appliance.service.targets:for_node",
+                    driver="appliance.service.node:Driver", master="em_services"),),
+)
+
 KIND = "em_services"
 MONOPOLY_KINDS = ("monopoly", "monopoly_oneshot")
 # two independent axes, as systemd has them: (enabled at boot, running now)

@@ -1,5 +1,20 @@
 """Values Store: profiles, variables and the values bound to them."""
 
+from appliance.capability import Capability
+
+CAPABILITY = Capability(
+    name="vs",
+    resources="appliance.vs.resources",
+    register="appliance.vs:register",
+    seed="appliance.vs:seed_state",
+)
+
+
+def seed_state(store, settings):
+    """The built-in profiles, one of them active."""
+    from .seed import seed  # noqa: PLC0415
+    seed(store)
+
 
 def register(api):
     # Imported here: the daemons import this package's other modules without the API.

@@ -89,8 +89,9 @@ def test_through_the_api_a_secret_is_delivery_s_work_and_a_domain_the_mirror_s_o
         server.stop()
 
 
-PATH_UNITS = ("appliance-builder.path", "appliance-delivery.path", "appliance-mirror.path",
-              "appliance-certificates.path", "appliance-sqldb.path")
+# in ON_DEMAND's order, the capabilities' (appliance/capabilities.py)
+PATH_UNITS = ("appliance-delivery.path", "appliance-certificates.path", "appliance-mirror.path",
+              "appliance-builder.path", "appliance-sqldb.path")
 
 
 def test_first_boot_starts_the_path_units_then_the_daemons_with_work(tmp_path):
