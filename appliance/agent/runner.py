@@ -17,7 +17,6 @@ import random
 import threading
 import time
 
-from appliance.files import write_atomically
 
 from . import capabilities
 from .client import Refused, Unreachable
@@ -211,7 +210,7 @@ class Runner:
             self._save(sync=False)          # only the time of the last contact
 
     def _save(self, sync=True):
-        write_atomically(state_path(self.host.state_dir), json.dumps({
+        self.host.write_state(STATE_FILE, json.dumps({
             "node": self.host.node, "agent": self.host.agent, "hash": self.hash,
             "contact": self.contact, "items": self.applied}, sort_keys=True), sync=sync)
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from appliance import config
+from appliance.files import remove_file, write_file
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -25,22 +26,9 @@ def write(directory, schedule):
         # only then: appliance.backup loads the archive code (tarfile...), a boot's time
         from appliance.backup import timer_unit  # noqa: PLC0415
         text = timer_unit(schedule)
-    try:
-        with open(path) as f:
-            old = f.read()
-    except FileNotFoundError:
-        old = None
-    if old == text:
-        return False
     if text is None:
-        os.remove(path)
-        return True
-    os.makedirs(directory, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.chmod(path + ".tmp", 0o644)
-    os.replace(path + ".tmp", path)
-    return True
+        return remove_file(os.path.abspath(path))
+    return write_file(os.path.abspath(path), text, 0o644)
 
 
 def apply(settings, directory, systemctl):
