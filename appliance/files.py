@@ -23,7 +23,6 @@ Store files are not written here: the store has its own writer (state/storage.py
 import errno
 import os
 import posixpath
-import secrets
 import stat
 
 MAX_HOPS = 40       # symlinks followed in one path, as the kernel allows
@@ -165,7 +164,7 @@ def _same(dirfd, name, data, mode, owner):
 
 
 def _replace(dirfd, name, data, mode, owner, sync):
-    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    tmp = f".{name}.{os.urandom(6).hex()}.tmp"   # not `secrets`: the agent stays small
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
                  dir_fd=dirfd)
     try:
