@@ -29,9 +29,11 @@ def _within(path, parent):
 
 
 class Host:
+    unit_dir = UNIT_DIR
+
     def __init__(self, *, root="/", allowed_roots=DEFAULT_ALLOWED_ROOTS, state_dir,
                  api=None, node=None, agent=None, log=None, systemctl=("systemctl",),
-                 settings=None):
+                 settings=None, unit_dir=UNIT_DIR):
         self.root = os.path.realpath(root)
         self.allowed_roots = [os.path.normpath(r) for r in allowed_roots]
         for r in self.allowed_roots:
@@ -46,6 +48,8 @@ class Host:
         self.systemctl_command = list(systemctl)
         # the agent's settings, for drivers that take one (agent_lb_listen)
         self.settings = dict(settings or {})
+        # where ensure_unit writes units (first boot's runtime units: /run/systemd/system)
+        self.unit_dir = unit_dir
 
     # ---- files -----------------------------------------------------------------------
 
@@ -80,13 +84,21 @@ class Host:
         name in `name`.d/ and its text); True when any of them changed, and then systemd
         has re-read its units: one daemon-reload, through `systemctl` when given (a
         driver's own, which raises on a failure) else Host.systemctl."""
-        changed = self.write_file(f"{UNIT_DIR}/{name}", text, 0o644)
+        changed = self.write_file(f"{self.unit_dir}/{name}", text, 0o644)
         for file, dropin in dropins:
-            changed = self.write_file(f"{UNIT_DIR}/{name}.d/{file}", dropin, 0o644) \
+            changed = self.write_file(f"{self.unit_dir}/{name}.d/{file}", dropin, 0o644) \
                 or changed
         if changed:
             (systemctl or self.systemctl)("daemon-reload")
         return changed
+
+    def remove_unit(self, name, *, systemctl=None):
+        """Drop the unit file `name`; True, and systemd has re-read its units, when it was
+        there."""
+        removed = self.remove_file(f"{self.unit_dir}/{name}")
+        if removed:
+            (systemctl or self.systemctl)("daemon-reload")
+        return removed
 
     def backoff(self, first, cap):
         """A per-key exponential back-off (appliance/backoff.py)."""

@@ -11,33 +11,30 @@ import subprocess
 import sys
 
 from appliance import config
-from appliance.files import remove_file, write_file
+from appliance.agent.host import Host
+from appliance.files import EVERYWHERE
 
 log = logging.getLogger("appliance.firstboot")
 
 TIMER = "appliance-backup.timer"
 
 
-def write(directory, schedule):
-    """Make `directory`/TIMER match `schedule` (None: no file). True when it changed."""
-    path = os.path.join(directory, TIMER)
-    text = None
-    if schedule is not None:
+def apply(settings, directory, systemctl):
+    """Make `directory`/TIMER match `backup_schedule` (None: no file); on a change reload
+    systemd (the node toolbox's ensure_unit/remove_unit, on the appliance's own node) and
+    (re)start or stop the timer. `systemctl(*args)` runs systemctl (a fake in tests).
+    Returns True on a change."""
+    schedule = settings["backup_schedule"]
+    directory = os.path.abspath(directory)
+    host = Host(root="/", allowed_roots=EVERYWHERE, state_dir=None, unit_dir=directory)
+    if schedule is None:
+        changed = host.remove_unit(TIMER, systemctl=systemctl)
+    else:
         # only then: appliance.backup loads the archive code (tarfile...), a boot's time
         from appliance.backup import timer_unit  # noqa: PLC0415
-        text = timer_unit(schedule)
-    if text is None:
-        return remove_file(os.path.abspath(path))
-    return write_file(os.path.abspath(path), text, 0o644)
-
-
-def apply(settings, directory, systemctl):
-    """Write the timer; on a change reload systemd and (re)start or stop the timer.
-    `systemctl(*args)` runs systemctl (a fake in tests). Returns True on a change."""
-    schedule = settings["backup_schedule"]
-    if not write(directory, schedule):
+        changed = host.ensure_unit(TIMER, timer_unit(schedule), systemctl=systemctl)
+    if not changed:
         return False
-    systemctl("daemon-reload")
     if schedule is None:
         systemctl("stop", TIMER)
         log.info("no backup_schedule: no scheduled backups")

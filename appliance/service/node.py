@@ -18,7 +18,6 @@ from appliance.agent.host import Host
 
 from .lease import Leases
 
-UNIT_DIR = "/etc/systemd/system"
 FENCE = "appliance-fence.conf"
 # a monopoly unit's start deadline (wall-clock seconds) is kept in <agent state>/leases/<unit>
 # while this node holds the lease: the unit's ExecStartPre refuses a start that systemd
@@ -74,7 +73,7 @@ class Driver:
         return shown
 
     def unit_path(self, unit):
-        return self.host.path(f"{UNIT_DIR}/{unit}")
+        return self.host.path(f"{self.host.unit_dir}/{unit}")
 
     # ---- the driver contract -----------------------------------------------------------
 

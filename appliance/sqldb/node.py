@@ -34,7 +34,6 @@ from . import pg
 from .pg import Failed
 
 UNIT = "appliance-sqldb-{instance}.service"
-UNIT_DIR = "/etc/systemd/system"
 HEARTBEAT_SECONDS = 2.0
 RETRY_FIRST, RETRY_MAX = 2.0, 30.0
 BASEBACKUP_SECONDS = 900            # setting agent_sqldb_basebackup_seconds
@@ -192,12 +191,9 @@ class Driver:
             unit = UNIT.format(instance=instance)
             self.host.systemctl("disable", "--now", unit)
             try:
-                path = self.host.path(f"{UNIT_DIR}/{unit}")
+                self.host.remove_unit(unit)
             except PathRefused:
-                path = None             # refused when applied too: never written
-            if path and os.path.exists(path):
-                os.unlink(path)
-                self.host.systemctl("daemon-reload")
+                pass                    # refused when applied too: never written
         if os.path.isdir(c.data):
             pg.stop(c, "fast")
         shutil.rmtree(c.base, ignore_errors=True)
