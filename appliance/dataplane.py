@@ -34,6 +34,7 @@ class DataPlane:
             return None
 
     def write(self, parts, text):
+        """OSError when it cannot be written (a file where a folder must be...)."""
         write_file(os.path.abspath(self.path(*parts)), text, 0o600,
                    private=(os.path.abspath(self.root), None, 0o700))
 

@@ -33,8 +33,13 @@ class PathRefused(ValueError):
     """A path that may not be written or read; its message says why."""
 
 
-class MissingDirectory(PathRefused):
-    """A directory on the way does not exist (and was not to be made)."""
+class MissingDirectory(FileNotFoundError, PathRefused):
+    """A directory on the way does not exist (and was not to be made). Also an OSError:
+    code that catches what the system says keeps catching it."""
+
+
+class NotADirectory(NotADirectoryError, PathRefused):
+    """Something other than a directory where the walk needs one."""
 
 
 def inside(path, roots):
@@ -121,7 +126,7 @@ class SafeDir:
                             raise
                         st = os.stat(name, dir_fd=fd, follow_symlinks=False)
                         if not stat.S_ISLNK(st.st_mode):
-                            raise PathRefused(f"{nxt} is not a directory") from None
+                            raise NotADirectory(f"{nxt} is not a directory") from None
                         hops += 1
                         if hops > MAX_HOPS:
                             raise PathRefused(f"{path}: too many symlinks") from None

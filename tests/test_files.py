@@ -140,3 +140,11 @@ def test_a_crash_between_the_temp_file_and_the_rename_leaves_the_old_file(tmp_pa
     # the next write is whole again
     assert write_file(str(path), "new\n", 0o644) is True
     assert path.read_text() == "new\n"
+
+
+def test_a_file_where_a_folder_must_be_is_an_os_error_and_a_refusal(tmp_path):
+    (tmp_path / "blocker").write_text("not a directory")
+    with pytest.raises(NotADirectoryError) as raised:
+        write_file(str(tmp_path / "blocker" / "f"), "x")
+    assert isinstance(raised.value, PathRefused) and "not a directory" in str(raised.value)
+    assert (tmp_path / "blocker").read_text() == "not a directory"
