@@ -24,10 +24,6 @@ DEFAULT_ALLOWED_ROOTS = ("/etc", "/opt", "/srv", "/var/lib", "/home", "/root", "
 OUTPUT_LIMIT = 64 * 1024
 
 
-def _within(path, parent):
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
 class Host:
     unit_dir = UNIT_DIR
 
@@ -111,7 +107,7 @@ class Host:
         if "\x00" in p or ".." in p.split("/"):
             raise PathRefused(f"{p!r} contains '..' or a NUL byte")
         inside = os.path.normpath(p)
-        allowed = next((r for r in self.allowed_roots if _within(inside, r)), None)
+        allowed = next((r for r in self.allowed_roots if files.inside(inside, [r])), None)
         if allowed is None:
             raise PathRefused(f"{p} is outside the allowed roots "
                               f"({', '.join(self.allowed_roots)})")
@@ -120,7 +116,7 @@ class Host:
         # allowed root: what it resolves to must stay inside it
         base = self.root + allowed if self.root != "/" else allowed
         resolved = os.path.realpath(real)
-        if not _within(resolved, os.path.realpath(base)):
+        if not files.inside(resolved, [os.path.realpath(base)]):
             raise PathRefused(f"{p} leads out of {allowed} through a symlink")
         return real
 
