@@ -1,10 +1,13 @@
 """The data plane on this box: `<state-dir>/data-plane/`, where delivered values land.
 
-Directories 0700 and files 0600 (root only). A file is replaced atomically (temp file,
-fsync, rename, fsync of the directory), so a reader sees the old value or the new one.
+Directories 0700 and files 0600 (root only). A file is replaced by the one writer,
+appliance/files.write_file (temp file, fsync, rename, fsync of the directory), so a
+reader sees the old value or the new one.
 """
 
 import os
+
+from appliance.files import write_file
 
 ROOT = "data-plane"
 
@@ -20,16 +23,6 @@ class DataPlane:
         for directory, _, _ in os.walk(self.root):
             os.chmod(directory, 0o700)
 
-    def _make_dirs(self, directory):
-        """Every level from the data plane's root down to `directory`, each one 0700."""
-        path = os.path.dirname(self.root)
-        for part in os.path.relpath(directory, path).split(os.sep):
-            path = os.path.join(path, part)
-            try:
-                os.mkdir(path, 0o700)
-            except FileExistsError:
-                pass
-
     def path(self, *parts):
         return os.path.join(self.root, *parts)
 
@@ -41,26 +34,9 @@ class DataPlane:
             return None
 
     def write(self, parts, text):
-        target = self.path(*parts)
-        directory = os.path.dirname(target)
-        self._make_dirs(directory)
-        tmp = os.path.join(directory, f".{os.path.basename(target)}.{os.urandom(4).hex()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, text.encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, target)
-        except OSError:
-            os.unlink(tmp)
-            raise
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        """OSError when it cannot be written (a file where a folder must be...)."""
+        write_file(os.path.abspath(self.path(*parts)), text, 0o600,
+                   private=(os.path.abspath(self.root), None, 0o700))
 
     def remove(self, *parts):
         """True when a file was there."""

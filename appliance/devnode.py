@@ -73,7 +73,7 @@ def network():
 def register(store, settings, cores=None, ram=None):
     """The node record and its agent's credential file (idempotent: a second start
     finds both). Returns the node record."""
-    from appliance.files import write_atomically  # noqa: PLC0415
+    from appliance.files import write_file  # noqa: PLC0415
     from appliance.firstboot.register import (  # noqa: PLC0415
         enroll_self, local_endpoint, memory_mb, register_self)
     root, agent_state, credential = paths(settings)
@@ -97,7 +97,7 @@ def register(store, settings, cores=None, ram=None):
         cred = json.load(f)
     wanted = dict(cred, endpoint=local_endpoint(settings), root=root, state_dir=agent_state)
     if wanted != cred:
-        write_atomically(credential, json.dumps(wanted, indent=1) + "\n")
+        write_file(os.path.abspath(credential), json.dumps(wanted, indent=1) + "\n", 0o600)
     log.info("development node %s %s (root %s)", node["uuid"],
              "registered" if made else "found", root)
     return node

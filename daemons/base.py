@@ -11,6 +11,15 @@ Reconciles run one at a time on one worker thread. One that raises is logged and
 after a back-off that doubles up to a cap (a change to the kind does not cut the wait short,
 so a failing reconcile can never spin); a success resets it. The main thread only waits
 for SIGTERM/SIGINT.
+
+Two modes many daemons share, written here once (appliance/backoff.py is the one back-off):
+- per-key back-off (`each_key`): a reconcile that works record by record retries a record
+  that failed after a delay that doubles up to the cap, without holding back the others,
+  and wakes itself when that delay ends; a success resets it.
+- a whole pass (`whole_pass = True`): every watched kind leads to one `reconcile_pass()`,
+  coalesced, and a pass is skipped when no watched kind moved since the last successful
+  one (`world_key`), unless a timer it asked for (its return value) or `pass_due()` says
+  it is due.
 """
 
 import logging
@@ -22,7 +31,11 @@ import time
 import schedule
 
 from appliance import config, logs
+from appliance.backoff import Backoff
 from state import ChangeWatch, Store
+
+# not a store kind: the one name every change of a whole-pass daemon is coalesced under
+PASS = "pass"
 
 
 class Daemon:
@@ -33,6 +46,7 @@ class Daemon:
     rescan_seconds = 5.0
     retry_first_seconds = 0.5
     retry_max_seconds = 60.0
+    whole_pass = False
 
     def __init__(self, settings=None, store=None):
         self.settings = config.load() if settings is None else settings
@@ -42,8 +56,10 @@ class Daemon:
         # worker already holds it.
         self._wake = threading.Condition()
         self._due = {}           # kind -> monotonic time from which its reconcile may run
-        self._retry_at = {}      # kind -> end of the back-off after its last failure
-        self._retry_delay = {}   # kind -> length of that back-off
+        # kind -> the back-off after its reconcile failed; (kind, key) -> a record's
+        self._backoff = Backoff(self.retry_first_seconds, self.retry_max_seconds)
+        self._world = None       # whole pass: world_key() at the last successful pass
+        self._pass_at = None     # whole pass: when the pass asked to run again
         self._stopping = False
         self._scheduler = schedule.Scheduler()
         self._watch = None
@@ -55,6 +71,59 @@ class Daemon:
         default only notes the call, which is all a daemon that merely watches does."""
         self.log.debug("%s changed", kind)
 
+    # -- whole pass ----------------------------------------------------------------------
+
+    def reconcile_pass(self):
+        """Whole-pass daemons: bring the world in line with every watched kind. May return
+        the seconds after which the next pass is due even if nothing moves (None: no
+        timer)."""
+
+    def world_key(self):
+        """What a pass depends on: the version of every watched kind. A pass whose key is
+        the last successful pass's (and no timer is due) is skipped."""
+        return tuple(self.store.collection(k).snapshot().key for k in self.kinds)
+
+    def pass_due(self):
+        """Whole-pass daemons: True when a pass must run although nothing moved (a clock
+        of the daemon's own)."""
+        return False
+
+    def _run_pass(self):
+        world = self.world_key()
+        timer = self._pass_at is not None and time.monotonic() >= self._pass_at
+        if world == self._world and not timer and not self.pass_due():
+            return
+        self._world = None       # a pass that raises is run again after its back-off
+        wait = self.reconcile_pass()
+        self._pass_at = None if wait is None else time.monotonic() + wait
+        if wait is not None:
+            self.request_in(PASS, wait)
+        # taken before the pass: what the pass itself wrote wakes it once more, and that
+        # pass finds nothing to do
+        self._world = world
+
+    # -- per-key back-off ----------------------------------------------------------------
+
+    def each_key(self, kind, records, work, key=lambda record: record["uuid"]):
+        """`work(record)` for each record whose back-off allows. One that raises is logged,
+        waits (doubling up to the cap) and asks for a reconcile of `kind` when the wait
+        ends; one that succeeds is reset. Returns the records that failed this time."""
+        failed = []
+        for record in records:
+            k = (kind, key(record))
+            if not self._backoff.ready(k):
+                continue
+            try:
+                work(record)
+            except Exception:
+                delay = self._backoff.failed(k)
+                self.log.exception("%s %s failed; retrying in %.1f s", kind, k[1], delay)
+                self.request_in(kind, delay)
+                failed.append(record)
+            else:
+                self._backoff.succeeded(k)
+        return failed
+
     def schedule_jobs(self, scheduler):
         """Add timed jobs of the daemon's own to `scheduler` (a `schedule.Scheduler`);
         they run on the worker thread, between reconciles, and must not raise."""
@@ -62,6 +131,9 @@ class Daemon:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self):
+        # the back-off's waits as set on the instance (a test shortens them)
+        self._backoff.first, self._backoff.cap = self.retry_first_seconds, \
+            self.retry_max_seconds
         self._watch = ChangeWatch(self.store, self.rescan_seconds)
         for kind in self.kinds:
             self._watch.subscribe(kind, self.request)
@@ -108,8 +180,10 @@ class Daemon:
     def request(self, kind):
         """Ask for a reconcile of `kind`, as soon as its back-off allows: a change brings
         forward a reconcile scheduled later (request_in), never one inside a back-off."""
+        if self.whole_pass:
+            kind = PASS
         with self._wake:
-            earliest = self._retry_at.get(kind, 0.0)
+            earliest = self._backoff.until(kind)
             self._due[kind] = min(self._due.get(kind, earliest), earliest) \
                 if earliest else 0.0
             self._wake.notify_all()
@@ -117,6 +191,8 @@ class Daemon:
     def request_in(self, kind, seconds):
         """Ask for a reconcile of `kind` after `seconds` (a per-record retry), unless one
         is due sooner anyway."""
+        if self.whole_pass:
+            kind = PASS
         with self._wake:
             when = time.monotonic() + seconds
             self._due[kind] = min(self._due.get(kind, when), when)
@@ -155,20 +231,18 @@ class Daemon:
 
     def _reconcile_guarded(self, kind):
         try:
-            self.reconcile(kind)
+            if kind == PASS and self.whole_pass:
+                self._run_pass()
+            else:
+                self.reconcile(kind)
         except Exception:
             with self._wake:
-                previous = self._retry_delay.get(kind)
-                delay = (self.retry_first_seconds if previous is None
-                         else min(previous * 2, self.retry_max_seconds))
-                self._retry_delay[kind] = delay
-                self._retry_at[kind] = time.monotonic() + delay
-                self._due[kind] = max(self._due.get(kind, 0.0), self._retry_at[kind])
+                delay = self._backoff.failed(kind)
+                self._due[kind] = max(self._due.get(kind, 0.0), self._backoff.until(kind))
             self.log.exception("reconcile of %s failed; retrying in %.1f s", kind, delay)
         else:
             with self._wake:
-                self._retry_delay.pop(kind, None)
-                self._retry_at.pop(kind, None)
+                self._backoff.succeeded(kind)
 
 
 def run(daemon_cls):

@@ -5,7 +5,7 @@ their declared state (appliance.em.builder).
 It watches every kind a manifest or a repository can touch, so a change is seen within
 milliseconds; one iteration is one tick (ITERATION_SECONDS), and every CHECK_EVERY
 iterations repositories are checked for a passed next_refresh (spec 2.3 rule 4). A pass
-is skipped when no watched kind changed and nothing is due.
+is skipped when no watched kind changed and nothing is due (daemons/base.py, whole pass).
 """
 
 import sys
@@ -24,6 +24,7 @@ class Builder(Daemon):
     name = "builder"
     kinds = ("em_elements", "em_manifests")
     tick_seconds = ITERATION_SECONDS
+    whole_pass = True
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
@@ -34,20 +35,20 @@ class Builder(Daemon):
         self.repositories = RepositorySync(self.api, self.log)
         self.bridge = RepoBridge(self.api, self.log)
         self.kinds = tuple(self.elements.kinds())
-        self._world = None
         self._last_periodic = time.monotonic()
         self._refresh_at = None
 
-    def _world_key(self):
-        return tuple(self.store.collection(k).snapshot().key for k in self.kinds)
+    def _clocks(self, now):
+        """(periodic check due, a repository's next_refresh passed)."""
+        return (now - self._last_periodic >= CHECK_EVERY * ITERATION_SECONDS,
+                self._refresh_at is not None and now >= self._refresh_at)
 
-    def reconcile(self, kind):
+    def pass_due(self):
+        return any(self._clocks(time.monotonic()))
+
+    def reconcile_pass(self):
         now = time.monotonic()
-        periodic = now - self._last_periodic >= CHECK_EVERY * ITERATION_SECONDS
-        timer = self._refresh_at is not None and now >= self._refresh_at
-        world = self._world_key()
-        if world == self._world and not periodic and not timer:
-            return
+        periodic, timer = self._clocks(now)
         if periodic:
             self._last_periodic = now
         wait = self.repositories.reconcile(periodic=periodic or timer)
@@ -55,8 +56,6 @@ class Builder(Daemon):
         self.bridge.reconcile()
         self.elements.reconcile_all()
         self.bridge.reconcile()
-        # what the pass itself wrote wakes it once more, and that pass finds nothing to do
-        self._world = world
 
 
 def main():

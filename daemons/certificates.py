@@ -18,16 +18,15 @@ class Certificates(Daemon):
     kinds = (KIND, DOMAINS)
     # the work is scheduled by reconcile's own answer; the tick only catches a lost event
     tick_seconds = 600.0
+    # both kinds lead to one pass, skipped when neither moved and its timer is not due
+    whole_pass = True
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
         self.work = CertificateWork(self.store, self.settings, self.log)
 
-    def reconcile(self, kind):
-        wait = self.work.reconcile()
-        if wait is not None:
-            # both kinds lead to the same pass: one timer is enough
-            self.request_in(KIND, wait)
+    def reconcile_pass(self):
+        return self.work.reconcile()
 
 
 def main():

@@ -9,10 +9,7 @@ no event: its row just stops being written.
 import sys
 
 from appliance.sqldb.reconcile import Planner
-from daemons.base import Daemon, run
-
-# not a store kind: the one name every change is coalesced under
-PASS = "sqldb pass"
+from daemons.base import PASS, Daemon, run
 
 
 class Sqldb(Daemon):
@@ -21,6 +18,7 @@ class Sqldb(Daemon):
              "ua_resources", "compute_nodes", "compute_sets", "network_networks")
     tick_seconds = 30.0
     period_seconds = 1.0
+    whole_pass = True
 
     def start(self):
         self.planner = Planner(self.store, self.settings)
@@ -29,11 +27,11 @@ class Sqldb(Daemon):
     def schedule_jobs(self, scheduler):
         scheduler.every(self.period_seconds).seconds.do(self.request, PASS)
 
-    def reconcile(self, kind):
-        if kind == PASS:
-            self.planner.pass_once()
-        else:
-            self.request(PASS)
+    def pass_due(self):
+        return True             # a lost primary makes no event: every pass runs
+
+    def reconcile_pass(self):
+        self.planner.pass_once()
 
 
 def main():

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 
-from appliance.files import write_atomically
+from appliance.backoff import Backoff
 
 from . import capabilities
 from .client import Refused, Unreachable
@@ -211,7 +211,7 @@ class Runner:
             self._save(sync=False)          # only the time of the last contact
 
     def _save(self, sync=True):
-        write_atomically(state_path(self.host.state_dir), json.dumps({
+        self.host.write_state(STATE_FILE, json.dumps({
             "node": self.host.node, "agent": self.host.agent, "hash": self.hash,
             "contact": self.contact, "items": self.applied}, sort_keys=True), sync=sync)
 
@@ -236,24 +236,24 @@ class Runner:
         self._lock.acquire(timeout=timeout * 30)
 
     def _poll_loop(self):
-        delay = None
+        backoff = Backoff(BACKOFF_FIRST, BACKOFF_MAX)
         while not self._stop.is_set():
             try:
                 pause = self.step()
             except (Unreachable, Refused) as e:
                 # keep everything; after the API answers again: poll at once, report all
-                delay = BACKOFF_FIRST if delay is None else min(delay * 2, BACKOFF_MAX)
+                delay = backoff.failed("api")
                 self.log.warning("API: %s; again in %.1f s", e, delay)
                 self.polled_hash, self.needs_full = None, True
                 self._stop.wait(delay * random.uniform(0.8, 1.2))
                 continue
             except Exception:
-                delay = BACKOFF_FIRST if delay is None else min(delay * 2, BACKOFF_MAX)
+                delay = backoff.failed("api")
                 self.log.exception("agent round failed; again in %.1f s", delay)
                 self.polled_hash = None
                 self._stop.wait(delay)
                 continue
-            delay = None
+            backoff.succeeded("api")
             if self.needs_full:
                 self._report([], [])
             if pause:

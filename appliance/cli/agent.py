@@ -63,7 +63,7 @@ def _settings(env):
 
 def cmd_enroll(args, env):
     import os  # noqa: PLC0415
-    from appliance.agent.runner import write_atomically  # noqa: PLC0415
+    from appliance.files import write_file  # noqa: PLC0415
     endpoint = option(args, "endpoint")
     if not endpoint:
         raise UsageError("--endpoint URL is required: the API as this node reaches it")
@@ -87,7 +87,9 @@ def cmd_enroll(args, env):
         if value:
             cred[key] = os.path.abspath(value)
     try:
-        write_atomically(os.path.abspath(path), json.dumps(cred, indent=1) + "\n")
+        full = os.path.abspath(path)
+        write_file(full, json.dumps(cred, indent=1) + "\n", 0o600,
+                   private=(os.path.dirname(full), None, 0o700))
     except OSError as e:
         raise CliError(f"cannot write the credential file {path}: {e.strerror}") from None
     shown = {"agent": cred["agent"], "node": cred["node"], "credential_file": path}

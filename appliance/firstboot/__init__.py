@@ -11,6 +11,7 @@ import os
 import pwd
 import socket
 
+from appliance.files import write_file
 from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from state import Store
@@ -97,9 +98,7 @@ def mark_done(path):
     file readable by all, whatever the unit's UMask (0077)."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     os.chmod(os.path.dirname(path), 0o755)
-    with open(path, "w"):
-        pass
-    os.chmod(path, 0o644)
+    write_file(os.path.abspath(path), b"", 0o644)
 
 
 def service_user():

@@ -11,45 +11,30 @@ import subprocess
 import sys
 
 from appliance import config
+from appliance.agent.host import Host
+from appliance.files import EVERYWHERE
 
 log = logging.getLogger("appliance.firstboot")
 
 TIMER = "appliance-backup.timer"
 
 
-def write(directory, schedule):
-    """Make `directory`/TIMER match `schedule` (None: no file). True when it changed."""
-    path = os.path.join(directory, TIMER)
-    text = None
-    if schedule is not None:
+def apply(settings, directory, systemctl):
+    """Make `directory`/TIMER match `backup_schedule` (None: no file); on a change reload
+    systemd (the node toolbox's ensure_unit/remove_unit, on the appliance's own node) and
+    (re)start or stop the timer. `systemctl(*args)` runs systemctl (a fake in tests).
+    Returns True on a change."""
+    schedule = settings["backup_schedule"]
+    directory = os.path.abspath(directory)
+    host = Host(root="/", allowed_roots=EVERYWHERE, state_dir=None, unit_dir=directory)
+    if schedule is None:
+        changed = host.remove_unit(TIMER, systemctl=systemctl)
+    else:
         # only then: appliance.backup loads the archive code (tarfile...), a boot's time
         from appliance.backup import timer_unit  # noqa: PLC0415
-        text = timer_unit(schedule)
-    try:
-        with open(path) as f:
-            old = f.read()
-    except FileNotFoundError:
-        old = None
-    if old == text:
+        changed = host.ensure_unit(TIMER, timer_unit(schedule), systemctl=systemctl)
+    if not changed:
         return False
-    if text is None:
-        os.remove(path)
-        return True
-    os.makedirs(directory, exist_ok=True)
-    with open(path + ".tmp", "w") as f:
-        f.write(text)
-    os.chmod(path + ".tmp", 0o644)
-    os.replace(path + ".tmp", path)
-    return True
-
-
-def apply(settings, directory, systemctl):
-    """Write the timer; on a change reload systemd and (re)start or stop the timer.
-    `systemctl(*args)` runs systemctl (a fake in tests). Returns True on a change."""
-    schedule = settings["backup_schedule"]
-    if not write(directory, schedule):
-        return False
-    systemctl("daemon-reload")
     if schedule is None:
         systemctl("stop", TIMER)
         log.info("no backup_schedule: no scheduled backups")

@@ -14,6 +14,7 @@ import socket
 import struct
 
 import appliance
+from appliance.files import PathRefused, write_file
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -118,10 +119,8 @@ def show(paths, banner):
         except OSError as e:
             log.warning("cannot write the banner to %s: %s", paths.console, e.strerror or e)
     try:
-        os.makedirs(paths.issue_dir, exist_ok=True)
         # agetty reads backslash escapes in issue files; the banner means none
-        with open(os.path.join(paths.issue_dir, ISSUE_FILE), "w") as f:
-            f.write(banner.replace("\\", "\\\\"))
-        os.chmod(os.path.join(paths.issue_dir, ISSUE_FILE), 0o644)
-    except OSError as e:
-        log.warning("cannot write the issue banner: %s", e.strerror or e)
+        write_file(os.path.abspath(os.path.join(paths.issue_dir, ISSUE_FILE)),
+                   banner.replace("\\", "\\\\"), 0o644)
+    except (OSError, PathRefused) as e:
+        log.warning("cannot write the issue banner: %s", getattr(e, "strerror", None) or e)

@@ -13,7 +13,7 @@ connections nginx may hold at all) are in the image's /etc/nginx/nginx.conf
 
 import os
 
-from appliance.files import write_atomically
+from appliance.files import write_file
 
 SITE_FILE = "appliance"
 # Debian's default site listens on port 80 on every address
@@ -115,7 +115,7 @@ def site(cert_path, key_path, upstream, max_body_bytes, listen=("443 ssl",)):
 def write(sites_dir, text):
     """Write the site and drop Debian's default one. Returns the site's path."""
     path = os.path.join(sites_dir, SITE_FILE)
-    write_atomically(path, text, 0o644, dir_mode=0o755)
+    write_file(os.path.abspath(path), text, 0o644)
     try:
         os.unlink(os.path.join(sites_dir, DEBIAN_DEFAULT_SITE))
     except FileNotFoundError:

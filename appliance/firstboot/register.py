@@ -171,8 +171,9 @@ def enroll_self(store, node, settings, path):
     except (OSError, ValueError, AttributeError):
         pass
     cred = issue_credential(store, node["uuid"], name="appliance")
-    from appliance.files import write_atomically  # noqa: PLC0415 (stdlib only)
-    write_atomically(path, json.dumps({"endpoint": local_endpoint(settings), **cred},
-                                      indent=1) + "\n")
+    from appliance.files import write_file  # noqa: PLC0415 (stdlib only)
+    path = os.path.abspath(path)
+    write_file(path, json.dumps({"endpoint": local_endpoint(settings), **cred}, indent=1)
+               + "\n", 0o600, private=(os.path.dirname(path), None, 0o700))
     log.info("this appliance's node agent %s enrolled (%s)", cred["agent"], path)
     return True

@@ -11,7 +11,7 @@ import os
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
-from appliance.files import write_atomically
+from appliance.files import write_file
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -49,11 +49,11 @@ def host_keys(kept_dir, etc_ssh):
             public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
                                                    serialization.PublicFormat.OpenSSH)
             public += b" root@appliance\n"
-            write_atomically(kept + ".pub", public, 0o644)
-            write_atomically(kept, private, 0o600)
+            write_file(kept + ".pub", public, 0o644)
+            write_file(kept, private, 0o600)
             log.info("made the SSH host key %s", name)
-        write_atomically(os.path.join(etc_ssh, name), private, 0o600)
-        write_atomically(os.path.join(etc_ssh, name + ".pub"), public, 0o644)
+        write_file(os.path.join(etc_ssh, name), private, 0o600)
+        write_file(os.path.join(etc_ssh, name + ".pub"), public, 0o644)
     for entry in os.listdir(etc_ssh):
         if entry.startswith("ssh_host_") and entry not in names:
             os.unlink(os.path.join(etc_ssh, entry))
@@ -70,11 +70,11 @@ def authorized_keys(kept_dir, root_ssh, given):
             kept.append(key)
     if not kept:
         return 0
-    write_atomically(kept_path, "".join(k + "\n" for k in kept).encode(), 0o600)
+    write_file(kept_path, "".join(k + "\n" for k in kept).encode(), 0o600)
     os.makedirs(root_ssh, mode=0o700, exist_ok=True)
     os.chmod(root_ssh, 0o700)
     path = os.path.join(root_ssh, AUTHORIZED_KEYS)
     lines = (_read(path) or b"").decode().splitlines()
     lines += [k for k in kept if k not in lines]
-    write_atomically(path, "".join(line + "\n" for line in lines).encode(), 0o600)
+    write_file(path, "".join(line + "\n" for line in lines).encode(), 0o600)
     return len(kept)

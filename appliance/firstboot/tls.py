@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from appliance.files import write_atomically
+from appliance.files import write_file
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -87,9 +87,9 @@ def ensure(directory, hostname, addresses=()):
     cert = _load(cert_path, key_path)
     if cert is None:
         cert, key = make(hostname, addresses)
-        write_atomically(key_path, key.private_bytes(serialization.Encoding.PEM,
+        write_file(key_path, key.private_bytes(serialization.Encoding.PEM,
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()), 0o600)
-        write_atomically(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+        write_file(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
         log.info("made a TLS certificate for %s", hostname)
     return cert_path, key_path, cert

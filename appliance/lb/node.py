@@ -34,7 +34,6 @@ import subprocess
 import tarfile
 import time
 
-from appliance.files import write_atomically
 from appliance.tenancy import addresses, fetch
 
 from . import nginx
@@ -323,27 +322,27 @@ class Driver:
             # the other LBs' live files, unchanged
             for name in self._lb_files(live):
                 if LB_FILE.match(name).group(1) != lb:
-                    _copy(os.path.join(live, name), os.path.join(candidate, name), 0o644)
+                    self._copy(os.path.join(live, name), os.path.join(candidate, name), 0o644)
             certs = os.path.join(live, "certs") if live else None
             for other in (os.listdir(certs) if certs and os.path.isdir(certs) else []):
                 if other != lb:
                     for name in os.listdir(os.path.join(certs, other)):
-                        _copy(os.path.join(certs, other, name),
+                        self._copy(os.path.join(certs, other, name),
                               os.path.join(candidate, "certs", other, name), 0o600)
             if rendered is not None:
                 for part in ("http", "stream"):
                     text = getattr(rendered, part)
                     if text:
-                        _write(os.path.join(candidate, f"lb-{lb}.{part}.conf"),
+                        self._write(os.path.join(candidate, f"lb-{lb}.{part}.conf"),
                                text.encode(), 0o644)
                 for rel, data in rendered.files.items():
-                    _write(os.path.join(candidate, rel), data, 0o600)
+                    self._write(os.path.join(candidate, rel), data, 0o600)
             files = self._lb_files(candidate)
             main = nginx.render_main(
                 [f for f in files if f.endswith(".http.conf")],
                 [f for f in files if f.endswith(".stream.conf")],
                 prefix=self.run_dir, user=self.worker_user(), modules=self.modules())
-            _write(os.path.join(candidate, "nginx.conf"), main.encode(), 0o644)
+            self._write(os.path.join(candidate, "nginx.conf"), main.encode(), 0o644)
         except BaseException:
             shutil.rmtree(candidate, ignore_errors=True)
             raise
@@ -424,17 +423,22 @@ class Driver:
             raise Failed(nginx_message(out), out)
 
     def _write_unit(self):
-        path = self.host.path(UNIT_PATH)
-        text = unit_text(self.binary, os.path.join(CONF_DIR, "current", "nginx.conf"),
-                         RUN_DIR)
-        try:
-            with open(path) as f:
-                if f.read() == text:
-                    return
-        except FileNotFoundError:
-            pass
-        _write(path, text.encode(), 0o644)
-        self.host.systemctl("daemon-reload")
+        self.host.ensure_unit(UNIT, unit_text(
+            self.binary, os.path.join(CONF_DIR, "current", "nginx.conf"), RUN_DIR))
+
+    # ---- files ------------------------------------------------------------------------
+
+    def _write(self, path, data, mode):
+        """The file at the real path `path` (under the node's root prefix), through the
+        node toolbox. Keys (0600) in folders only their owner enters; the rest readable,
+        for nginx's workers."""
+        path = self.host.node_path(path)
+        private = (os.path.dirname(path), None, 0o700) if mode == 0o600 else None
+        self.host.write_file(path, data, mode, private=private)
+
+    def _copy(self, src, dst, mode):
+        with open(src, "rb") as f:
+            self._write(dst, f.read(), mode)
 
     def reload(self):
         """SIGHUP, then wait until the error log says how it went: new workers started
@@ -593,16 +597,6 @@ def _untar(tar, dest, url):
 
 
 # ---- files --------------------------------------------------------------------------------
-
-def _write(path, data, mode):
-    # keys (0600) in folders only their owner enters; the rest readable, for nginx's workers
-    write_atomically(path, data, mode, dir_mode=0o700 if mode == 0o600 else 0o755)
-
-
-def _copy(src, dst, mode):
-    with open(src, "rb") as f:
-        _write(dst, f.read(), mode)
-
 
 def _children(pid):
     """The child processes (workers) of nginx's master `pid`."""

@@ -30,6 +30,7 @@ import time
 
 from state.collection import format_time
 
+from appliance.backoff import Backoff
 from appliance.kinds import DNS_DOMAINS
 from appliance.tenancy import zones as zone_rule
 
@@ -88,9 +89,9 @@ class CertificateWork:
     def __init__(self, store, settings, log, clock=time.time):
         self.store, self.settings, self.log, self.clock = store, settings, log, clock
         self.box = SecretBox(store)
-        self.retry_first = float(settings["acme_retry_first_seconds"])
-        self.retry_max = float(settings["acme_retry_max_seconds"])
-        self._retry = {}        # uuid -> (wall time of the next try, delay)
+        # uuid -> when a failed order is tried again (wall clock: renewals are wall times)
+        self._retry = Backoff(float(settings["acme_retry_first_seconds"]),
+                              float(settings["acme_retry_max_seconds"]), clock=clock)
         host = settings["dns_host"]
         self.server = ("127.0.0.1" if host in ("0.0.0.0", "") else host,
                        int(settings["dns_port"]))
@@ -106,8 +107,8 @@ class CertificateWork:
             if when is not None:
                 due.append(when)
         live = {r["uuid"] for r in self.store.collection(KIND).records()}
-        for uuid in [u for u in self._retry if u not in live]:
-            del self._retry[uuid]
+        for uuid in [u for u in self._retry.keys() if u not in live]:
+            self._retry.forget(uuid)
         return max(min(due) - self.clock(), 0.05) if due else None
 
     def _one(self, record):
@@ -118,15 +119,15 @@ class CertificateWork:
             return None
         reason = self._needs_issuance(record, now)
         if reason is None:
-            self._retry.pop(record["uuid"], None)
+            self._retry.forget(record["uuid"])
             self._set(record, "ACTIVE", None)
             return renew_at(record["cert"], record["expiration_threshold"]).timestamp()
-        if record["status"] == "ERROR" and record["uuid"] in self._retry:
-            when = self._retry[record["uuid"]][0]
+        if record["status"] == "ERROR" and self._retry.failing(record["uuid"]):
+            when = self._retry.until(record["uuid"])
             if when > now:
                 return when
         elif record["status"] != "ERROR":
-            self._retry.pop(record["uuid"], None)       # changed since it failed
+            self._retry.forget(record["uuid"])          # changed since it failed
         return self._issue(record, reason)
 
     def _needs_issuance(self, record, now):
@@ -179,7 +180,7 @@ class CertificateWork:
         not_after = datetime.datetime.fromisoformat(outcome["not_after"])
         self.log.info("certificate %s: issued in %.1f s, expires %s", record["uuid"],
                       time.monotonic() - begun, outcome["not_after"])
-        self._retry.pop(record["uuid"], None)
+        self._retry.forget(record["uuid"])
         return self._store_issued(started, outcome["key"], outcome["chain"], not_after)
 
     def _order(self, record, zones):
@@ -222,10 +223,8 @@ class CertificateWork:
                 return renew_at(chain, current["expiration_threshold"]).timestamp()
 
     def _failed(self, record, reason):
-        previous = self._retry.get(record["uuid"], (0, None))[1]
-        delay = self.retry_first if previous is None else min(previous * 2, self.retry_max)
-        when = self.clock() + delay
-        self._retry[record["uuid"]] = (when, delay)
+        delay = self._retry.failed(record["uuid"])
+        when = self._retry.until(record["uuid"])
         self.log.warning("certificate %s: %s; retrying in %.0f s", record["uuid"], reason,
                          delay)
         self._set(record, "ERROR", reason[:1024])

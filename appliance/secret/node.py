@@ -6,15 +6,14 @@ the user's authorized_keys; lines outside the block are the user's and stay as t
     # END appliance managed keys
 
 The user's home comes from the node's passwd (under the root prefix in host tests). The
-file is written like a config (appliance/configs/node.py: allowed roots, no symlink out of
-them, temporary file and rename), 0600 and owned by the user, in a directory created 0700
-and owned by the user when missing.
+file is written with the node toolbox, `host.write_file` (docs/node-toolbox.md: allowed
+roots, no symlink out of them, temporary file and rename), 0600 and owned by the user, in a
+directory created 0700 and owned by the user when missing.
 """
 
 import posixpath
 
-from appliance.configs.node import Refused, SafeDir, check_allowed, read_file, user_entry, \
-    write_atomic
+from appliance.configs.node import Refused, check_allowed, user_entry
 
 BEGIN = "# BEGIN appliance managed keys"
 END = "# END appliance managed keys"
@@ -56,12 +55,12 @@ class Driver:
 
     def _set(self, value, master, line):
         path, uid, gid, home = self._where(value)
-        directory, name = posixpath.split(path)
-        with SafeDir(self.host, directory, create=line is not None,
-                     private=(home, (uid, gid), 0o700)) as d:
-            current = read_file(d.fd, name) or b""
-            wanted = edit(current.decode("utf-8", "replace"), master, line)
-            write_atomic(d.fd, name, wanted.encode(), 0o600, uid, gid)
+        current = self.host.read_file(path)
+        if current is None and line is None:
+            return                      # no file: no line to drop
+        wanted = edit((current or b"").decode("utf-8", "replace"), master, line)
+        self.host.write_file(path, wanted.encode(), 0o600, (uid, gid),
+                             private=(home, (uid, gid), 0o700))
 
     def apply(self, item, applied):
         try:

@@ -6,17 +6,18 @@ counter moved, try-restart when the update counter moved), then reports what sys
 says. `tick` (about every second) keeps monopoly leases and reports units whose state
 moved on by themselves: a oneshot that finished, a unit that failed.
 
-Runs on a node from the agent: stdlib and this package only.
+Runs on a node from the agent: the stdlib, this package and the node toolbox
+(appliance/agent/host.py) only.
 """
 
 import os
 import shutil
-import tempfile
 import time
+
+from appliance.agent.host import Host
 
 from .lease import Leases
 
-UNIT_DIR = "/etc/systemd/system"
 FENCE = "appliance-fence.conf"
 # a monopoly unit's start deadline (wall-clock seconds) is kept in <agent state>/leases/<unit>
 # while this node holds the lease: the unit's ExecStartPre refuses a start that systemd
@@ -72,31 +73,7 @@ class Driver:
         return shown
 
     def unit_path(self, unit):
-        return self.host.path(f"{UNIT_DIR}/{unit}")
-
-    def write_unit(self, unit, text):
-        """Write the unit file when its text differs; True when it did."""
-        path = self.unit_path(unit)
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    return False
-        except FileNotFoundError:
-            pass
-        directory = os.path.dirname(path)
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".appliance-", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        return True
+        return self.host.path(f"{self.host.unit_dir}/{unit}")
 
     # ---- the driver contract -----------------------------------------------------------
 
@@ -107,12 +84,9 @@ class Driver:
         try:
             if before.get("unit") not in (None, unit):
                 self.drop_unit(before["unit"])
-            written = self.write_unit(unit, value["text"])
-            if value["monopoly"]:
-                written = self.write_unit(f"{unit}.d/{FENCE}", self.fence_text(unit)) \
-                    or written
-            if written:
-                self.systemctl("daemon-reload")
+            fence = [(FENCE, self.fence_text(unit))] if value["monopoly"] else []
+            written = self.host.ensure_unit(unit, value["text"], dropins=fence,
+                                            systemctl=self.systemctl)
             self.systemctl("enable" if value["boot"] else "disable", unit)
             if value["monopoly"]:
                 self.apply_monopoly(item, before, written)
@@ -186,12 +160,7 @@ class Driver:
         fencing point while it holds the lease, 0 when it does not."""
         remaining = self.leases.remaining(service)
         deadline = int(time.time() + remaining) if remaining > 0 else 0
-        path = self.deadline_path(unit)
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".deadline-", dir=os.path.dirname(path))
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{deadline}\n")
-        os.replace(tmp, path)
+        self.host.write_state(os.path.join(DEADLINE_DIR, unit), f"{deadline}\n")
 
     def remove(self, applied):
         value = applied["value"]
@@ -357,29 +326,13 @@ def _int(text):
 
 # ---- by hand on a node: `python3 -m appliance.service.node apply ITEM.json` ---------------
 
-class LocalHost:
-    """What the driver needs of the agent's Host, for a run by hand (or a test in a guest)
-    without the agent: `root`, `systemctl` through a command, an optional API client."""
-
-    def __init__(self, root="/", systemctl="systemctl", node=None, api=None):
-        import logging
-        import subprocess
-        self.root, self.node, self.agent, self.api = root, node, node, api
-        # where a monopoly's start deadline is kept (no agent: its own directory)
-        self.state_dir = os.path.join(root, "var/lib/appliance-service")
-        self.log = logging.getLogger("appliance.service")
-        self.agent_unit = None
-        self._systemctl, self._run = systemctl.split(), subprocess.run
-
-    def path(self, p):
-        if ".." in p.split("/"):
-            raise ValueError(f"{p}: .. is refused")
-        return os.path.join(self.root, p.lstrip("/"))
-
-    def systemctl(self, *args):
-        done = self._run(self._systemctl + list(args), capture_output=True, text=True,
-                         timeout=60)
-        return done.returncode, done.stdout + done.stderr
+def local_host(root="/", systemctl="systemctl", node=None, api=None):
+    """The agent's Host for a run by hand (or a test in a guest) without the agent:
+    `systemctl` through a command, an optional API client."""
+    host = Host(root=root, state_dir=os.path.join(root, "var/lib/appliance-service"),
+                systemctl=systemctl.split(), node=node, agent=node, api=api)
+    host.agent_unit = None
+    return host
 
 
 def main(argv=None):
@@ -404,7 +357,7 @@ def main(argv=None):
         with open(name) as f:
             return json.load(f)
     item = read(args.item)
-    driver = Driver(LocalHost(args.root, args.systemctl))
+    driver = Driver(local_host(args.root, args.systemctl))
     if args.verb == "apply":
         out = driver.apply(item, read(args.applied) if args.applied else None)
     elif args.verb == "show":

@@ -29,13 +29,11 @@ import shutil
 import time
 
 from appliance.agent.host import PathRefused
-from appliance.files import write_atomically
 
 from . import pg
 from .pg import Failed
 
 UNIT = "appliance-sqldb-{instance}.service"
-UNIT_DIR = "/etc/systemd/system"
 HEARTBEAT_SECONDS = 2.0
 RETRY_FIRST, RETRY_MAX = 2.0, 30.0
 BASEBACKUP_SECONDS = 900            # setting agent_sqldb_basebackup_seconds
@@ -132,8 +130,6 @@ class _State:
     def __init__(self):
         self.hash = None
         self.error = None           # the last apply's failure, retried by the tick
-        self.next_try = 0.0
-        self.backoff = RETRY_FIRST
         self.users = {}
         self.databases = {}
         self.key = None             # (status, role, running, streaming_from) reported
@@ -146,11 +142,29 @@ class Driver:
         settings = getattr(host, "settings", None) or {}
         self.basebackup_seconds = int(settings.get("agent_sqldb_basebackup_seconds")
                                       or BASEBACKUP_SECONDS)
-        self.retry_first, self.retry_max = RETRY_FIRST, RETRY_MAX
+        # item uuid -> when its failed apply is tried again
+        self.retry = host.backoff(RETRY_FIRST, RETRY_MAX)
         # a node booted with systemd gets a unit per instance; a host test (a root
         # prefix, no systemd) gets PostgreSQL started by pg_ctl
         self.systemd = host.root == "/" and os.path.isdir("/run/systemd/system")
         self.states = {}
+
+    # the back-off's first and longest waits (a test shortens them)
+    @property
+    def retry_first(self):
+        return self.retry.first
+
+    @retry_first.setter
+    def retry_first(self, seconds):
+        self.retry.first = seconds
+
+    @property
+    def retry_max(self):
+        return self.retry.cap
+
+    @retry_max.setter
+    def retry_max(self, seconds):
+        self.retry.cap = seconds
 
     # ---- the driver contract -----------------------------------------------------------------
 
@@ -163,6 +177,7 @@ class Driver:
 
     def remove(self, applied):
         self.states.pop(applied.get("uuid"), None)
+        self.retry.forget(applied.get("uuid"))
         value = applied.get("value") or {}
         instance = value.get("instance")
         if not isinstance(instance, str) or not UUID_RE.match(instance):
@@ -176,12 +191,9 @@ class Driver:
             unit = UNIT.format(instance=instance)
             self.host.systemctl("disable", "--now", unit)
             try:
-                path = self.host.path(f"{UNIT_DIR}/{unit}")
+                self.host.remove_unit(unit)
             except PathRefused:
-                path = None             # refused when applied too: never written
-            if path and os.path.exists(path):
-                os.unlink(path)
-                self.host.systemctl("daemon-reload")
+                pass                    # refused when applied too: never written
         if os.path.isdir(c.data):
             pg.stop(c, "fast")
         shutil.rmtree(c.base, ignore_errors=True)
@@ -190,10 +202,10 @@ class Driver:
         log.info("instance %s removed from this node", instance)
 
     def tick(self, items):
-        now = time.monotonic()
         live = {i["uuid"] for i in items}
         for uuid in [u for u in self.states if u not in live]:
             del self.states[uuid]
+            self.retry.forget(uuid)
         results = []
         for item in items:
             st = self.states.get(item["uuid"])
@@ -202,7 +214,7 @@ class Driver:
                 # the node is as it should be
                 st = self.states.setdefault(item["uuid"], _State())
                 self._converge(item, st)
-            elif now >= st.next_try and (st.error is not None or not self._running(item)
+            elif self.retry.ready(item["uuid"]) and (st.error is not None or not self._running(item)
                                          or self._stuck(item)):
                 self._converge(item, st)
             self._rotate_log(item)
@@ -222,16 +234,16 @@ class Driver:
             c = self._cluster(spec)
             self._bring(spec, c, st)
         except (Failed, PathRefused) as e:
-            self._failed(st, str(e))
+            self._failed(item, st, str(e))
         except OSError as e:
-            self._failed(st, f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
+            self._failed(item, st, f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
         else:
-            st.error, st.backoff, st.next_try = None, self.retry_first, 0.0
+            st.error = None
+            self.retry.succeeded(item["uuid"])
 
-    def _failed(self, st, reason):
+    def _failed(self, item, st, reason):
         st.error = reason
-        st.next_try = time.monotonic() + st.backoff
-        st.backoff = min(st.backoff * 2, self.retry_max)
+        self.retry.failed(item["uuid"])
         log.warning("sqldb: %s", reason)
 
     def _cluster(self, spec):
@@ -240,7 +252,7 @@ class Driver:
     def _bring(self, spec, c, st):
         pg.check_installed(c)
         pg.prepare_dirs(c)
-        pg.write_file(c.passfile, pg.pgpass_line(*spec.replicator)
+        pg.write_file(c, c.passfile, pg.pgpass_line(*spec.replicator)
                       + pg.pgpass_line(*spec.admin))
         if c.initialized:
             with open(os.path.join(c.data, "PG_VERSION")) as f:
@@ -298,10 +310,10 @@ class Driver:
                               primary_conninfo=conninfo)
         hba = pg.render_hba([m["host"] for m in spec.members], spec.hba,
                             spec.replicator[0], spec.admin[0])
-        changed = pg.write_file(os.path.join(c.data, "postgresql.conf"), conf)
-        changed = pg.write_file(os.path.join(c.data, "pg_hba.conf"), hba) or changed
+        changed = pg.write_file(c, os.path.join(c.data, "postgresql.conf"), conf)
+        changed = pg.write_file(c, os.path.join(c.data, "pg_hba.conf"), hba) or changed
         if spec.role == "replica" and not os.path.exists(c.standby_signal):
-            pg.write_file(c.standby_signal, "")
+            pg.write_file(c, c.standby_signal, "")
         return changed
 
     def _source(self, spec, c, replication):
@@ -386,7 +398,7 @@ class Driver:
         if not done or spec.replicator[0] not in have or spec.admin[0] not in have:
             pg.set_system_role(c, *spec.replicator, "NOSUPERUSER REPLICATION")
             pg.set_system_role(c, *spec.admin, "SUPERUSER")
-            pg.write_file(marker, digest)
+            pg.write_file(c, marker, digest)
         users = self._users(spec, c, have)
         databases = self._databases(spec, c, users)
         # users dropped after the databases: a database that goes takes what it held
@@ -502,17 +514,7 @@ class Driver:
             self._start(spec, c)
 
     def _write_unit(self, spec, c):
-        path = self.host.path(f"{UNIT_DIR}/{self._unit(spec)}")
-        text = unit_text(spec, c)
-        try:
-            with open(path) as f:
-                if f.read() == text:
-                    return
-        except FileNotFoundError:
-            pass
-        os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-        write_atomically(path, text, 0o644)
-        self.host.systemctl("daemon-reload")
+        self.host.ensure_unit(self._unit(spec), unit_text(spec, c))
 
     # ---- the report ---------------------------------------------------------------------------
 

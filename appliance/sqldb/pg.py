@@ -26,7 +26,6 @@ import signal
 import stat
 import time
 
-from appliance.files import write_atomically
 
 BASE = "/var/lib/appliance/sqldb"
 BIN = "/usr/lib/postgresql/{major}/bin"
@@ -236,18 +235,13 @@ def _own(path, user, mode):
     os.chmod(path, mode)
 
 
-def write_file(path, text, mode=0o600):
-    """Write `text` as the OS user's file when it differs; True when it changed. Whole or
-    not at all (a temporary file renamed into place)."""
-    try:
-        with open(path) as f:
-            if f.read() == text:
-                return False
-    except FileNotFoundError:
-        pass
+def write_file(c, path, text, mode=0o600):
+    """Write `text` as the OS user's file at the real path `path` (under the node's root
+    prefix) when it differs, through the node toolbox; True when it changed."""
     user = os_user()
-    write_atomically(path, text, mode, owner=(user.pw_uid, user.pw_gid))
-    return True
+    path = c.host.node_path(path)
+    return c.host.write_file(path, text, mode, (user.pw_uid, user.pw_gid),
+                             private=(os.path.dirname(path), None, 0o700))
 
 
 # ---- running programs as postgres -------------------------------------------------------------

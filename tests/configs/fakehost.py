@@ -1,13 +1,16 @@
 """A stand-in for `appliance.agent.host.Host` (the contract in docs/configs.md): a root
-prefix directory, the allowed roots, and commands run for real on this machine."""
+prefix directory, the allowed roots, and commands run for real on this machine. The node
+toolbox (write_file, read_file...) is the real Host's."""
 
 import os
 import subprocess
 
+from appliance.agent.host import Host
+
 ALLOWED = ["/etc", "/opt", "/srv", "/var/lib", "/home", "/root", "/usr/local"]
 
 
-class FakeHost:
+class FakeHost(Host):
     def __init__(self, root, allowed_roots=ALLOWED):
         self.root = str(root)
         self.allowed_roots = list(allowed_roots)

@@ -4,7 +4,7 @@ control character in a path) with 400, changing nothing, and the node refuses it
 
 import pytest
 
-from appliance.configs import node as config_node
+from appliance import files
 from tests.compute.conftest import created, refused
 
 from .helpers import C, config_body, hw_node
@@ -35,5 +35,5 @@ def test_the_same_path_without_the_newline_is_taken(admin, node):
 
 @pytest.mark.parametrize("path", ["/etc/x\n", "/etc/a\x01b"])
 def test_the_node_refuses_it_too(path):
-    with pytest.raises(config_node.Refused, match="control character"):
-        config_node.split(path)
+    with pytest.raises(files.PathRefused, match="control character"):
+        files.split(path)

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 
+from appliance.agent.host import DEFAULT_ALLOWED_ROOTS, Host
 from tests.service.test_unit import systemd_argv
 
 _IDS = itertools.count(1)
@@ -136,12 +137,14 @@ class ApiClient:
         return resp.status, resp.json
 
 
-class FakeHost:
-    """The agent's Host as parts.md describes it, with FakeSystemd as `systemctl`."""
+class FakeHost(Host):
+    """The agent's Host as parts.md describes it, with FakeSystemd as `systemctl` (the
+    node toolbox, write_file and ensure_unit, is the real Host's)."""
 
     def __init__(self, root, node, api=None, agent_unit=None):
         self.agent_unit = agent_unit
         self.root = str(root)
+        self.allowed_roots = list(DEFAULT_ALLOWED_ROOTS)
         self.node = node
         self.agent = node
         self.api = api
