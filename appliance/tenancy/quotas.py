@@ -4,10 +4,11 @@ Without them a project's owner could grow the state, every API process's memory 
 payload each node agent polls for without bound (100 configs of 256 KiB on one node made
 a 26 MB payload, recomputed on every change). Each quota is declared once in QUOTAS:
 its name, the setting that changes its limit (so `APPLIANCE_QUOTA_CORES`), its default,
-and what it counts in which kind of record. Resource.create_record and update_record
-call `guard` and `check` before they write, so the API, the Element Manager's builder
-(which creates an element's records through the same code) and every path family of a
-kind are held to the same limits.
+and what it counts in which kind of record. IAM's projects install this module as a write
+check of the Api (`Api.write_checks`): Resource.create_record and update_record call
+`guard` and `check` before they write, so the API, the Element Manager's builder (which
+creates an element's records through the same code) and every path family of a kind are
+held to the same limits.
 
 Rules:
 - a quota counts the records of one project, whoever writes them (an admin writing into a
