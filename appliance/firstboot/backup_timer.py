@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 from appliance import config
+from appliance.backup_schedule import timer_unit
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -22,8 +23,6 @@ def write(directory, schedule):
     path = os.path.join(directory, TIMER)
     text = None
     if schedule is not None:
-        # only then: appliance.backup loads the archive code (tarfile...), a boot's time
-        from appliance.backup import timer_unit  # noqa: PLC0415
         text = timer_unit(schedule)
     try:
         with open(path) as f:
