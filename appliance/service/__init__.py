@@ -6,12 +6,6 @@ Platform side: `resources.py` (API, actions, the lease), `targets.py` (the produ
 Node side: `unit.py` (pure rendering), `node.py` (the systemd driver), `lease.py`.
 """
 
-KIND = "em_services"
-MONOPOLY_KINDS = ("monopoly", "monopoly_oneshot")
-# two independent axes, as systemd has them: (enabled at boot, running now)
-TARGET_STATUSES = {"enabled": (True, True), "disabled": (False, False),
-                   "started": (False, True), "stopped": (True, False)}
-
 
 def register(api):
     # Imported here: a node's agent imports this package's node-side modules without the API.

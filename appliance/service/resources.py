@@ -18,7 +18,7 @@ from appliance.tenancy import is_platform
 from appliance.tenancy.nodes import check_target
 from state import DuplicateKey, RevisionConflict, format_time
 
-from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES
+from .records import KIND, MONOPOLY_KINDS, TARGET_STATUSES
 from .unit import COMMAND_PATTERN
 
 PATH = "/v1/em/services"
