@@ -6,6 +6,7 @@ variable APPLIANCE_<KEY IN CAPITALS> (so `api_port` by `APPLIANCE_API_PORT`).
 
 import os
 
+from appliance.backup_schedule import ScheduleError, parse_schedule
 from appliance.capabilities import settings as capability_settings
 from appliance.tenancy.quotas import setting_defaults as quota_defaults
 
@@ -215,7 +216,6 @@ def _check_backup(settings):
         raise ConfigError(f"backup_keep must be 1 or more, not {settings['backup_keep']}")
     if settings["backup_schedule"] is None:
         return
-    from appliance.backup import ScheduleError, parse_schedule  # noqa: PLC0415 (rarely set)
     try:
         parse_schedule(settings["backup_schedule"])
     except ScheduleError as e:

@@ -13,6 +13,7 @@ runs from the timer that first boot writes from backup_schedule (docs/backup.md)
 import sys
 
 from appliance import backup, config, logs
+from appliance.backup_schedule import parse_schedule
 from daemons.base import Daemon, run
 
 
@@ -26,7 +27,7 @@ class Backup(Daemon):
         if text is None:
             self.log.info("no backup_schedule set: no scheduled backups")
             return
-        self.job = backup.parse_schedule(text)(scheduler).do(self.back_up)
+        self.job = parse_schedule(text)(scheduler).do(self.back_up)
         self.log.info("backups %s into %s, keeping %d", text, self.settings["backup_dir"],
                       self.settings["backup_keep"])
 

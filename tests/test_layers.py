@@ -18,24 +18,10 @@ from tests.house_counts import ROOT, arrows, cycles, read_floors, read_imports
 
 # (importing file, imported module): an import from a lower floor to a higher one.
 KNOWN_UPWARD = {
-    # the quota check of a create: the hook moves to the floor of shared ideas (or the API
-    # calls a check that capabilities register), so the framework stops naming tenancy/
-    ("appliance/api/resource.py", "appliance.tenancy.quotas"):
-        "api/ calls quotas through a registered hook (issue 28 move 3)",
     # settings are checked by the capability that owns them: the descriptor carries each
     # capability's settings and their check (issue 28 move 1)
     ("appliance/config.py", "appliance.network.ipam"):
         "network's settings check moves to its descriptor (issue 28 move 1)",
-    ("appliance/config.py", "appliance.backup"):
-        "the backup schedule parser moves below config (state/backup or its own leaf module)",
-    # tenancy reads the store of a capability, and the sizes of its volumes: those go into
-    # the kinds floor (issue 28 move 3) or are passed in by the capability
-    ("appliance/tenancy/addresses.py", "appliance.network.networks"):
-        "the network lookup is passed in by the caller, or moves to the kinds floor (move 3)",
-    ("appliance/tenancy/quotas.py", "appliance.compute.disks"):
-        "each capability declares its quota use through its descriptor (move 1)",
-    ("appliance/tenancy/quotas.py", "appliance.sqldb.sets"):
-        "each capability declares its quota use through its descriptor (move 1)",
 }
 
 # (package, package): the arrow, between two packages of one floor, that closes a cycle.
@@ -44,9 +30,6 @@ KNOWN_CYCLES = {
 
 # (module, module): the import that closes a cycle inside one package.
 KNOWN_INNER_CYCLES = {
-    # the package exports all_resources() lazily from resources, which imports the package
-    ("appliance.service.resources", "appliance.service"):
-        "the package's descriptor names resources; resources stops importing it (move 1)",
 }
 
 

@@ -3,13 +3,15 @@ routes, body validation, filters, rendering and the OpenAPI schemas (the writabl
 the create fields and the full read object kept apart, as Incus does).
 
 Capabilities subclass `Resource` and override the hooks (`prepare_create`,
-`prepare_update`, `check_delete`, `after_delete`) for their own rules.
+`prepare_update`, `check_delete`, `after_delete`) for their own rules. A rule that holds
+every kind's writes (a project's quotas) is installed on the Api as a write check
+(`Api.write_checks`), so the framework names no rule above it.
 """
 
+import contextlib
 import uuid as uuidlib
 
 from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
-from appliance.tenancy import quotas
 
 from . import links
 from .conflicts import retry_conflicts
@@ -395,9 +397,9 @@ class Resource:
         record = {f.name: None for f in self.fields if not f.omit_unset}
         record.update(body)
         record = self.prepare_create(call, record)
-        # the project's quotas: checked and written under one lock (tenancy/quotas.py)
-        with quotas.guard(self.api.store, self.kind, record.get("project_id")):
-            quotas.check(self.api.store, self.api.settings, self.kind, None, record)
+        # the write checks (a project's quotas): checked and written under their locks
+        with self._write_guard(record.get("project_id")):
+            self._check_write(None, record)
             created = self.collection().insert(record)
         self.after_create(call, created)
         return created
@@ -421,18 +423,32 @@ class Resource:
             changes = self._normalize(body, current)
             self.update_validator.check(changes)
             changes = self.prepare_update(call, current, changes)
-            quotas.check(self.api.store, self.api.settings, self.kind, current,
-                         {**current, **changes})
+            self._check_write(current, {**current, **changes})
             return current, self.collection().update(current["uuid"], changes,
                                                      expect_revision=current["revision"])
 
         # prepare_update hooks only read, so the last attempt may hold the kind's lock;
-        # the quota lock is a named one, taken before it (project_id never changes)
+        # a write check's lock is a named one, taken before it (project_id never changes)
         project_id = self.load_visible(call, uuid).get("project_id")
-        with quotas.guard(self.api.store, self.kind, project_id):
+        with self._write_guard(project_id):
             current, updated = retry_conflicts(attempt, last_under=self.collection().lock)
         self.after_update(call, current, updated)
         return updated
+
+    @contextlib.contextmanager
+    def _write_guard(self, project_id):
+        """Held across a write and its checks: the lock of each write check, in the order
+        they were installed (named store locks, so taken before the kind's lock)."""
+        with contextlib.ExitStack() as stack:
+            for write_check in self.api.write_checks:
+                stack.enter_context(write_check.guard(self.api.store, self.kind, project_id))
+            yield
+
+    def _check_write(self, before, after):
+        """Each write check on writing `after` (a new record when `before` is None, else
+        what `before` becomes); one raises the ApiError that refuses it."""
+        for write_check in self.api.write_checks:
+            write_check.check(self.api.store, self.api.settings, self.kind, before, after)
 
     def delete_handler(self, call):
         self.delete_record(call, call.params["uuid"])

@@ -145,6 +145,11 @@ class Api:
         self.routes = []
         self.resources = {}         # collection path -> Resource, for in-process use
         self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
+        # installed by IAM (its projects' quotas, appliance/tenancy/quotas.py): each has
+        # guard(store, kind, project_id), a context manager held across a create or update
+        # and its check, and check(store, settings, kind, before, after), which raises the
+        # ApiError that refuses the write; Resource.create_record and update_record run them
+        self.write_checks = []
         self.closers = []           # called by close(): threads a capability started
 
     def close(self):

@@ -7,7 +7,7 @@ import urllib.parse
 
 from appliance.api.errors import BadRequest, Forbidden
 from appliance.api.validation import Validator
-from appliance.tenancy import fetch
+from appliance.tenancy import fetch, quotas
 
 from . import images
 
@@ -135,6 +135,14 @@ def disk_list(spec):
     if spec.get("kind") == "root_disk":
         return [{**DEFAULTS, "size": 10, **spec}]
     return [{**DEFAULTS, **d} for d in spec.get("disks") or []]
+
+
+def disk_sizes(spec):
+    """The GB of each disk of a spec: what the quota `disk` counts (tenancy/quotas.py)."""
+    return [d.get("size") or 0 for d in disk_list(spec)]
+
+
+quotas.declare_disk_sizes(disk_sizes)
 
 
 def root_image(spec):

@@ -13,6 +13,7 @@ import sys
 from appliance import config
 from appliance.agent.host import Host
 from appliance.files import EVERYWHERE
+from appliance.backup_schedule import timer_unit
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -30,8 +31,6 @@ def apply(settings, directory, systemctl):
     if schedule is None:
         changed = host.remove_unit(TIMER, systemctl=systemctl)
     else:
-        # only then: appliance.backup loads the archive code (tarfile...), a boot's time
-        from appliance.backup import timer_unit  # noqa: PLC0415
         changed = host.ensure_unit(TIMER, timer_unit(schedule), systemctl=systemctl)
     if not changed:
         return False

@@ -139,6 +139,12 @@ class Projects(Resource):
                                     "callers: any project; a project's members: their own)",
                             response_schema=quotas.USAGE_SCHEMA)])
 
+    def register(self, api):
+        super().register(api)
+        # a project's quotas hold every create and update of a kind they count, whichever
+        # capability's resource (or the Element Manager's builder) writes it
+        api.write_checks.append(quotas)
+
     def quota_usage(self, call, record):
         principal = call.principal
         if is_platform(principal):

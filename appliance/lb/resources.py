@@ -21,7 +21,7 @@ from appliance.api.links import Link
 from appliance.api.resource import Resource
 from appliance.api.validation import Validator
 from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, SECRET_CERTIFICATES
-from appliance.tenancy import addresses, fetch, is_platform
+from appliance.tenancy import addresses, fetch, is_platform, quotas
 from appliance.tenancy.nodes import check_appliance_node, check_nodes, platform_record
 
 from . import conditions, placement
@@ -67,6 +67,20 @@ CORE_DEFAULTS = {"cpu": 1, "ram": 512, "disk_size": 10, "nodes_number": 1}
 TYPE_FIELD = {"type": "object", "required": ["kind"],
               "properties": {"kind": {"enum": list(TYPE_SCHEMAS)}}}
 _TYPE_CHECK = {k: Validator(s) for k, s in TYPE_SCHEMAS.items()}
+
+
+def hidden_set(lb):
+    """An LB of type core: (nodes, cores, ram MB, disk GB per node) of its hidden set,
+    charged to its project's quotas; None for the other types (they run on nodes that are
+    counted already)."""
+    spec = lb.get("type") or {}
+    if spec.get("kind") != "core":
+        return None
+    return (spec.get("nodes_number") or 0, spec.get("cpu") or 0, spec.get("ram") or 0,
+            spec.get("disk_size") or 0)
+
+
+quotas.declare_hidden_set(LBS, hidden_set)
 
 CERT_SCHEMAS = {
     "raw": {"type": "object", "additionalProperties": False,

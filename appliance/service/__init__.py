@@ -16,12 +16,6 @@ CAPABILITY = Capability(
                     driver="appliance.service.node:Driver", master="em_services"),),
 )
 
-KIND = "em_services"
-MONOPOLY_KINDS = ("monopoly", "monopoly_oneshot")
-# two independent axes, as systemd has them: (enabled at boot, running now)
-TARGET_STATUSES = {"enabled": (True, True), "disabled": (False, False),
-                   "started": (False, True), "stopped": (True, False)}
-
 
 def register(api):
     # Imported here: a node's agent imports this package's node-side modules without the API.

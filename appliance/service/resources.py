@@ -19,7 +19,7 @@ from appliance.targeting import TARGET_SCHEMA
 from appliance.tenancy import is_platform
 from state import DuplicateKey, RevisionConflict, format_time
 
-from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES
+from .records import KIND, MONOPOLY_KINDS, TARGET_STATUSES
 from .unit import COMMAND_PATTERN
 
 PATH = "/v1/em/services"

@@ -10,7 +10,8 @@ from appliance.kinds import target_uuid
 
 # not from resources.py: the delivery daemon's status step runs this producer, and it has
 # no use for the API framework
-from . import KIND, MONOPOLY_KINDS, TARGET_STATUSES, unit
+from . import unit
+from .records import KIND, MONOPOLY_KINDS, TARGET_STATUSES
 
 
 def for_node(view, node):

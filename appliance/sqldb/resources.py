@@ -33,10 +33,11 @@ from appliance.api.resource import Resource
 from appliance.api.routing import PUBLIC
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES
 from appliance.kinds import UUID as _U
-from appliance.tenancy import is_platform
+from appliance.tenancy import is_platform, quotas
 from appliance.tenancy.nodes import check_nodes
 
 from . import scram
+from .sets import ROOT_SIZE
 
 VERSIONS, INSTANCES = "sqldb_versions", "sqldb_instances"
 USERS, DATABASES = "sqldb_users", "sqldb_databases"
@@ -125,6 +126,20 @@ PLACEMENT = {
     "description": "create only: {kind: node_set} (the default: a hidden node set of VMs "
                    "made for the instance) or {kind: nodes, nodes: [node uuid, ...]} "
                    "(exactly nodes_number existing nodes of the project, HW or VM)"}
+
+
+def hidden_set(instance):
+    """An instance on its own hidden set (placement node_set, the default): (nodes, cores,
+    ram MB, disk GB per node) of that set (appliance/sqldb/sets.py set_record), charged to
+    its project's quotas; None when it runs on the project's own nodes (counted as those
+    nodes)."""
+    if (instance.get("placement") or {}).get("kind", "node_set") != "node_set":
+        return None
+    return (instance.get("nodes_number") or 0, instance.get("cpu") or 0,
+            instance.get("ram") or 0, ROOT_SIZE + (instance.get("disk_size") or 0))
+
+
+quotas.declare_hidden_set(INSTANCES, hidden_set)
 
 
 class Ref(FieldType):

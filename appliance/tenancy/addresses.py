@@ -22,9 +22,11 @@ import ipaddress
 import threading
 import time
 
-from appliance.kinds import COMPUTE_NODES
+from appliance.kinds import COMPUTE_NODES, NETWORK_NETWORKS
 
 SETTING = "allowed_outside_networks"
+# the kinds read here through the store (network/networks.py and compute write them)
+NETWORKS, NODES = NETWORK_NETWORKS, COMPUTE_NODES
 HOST_ADDRESSES_TTL = 10.0          # seconds a read of the host's own addresses is reused
 
 _ALWAYS = (
@@ -163,12 +165,11 @@ def for_project(store, settings, project_id):
     from appliance.tenancy import is_platform_project  # noqa: PLC0415
     if is_platform_project(project_id):
         return PLATFORM
-    from appliance.network.networks import networks  # noqa: PLC0415 (the API's store)
     own, denied = [], []
     platform_cidr = settings.get("platform_network")
     if platform_cidr:
         denied.append((platform_cidr, "in the platform's network"))
-    for net in networks(store).records():
+    for net in store.collection(NETWORKS).records():
         label = net.get("name") or net["uuid"]
         for key in ("gateway", "dns"):
             if net.get(key):
@@ -186,7 +187,7 @@ def for_project(store, settings, project_id):
             denied.append((net["cidr"], "in another project's network"))
     # the platform's nodes (the appliance's own node among them) are the platform's,
     # whatever network they sit on
-    for node in store.collection(COMPUTE_NODES).records():
+    for node in store.collection(NODES).records():
         ipv4 = (node.get("default_network") or {}).get("ipv4")
         if ipv4 and node.get("project_id") == ADMIN_PROJECT and parse_address(ipv4):
             denied.append((ipv4 + "/32", "the address of a platform node (the "

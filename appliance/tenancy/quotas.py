@@ -4,10 +4,11 @@ Without them a project's owner could grow the state, every API process's memory 
 payload each node agent polls for without bound (100 configs of 256 KiB on one node made
 a 26 MB payload, recomputed on every change). Each quota is declared once in QUOTAS:
 its name, the setting that changes its limit (so `APPLIANCE_QUOTA_CORES`), its default,
-and what it counts in which kind of record. Resource.create_record and update_record
-call `guard` and `check` before they write, so the API, the Element Manager's builder
-(which creates an element's records through the same code) and every path family of a
-kind are held to the same limits.
+and what it counts in which kind of record. IAM's projects install this module as a write
+check of the Api (`Api.write_checks`): Resource.create_record and update_record call
+`guard` and `check` before they write, so the API, the Element Manager's builder (which
+creates an element's records through the same code) and every path family of a kind are
+held to the same limits.
 
 Rules:
 - a quota counts the records of one project, whoever writes them (an admin writing into a
@@ -79,33 +80,45 @@ def _machines(record):
     return 0 if record.get("node_set") else 1
 
 
+# ---- what a capability declares ------------------------------------------------------------
+# The rule (which quota counts what, and how) is this module's; the facts it needs about a
+# capability's own fields are declared by that capability, from the module that defines
+# them, so that tenancy/ imports no capability. Compute declares the sizes of a disk_spec
+# (compute/disks.py); the LB and DBaaS declare the hidden node set a record stands for
+# (lb/resources.py, sqldb/resources.py). Those modules are imported wherever records of
+# their kinds are written or counted (the API imports every capability's resources).
+
+_declared = {}
+
+
+def declare_disk_sizes(sizes):
+    """`sizes(disk_spec) -> [GB]`: the size of each disk of a node's or a set's disk_spec,
+    its defaults applied."""
+    _declared["disk_sizes"] = sizes
+
+
+def declare_hidden_set(kind, shape):
+    """`shape(record) -> (nodes, cores, ram MB, disk GB per node)` of the hidden node set
+    (in the admin project) that a record of `kind` stands for, or None when it has none;
+    its machines are charged to the record's project."""
+    _declared["hidden_set", kind] = shape
+
+
+def _declaration(key):
+    try:
+        return _declared[key]
+    except KeyError:
+        raise LookupError(f"quotas: nothing declared {key!r}: the capability that owns it "
+                          "declares it when its module is imported") from None
+
+
 def _machine_disk(record):
-    from appliance.compute.disks import disk_list  # noqa: PLC0415 (config loads this module)
-    return sum(d.get("size") or 0 for d in disk_list(record.get("disk_spec")))
+    return sum(_declaration("disk_sizes")(record.get("disk_spec")))
 
 
-def _lb_core(record):
-    """An LB of type core: (nodes, cores, ram MB, disk GB per node) of its hidden set."""
-    spec = record.get("type") or {}
-    if spec.get("kind") != "core":
-        return None
-    return (spec.get("nodes_number") or 0, spec.get("cpu") or 0, spec.get("ram") or 0,
-            spec.get("disk_size") or 0)
-
-
-def _sqldb_set(record):
-    """A DBaaS instance on its own hidden set (placement node_set, the default): the same
-    tuple; None when it runs on the project's own nodes (counted as those nodes)."""
-    if (record.get("placement") or {}).get("kind", "node_set") != "node_set":
-        return None
-    from appliance.sqldb.sets import ROOT_SIZE  # noqa: PLC0415
-    return (record.get("nodes_number") or 0, record.get("cpu") or 0, record.get("ram") or 0,
-            ROOT_SIZE + (record.get("disk_size") or 0))
-
-
-def _hidden(shape, index):
+def _hidden(kind, index):
     def amount(record):
-        found = shape(record)
+        found = _declaration(("hidden_set", kind))(record)
         if found is None:
             return 0
         return found[0] if index == 0 else found[0] * found[index]
@@ -133,21 +146,21 @@ def _not_soa(record):
 
 QUOTAS = [
     Quota("nodes", 200, "nodes", {
-        NODES: _machines, SETS: _machines, LBS: _hidden(_lb_core, 0),
-        SQLDB_INSTANCES: _hidden(_sqldb_set, 0)},
+        NODES: _machines, SETS: _machines, LBS: _hidden(LBS, 0),
+        SQLDB_INSTANCES: _hidden(SQLDB_INSTANCES, 0)},
         "nodes, set replicas and the hidden nodes of its LBs of type core and DBaaS "
         "instances: each is a machine the compute daemon places, watches and reconciles"),
     Quota("cores", 800, "cores", {
-        NODES: _machine("cores"), SETS: _machine("cores"), LBS: _hidden(_lb_core, 1),
-        SQLDB_INSTANCES: _hidden(_sqldb_set, 1)},
+        NODES: _machine("cores"), SETS: _machine("cores"), LBS: _hidden(LBS, 1),
+        SQLDB_INSTANCES: _hidden(SQLDB_INSTANCES, 1)},
         "virtual cores of the VMs above: the hypervisors' CPUs are shared by every project"),
     Quota("ram", 3276800, "MB", {
-        NODES: _machine("ram"), SETS: _machine("ram"), LBS: _hidden(_lb_core, 2),
-        SQLDB_INSTANCES: _hidden(_sqldb_set, 2)},
+        NODES: _machine("ram"), SETS: _machine("ram"), LBS: _hidden(LBS, 2),
+        SQLDB_INSTANCES: _hidden(SQLDB_INSTANCES, 2)},
         "RAM of the VMs above (3200 GiB: 200 nodes of 16 GiB)"),
     Quota("disk", 20000, "GB", {
         NODES: _machine("disk"), SETS: _machine("disk"), VOLUMES: lambda r: r.get("size") or 0,
-        LBS: _hidden(_lb_core, 3), SQLDB_INSTANCES: _hidden(_sqldb_set, 3)},
+        LBS: _hidden(LBS, 3), SQLDB_INSTANCES: _hidden(SQLDB_INSTANCES, 3)},
         "every disk of the VMs above (root disk and disks) and every volume: the "
         "hypervisors' storage pools are shared"),
     Quota("volumes", 500, "volumes", {VOLUMES: _one},

@@ -11,7 +11,7 @@ import pytest
 import schedule
 
 from appliance import config
-from appliance.backup import ScheduleError, parse_schedule, timer_unit
+from appliance.backup_schedule import ScheduleError, parse_schedule, timer_unit
 from daemons import DAEMONS
 from daemons.backup import Backup
 from state import Store
