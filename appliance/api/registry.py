@@ -10,13 +10,21 @@ without a route table, a Bottle application or the WSGI middleware in the proces
 
 
 class Registry:
+    """What a capability's `register(api)` may use besides routes. The Api (routing.py)
+    is this plus the HTTP side, so both carry the same attributes by construction."""
+
     def __init__(self, settings, store):
         self.settings = settings
         self.store = store
-        self.resources = {}         # collection path -> Resource
+        self.resources = {}         # collection path -> Resource, for in-process use
         self.routes = ()            # what a capability may read back of its routes: none
-        self.authenticate = None    # installed by IAM, as in the API
-        self.closers = []
+        self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
+        # installed by IAM (its projects' quotas, appliance/tenancy/quotas.py): each has
+        # guard(store, kind, project_id), a context manager held across a create or update
+        # and its check, and check(store, settings, kind, before, after), which raises the
+        # ApiError that refuses the write; Resource.create_record and update_record run them
+        self.write_checks = []
+        self.closers = []           # called by close(): threads a capability started
 
     def route(self, method, path, handler, **declaration):
         """A capability's route: the HTTP mapping, not kept here."""

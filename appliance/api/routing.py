@@ -16,6 +16,7 @@ import orjson
 import state
 from .conflicts import retry_conflicts
 from . import bodies
+from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
 
@@ -134,27 +135,14 @@ def _media_type(header):
     return (header or "").split(";", 1)[0].strip().lower()
 
 
-class Api:
+class Api(Registry):
     def __init__(self, settings, store):
-        self.settings = settings
-        self.store = store
+        super().__init__(settings, store)
         self.app = bottle.Bottle()     # catchall stays on: escapes get _bottle_error
         # before any route is added; bottle's __setattr__ refuses to replace an attribute
         self.app.__dict__["router"] = _Router()
         self.app.default_error_handler = self._bottle_error
         self.routes = []
-        self.resources = {}         # collection path -> Resource, for in-process use
-        self.authenticate = None    # installed by IAM: request -> Principal, or raises 401
-        # installed by IAM (its projects' quotas, appliance/tenancy/quotas.py): each has
-        # guard(store, kind, project_id), a context manager held across a create or update
-        # and its check, and check(store, settings, kind, before, after), which raises the
-        # ApiError that refuses the write; Resource.create_record and update_record run them
-        self.write_checks = []
-        self.closers = []           # called by close(): threads a capability started
-
-    def close(self):
-        for closer in self.closers:
-            closer()
 
     # ---- registration ------------------------------------------------------------
 
