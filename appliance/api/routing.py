@@ -15,7 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
-from . import bodies
+from . import bodies, request_context
 from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
@@ -196,6 +196,7 @@ class Api(Registry):
             if self.authenticate is None:
                 raise Unauthorized("no authentication is configured")
             call.principal = self.authenticate(call.request)
+            request_context.set_actor(request_context.actor_of(call.principal))
             if not any(call.principal.allows(p) for p in route.permissions):
                 if route.permission == AUTHENTICATED:
                     raise Forbidden("this route is for users only")

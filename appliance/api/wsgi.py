@@ -3,6 +3,8 @@
 import logging
 import time
 
+from . import request_context
+
 access_log = logging.getLogger("appliance.access")
 
 
@@ -17,10 +19,12 @@ class Middleware:
         if len(path) > 1 and path.endswith("/"):
             environ["PATH_INFO"] = path.rstrip("/") or "/"
         seen = {}
+        request_id = request_context.begin(environ)
 
         def recording_start_response(status, headers, exc_info=None):
             seen["status"] = status.split(" ", 1)[0]
-            return start_response(status, headers, exc_info)
+            return start_response(status, [*headers, (request_context.HEADER, request_id)],
+                                  exc_info)
 
         size = 0
         try:
@@ -30,6 +34,7 @@ class Middleware:
         finally:
             # the path only: query strings and bodies are never logged (they may
             # carry passwords or secret values)
-            access_log.info('%s "%s %s" %s %d %.1fms', environ.get("REMOTE_ADDR", "-"),
+            access_log.info('%s "%s %s" %s %d %.1fms %s', environ.get("REMOTE_ADDR", "-"),
                             environ.get("REQUEST_METHOD"), path, seen.get("status", "-"),
-                            size, (time.perf_counter() - started) * 1000)
+                            size, (time.perf_counter() - started) * 1000, request_id)
+            request_context.end()

@@ -12,7 +12,7 @@ from appliance import logs
 from tests.api.test_flood import ApiProcess
 
 LINE = re.compile(r'^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} api\[\d+\] INFO appliance\.access: '
-                  r'127\.0\.0\.1 "GET /v1/health" 200 \d+ \d+\.\dms$')
+                  r'127\.0\.0\.1 "GET /v1/health" 200 \d+ \d+\.\dms [0-9a-f]{32}$')
 
 
 def test_every_request_has_its_line_after_sigterm(tmp_path):

@@ -1,0 +1,67 @@
+"""Who and which request caused what is being written: the request id and the actor of
+the request the current thread serves.
+
+One home for both, because three readers need the same answer: the access log, the
+change feed (an event names the request and the actor that caused it) and the audit
+trail. A context variable, not a parameter: the store's writers sit many calls below the
+route, and daemons and first boot write with no request at all (actor "platform").
+"""
+
+import contextvars
+import re
+import uuid
+
+# a client may name its request (X-Request-Id) so that its own logs and ours join up;
+# anything else is replaced, never echoed (it would land in logs and events)
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
+HEADER = "X-Request-Id"
+WSGI_KEY = "HTTP_X_REQUEST_ID"
+
+_request_id = contextvars.ContextVar("request_id", default=None)
+_actor = contextvars.ContextVar("actor", default=None)
+
+
+def begin(environ):
+    """Start a request: its id (the client's, when well-formed, else a fresh one) for the
+    current context; returns the id. The actor is unknown until authentication."""
+    asked = environ.get(WSGI_KEY, "")
+    request_id = asked if _CLIENT_ID.match(asked) else uuid.uuid4().hex
+    _request_id.set(request_id)
+    _actor.set(None)
+    return request_id
+
+
+def end():
+    _request_id.set(None)
+    _actor.set(None)
+
+
+def set_actor(actor):
+    """`actor`: {"type": "user"|"agent"|"platform", "id": ..., "name": ..., "project_id": ...}"""
+    _actor.set(actor)
+
+
+def actor_of(principal):
+    """The actor record of an authenticated principal (a user's or a node agent's)."""
+    if principal is None:
+        return platform()
+    node = getattr(principal, "node", None)
+    if node is not None:
+        return {"type": "agent", "id": node, "name": None, "project_id": None}
+    user = getattr(principal, "user", None) or {}
+    return {"type": "user", "id": user.get("uuid"), "name": user.get("name"),
+            "project_id": getattr(principal, "project_id", None)}
+
+
+def platform(name=None):
+    """The actor of a write no request caused: a daemon's, first boot's (`name`)."""
+    return {"type": "platform", "id": None, "name": name, "project_id": None}
+
+
+def request_id():
+    return _request_id.get()
+
+
+def actor():
+    """The current request's actor; None outside a request (the writer is the platform)."""
+    return _actor.get()
