@@ -141,15 +141,19 @@ def converge_node(rec, hv, conn, node, dom, running, attached, ready):
     (port, network, bridges) of the node."""
     uuid = node["uuid"]
     remembered = rec.memory.converged.get(uuid)
-    if dom is None:
-        held = Held()
-    elif settled(node, attached, running, remembered):
+    if dom is not None and settled(node, attached, running, remembered):
         return      # a converged node costs one lookup: its XML is not read
-    else:
-        held = Held(running, dom.XMLDesc(0), dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE),
+    held, was_running = Held(), bool(rec.memory.was_running.get(uuid))
+    if dom is not None:
+        # a domain in place (a restarted daemon) is known from its definition alone: the
+        # live XML is read only when the plan is more than remembering it
+        persistent = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        held = Held(running, persistent, persistent,
                     os.path.exists(os.path.join(rec.seed_dir, uuid + ".iso")))
-    actions = plan_node(node, attached, held, machine_prefix(hv), remembered,
-                        bool(rec.memory.was_running.get(uuid)))
+    actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running)
+    if dom is not None and actions != [Action("remember", running)]:
+        held = held._replace(live_xml=dom.XMLDesc(0))
+        actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running)
     run = NodeRun(rec, hv, conn, node, dom, ready)
     apply(run, actions, attached)
 
