@@ -11,6 +11,7 @@ import sys
 import threading
 
 from appliance.compute.reconcile import Reconciler
+from appliance.compute.virt import NODES
 from daemons.base import Daemon, run
 
 
@@ -33,7 +34,7 @@ class Compute(Daemon):
 
     def _libvirt_changed(self):
         self._forced.set()
-        self.request(Reconciler.kinds[1])
+        self.request(NODES)      # any watched kind: each leads to the same whole pass
 
     def reconcile(self, kind):
         keys = tuple(self.store.collection(k).snapshot().key for k in self.kinds)

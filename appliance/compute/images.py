@@ -83,6 +83,8 @@ def reach_for(store, settings, node, image):
 
 
 class ImageCache:
+    """The cache directory; one download at a time per URL (others wait for it)."""
+
     def __init__(self, directory, read_timeout=30.0, deadline=1800.0):
         self.directory = directory
         self.read_timeout = read_timeout
@@ -126,7 +128,7 @@ class ImageCache:
         part = os.path.join(self.directory, key + ".part")
         path_only = urllib.parse.urlsplit(url).path.lower()
         try:
-            self._fetch(url, path_only, part, reach)
+            _fetch(url, path_only, part, reach, self.read_timeout, self.deadline)
             fmt = _check(part, path_only, url)
             digest = _sha256(part)
             final = os.path.join(self.directory, f"{key}.{fmt}")
@@ -137,59 +139,65 @@ class ImageCache:
                 os.unlink(part)
         meta = {"url": url, "path": final, "format": fmt, "size": os.path.getsize(final),
                 "virtual_size": _virtual_size(final, fmt), "sha256": digest}
-        tmp = os.path.join(self.directory, key + ".json.part")
-        with open(tmp, "w") as f:
-            json.dump(meta, f)
-        os.replace(tmp, os.path.join(self.directory, key + ".json"))
+        _write_meta(os.path.join(self.directory, key + ".json"), meta)
         return meta
 
-    def _fetch(self, url, path_only, part, reach):
-        started = time.monotonic()
-        try:
-            # the guarded fetcher: resolved once, checked, connected to the checked
-            # address, bounded in time (the size of an image is not bounded here: its
-            # hypervisor's disk is)
-            response = fetch.open_url(url, reach, 0, self.deadline,
-                                      timeout=self.read_timeout)
-        except fetch.FetchError as e:
-            raise ImageError(f"image {e}") from None
-        try:
-            with response, open(part, "wb") as out:
-                if path_only.endswith(".zst"):
-                    self._unzstd(response, out, url, started)
-                else:
-                    src = gzip.GzipFile(fileobj=response) if path_only.endswith(".gz") \
-                        else response
-                    self._copy(src, out, url, started)
-        except fetch.FetchError as e:
-            raise ImageError(f"image {e}") from None
-        except (OSError, EOFError) as e:    # BadGzipFile and socket timeouts are OSErrors
-            raise ImageError(f"image {url}: download or decompression failed: {e}") from None
 
-    def _copy(self, src, out, url, started):
-        while True:
-            chunk = src.read(CHUNK)
-            if not chunk:
-                return
-            out.write(chunk)
-            if time.monotonic() - started > self.deadline:
-                raise ImageError(f"image {url}: download took longer than "
-                                 f"{self.deadline:g} s")
+def _write_meta(path, meta):
+    tmp = path + ".part"
+    with open(tmp, "w") as f:
+        json.dump(meta, f)
+    os.replace(tmp, path)
 
-    def _unzstd(self, response, out, url, started):
-        proc = subprocess.Popen(["zstd", "-d", "-q", "-c"], stdin=subprocess.PIPE, stdout=out,
-                                stderr=subprocess.PIPE)
-        try:
-            self._copy(response, proc.stdin, url, started)
-            proc.stdin.close()
-            err = proc.stderr.read()
-            if proc.wait(timeout=self.read_timeout) != 0:
-                raise ImageError(f"image {url}: not valid zstd data: "
-                                 f"{err.decode(errors='replace').strip()[:200]}")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+
+def _fetch(url, path_only, part, reach, read_timeout, deadline):
+    """`url` downloaded into `part`, decompressed by its suffix, within `deadline`."""
+    started = time.monotonic()
+    try:
+        # the guarded fetcher: resolved once, checked, connected to the checked
+        # address, bounded in time (the size of an image is not bounded here: its
+        # hypervisor's disk is)
+        response = fetch.open_url(url, reach, 0, deadline, timeout=read_timeout)
+    except fetch.FetchError as e:
+        raise ImageError(f"image {e}") from None
+    try:
+        with response, open(part, "wb") as out:
+            if path_only.endswith(".zst"):
+                _unzstd(response, out, url, started, read_timeout, deadline)
+            else:
+                src = gzip.GzipFile(fileobj=response) if path_only.endswith(".gz") \
+                    else response
+                _copy(src, out, url, started, deadline)
+    except fetch.FetchError as e:
+        raise ImageError(f"image {e}") from None
+    except (OSError, EOFError) as e:    # BadGzipFile and socket timeouts are OSErrors
+        raise ImageError(f"image {url}: download or decompression failed: {e}") from None
+
+
+def _copy(src, out, url, started, deadline):
+    while True:
+        chunk = src.read(CHUNK)
+        if not chunk:
+            return
+        out.write(chunk)
+        if time.monotonic() - started > deadline:
+            raise ImageError(f"image {url}: download took longer than {deadline:g} s")
+
+
+def _unzstd(response, out, url, started, read_timeout, deadline):
+    proc = subprocess.Popen(["zstd", "-d", "-q", "-c"], stdin=subprocess.PIPE, stdout=out,
+                            stderr=subprocess.PIPE)
+    try:
+        _copy(response, proc.stdin, url, started, deadline)
+        proc.stdin.close()
+        err = proc.stderr.read()
+        if proc.wait(timeout=read_timeout) != 0:
+            raise ImageError(f"image {url}: not valid zstd data: "
+                             f"{err.decode(errors='replace').strip()[:200]}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def _check(path, path_only, url):

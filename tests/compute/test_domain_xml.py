@@ -5,7 +5,7 @@ import libvirt
 import pytest
 
 from appliance.compute import domain_xml
-from appliance.compute.reconcile import detect_accel
+from appliance.compute.hypervisors import detect_accel
 
 NODE = {"uuid": "7b0a8f52-0a38-4a4e-9ea5-4f3f5c1c2d11", "name": "web 1", "cores": 2,
         "ram": 1536}

@@ -1,0 +1,108 @@
+"""The hypervisors of a pass (docs/compute-daemon.md, step 2): one kept connection each,
+what each offers (cores, RAM, the pool's disk, acceleration), and its status: ACTIVE, or
+ERROR with libvirt's message. A dead connection (libvirtd restarted) is reopened on the
+next pass; what was cached about its domains is dropped then (`on_lost`)."""
+
+from . import kvm_probe, placement
+from .virt import GB, HYPERVISORS, NODES, NodeFailure, libvirt, log, pool_of, reason, write
+
+
+def detect_accel(conn):
+    """'kvm' when a KVM guest really runs on this hypervisor, 'tcg' when only QEMU's
+    emulator is offered or KVM does not really work, None when the driver is not QEMU
+    (test:///). The probe and why it leaves nothing behind: appliance/compute/kvm_probe.py."""
+    return kvm_probe.probe_accel(conn)[0]
+
+
+class Hypervisors:
+    """`conns`: hypervisor uuid -> (uri, connection); `accel`: uri -> "kvm" | "tcg" | None,
+    probed once per URI. `on_open(conn)` is called for each new connection (events),
+    `on_lost(hv_uuid)` when one is found dead."""
+
+    def __init__(self, store, connect, on_open, on_lost):
+        self.store, self.connect = store, connect
+        self.on_open, self.on_lost = on_open, on_lost
+        self.conns = {}
+        self.accel = {}
+
+    def refresh(self):
+        """{uuid: (record, connection)} of the hypervisors that answer, each written ACTIVE
+        with what it offers; the others written ERROR."""
+        coll = self.store.collection(HYPERVISORS)
+        active, placed = {}, None
+        for hv in coll.records():
+            spec = hv.get("driver_spec") or {}
+            try:
+                conn = self.connection(hv["uuid"], spec.get("connection_uri"))
+                found = discover(conn, spec.get("connection_uri"), spec, self.accel)
+            except libvirt.libvirtError as e:
+                self.conns.pop(hv["uuid"], None)
+                write(coll, hv, status="ERROR", status_reason=reason(e))
+                continue
+            except NodeFailure as e:
+                write(coll, hv, status="ERROR", status_reason=str(e))
+                continue
+            if hv.get("status") != "ACTIVE" or hv.get("avail_disk") is None:
+                # what is free goes with ACTIVE in one write: a reader never sees an
+                # ACTIVE hypervisor without its capacity (the pass's end refreshes it)
+                if placed is None:
+                    placed = _placed(self.store)
+                cores, ram, disk = placement.free({**hv, **found}, placed)
+                found.update(avail_cores=int(cores), avail_ram=int(ram), avail_disk=int(disk))
+            hv = write(coll, hv, status="ACTIVE", status_reason=None, **found) or hv
+            active[hv["uuid"]] = (hv, conn)
+        for gone in set(self.conns) - {h["uuid"] for h in coll.records()}:
+            del self.conns[gone]
+        return active
+
+    def connection(self, hv_uuid, uri):
+        known = self.conns.get(hv_uuid)
+        if known is not None:
+            if known[0] == uri and known[1].isAlive():
+                return known[1]
+            log.warning("hypervisor %s: connection to %s lost; reconnecting", hv_uuid, uri)
+            self.conns.pop(hv_uuid, None)
+            self.on_lost(hv_uuid)
+        conn = self.connect(uri)
+        self.on_open(conn)
+        self.conns[hv_uuid] = (uri, conn)
+        return conn
+
+    def first(self, fallback):
+        """The hypervisor that holds loose volumes: the first connected one."""
+        return min(self.conns) if self.conns else fallback
+
+
+def _placed(store):
+    return [n for n in store.collection(NODES).records() if n.get("hypervisor")]
+
+
+def discover(conn, uri, spec, accel):
+    """What the hypervisor offers; its acceleration probed once per URI (into `accel`)."""
+    _model, ram_mb, cpus = conn.getInfo()[:3]
+    pool_name = pool_of(spec)
+    try:
+        pool = conn.storagePoolLookupByName(pool_name)
+    except libvirt.libvirtError:
+        raise NodeFailure(f"storage pool {pool_name!r} not found on {uri}") from None
+    if not pool.isActive():
+        pool.create(0)
+    capacity = pool.info()[1]
+    if uri not in accel:
+        accel[uri], why = kvm_probe.probe_accel(conn)
+        log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none", why)
+    return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
+            "accel": accel[uri]}
+
+
+def write_capacity(store, active):
+    """Each ACTIVE hypervisor's `avail_*`, after the pass placed and built its nodes."""
+    coll = store.collection(HYPERVISORS)
+    placed = _placed(store)
+    for hv_uuid in active:
+        current = coll.get(hv_uuid)
+        if current is None:
+            continue
+        cores, ram, disk = placement.free(current, placed)
+        write(coll, current, avail_cores=int(cores), avail_ram=int(ram),
+              avail_disk=int(disk))

@@ -1,0 +1,148 @@
+"""`plan_node` (appliance/compute/domains.py) as a pure function: a node's record, its
+volumes and what libvirt holds (its XML) in, the actions out. No libvirt, no store: the
+domain XML is the one domain_xml.build writes, as the executor would have defined it."""
+
+from appliance.compute import domain_xml
+from appliance.compute.domains import Action, Held, fingerprint, plan_node
+from appliance.compute.volumes import disk_name, volume_devices, volume_name
+
+PREFIX = "vm-"
+UUID = "11111111-2222-3333-4444-555555555555"
+IMAGE = "http://127.0.0.1:8080/base.raw"
+BUILD = ["status", "step", "images", "step", "disks", "step", "seed", "step"]
+
+
+def node(**changes):
+    record = {"uuid": UUID, "revision": 7, "name": "n1", "cores": 1, "ram": 512,
+              "status": "ACTIVE", "power_state": "on", "reboot_requested_at": None,
+              "disk_spec": {"kind": "root_disk", "image": IMAGE, "size": 10}}
+    record.update(changes)
+    return record
+
+
+def xml(cores=1, ram=512, image=IMAGE, reboot=None, volumes=(), seed=True):
+    disks = [{"path": "/pool/" + disk_name(PREFIX, UUID, 0), "dev": "vda"}]
+    disks += [{"path": "/pool/" + volume_name(v), "dev": "vd" + "bcd"[i]}
+              for i, v in enumerate(volumes)]
+    if seed:
+        disks.append({"path": f"/pool/{PREFIX}{UUID}-seed.iso", "dev": "hdc",
+                      "device": "cdrom", "format": "raw"})
+    return domain_xml.build({"uuid": UUID, "name": "n1", "cores": cores, "ram": ram},
+                            PREFIX + UUID, None, disks, {"mac": "52:54:00:00:00:01"}, "net",
+                            "/console.log", image=image, reboot=reboot)
+
+
+def held(running=True, **xml_args):
+    text = xml(**xml_args)
+    return Held(running=running, live_xml=text, persistent_xml=text, seed_on_disk=True)
+
+
+def verbs(actions):
+    return [a.verb for a in actions]
+
+
+def test_a_new_node_is_built_defined_started_and_made_active():
+    actions = plan_node(node(status="SCHEDULED"), [], Held(), PREFIX)
+    assert verbs(actions) == BUILD + ["define", "step", "start", "step", "active"]
+    assert Action("status", "IN_PROGRESS") in actions
+    assert Action("images", [IMAGE]) in actions
+    assert [a.arg for a in actions if a.verb == "step"] == [
+        "images", "disks", "seed", "define", "start", "active"]
+    assert actions[-1] == Action("active", True)
+
+
+def test_a_new_node_honours_the_reboot_it_was_born_after():
+    actions = plan_node(node(status="SCHEDULED", reboot_requested_at="T1"), [], Held(), PREFIX)
+    assert Action("define", "T1") in actions
+    assert "reboot" not in verbs(actions) and "mark_reboot" not in verbs(actions)
+
+
+def test_a_node_powered_off_is_defined_but_not_started():
+    actions = plan_node(node(status="SCHEDULED", power_state="off"), [], Held(), PREFIX)
+    assert "start" not in verbs(actions) and "restart" not in verbs(actions)
+    assert actions[-1] == Action("active", False)
+
+
+def test_a_remembered_node_needs_nothing():
+    record = node()
+    remembered = fingerprint(record, [], True)
+    assert plan_node(record, [], held(), PREFIX, remembered) == []
+
+
+def test_a_restarted_daemon_remembers_a_domain_in_place_without_redefining():
+    assert plan_node(node(), [], held(), PREFIX) == [Action("remember", True)]
+
+
+def test_a_missing_seed_file_is_not_in_place():
+    state = held()._replace(seed_on_disk=False)
+    assert "define" in verbs(plan_node(node(), [], state, PREFIX))
+
+
+def test_a_new_revision_redefines_and_hotplugs_a_running_domain():
+    vol = {"uuid": "99999999-0000-0000-0000-000000000001"}
+    actions = plan_node(node(revision=8), [vol], held(), PREFIX,
+                        fingerprint(node(), [], True))
+    assert verbs(actions) == ["step", "images", "step", "disks", "step", "seed", "step",
+                              "hotplug", "define", "step", "step", "active"]
+    assert Action("define", None) in actions
+
+
+def test_power_off_comes_first_and_the_domain_stays_defined():
+    actions = plan_node(node(power_state="off"), [], held(), PREFIX)
+    assert actions[0] == Action("power_off")
+    assert "hotplug" not in verbs(actions) and "start" not in verbs(actions)
+    assert actions[-1] == Action("active", False)
+
+
+def test_an_image_change_replaces_the_root_disk_and_starts_again():
+    actions = plan_node(node(disk_spec={"kind": "root_disk", "image": "http://x/new.raw"}),
+                        [], held(), PREFIX)
+    assert actions[0] == Action("status", "IN_PROGRESS")
+    assert Action("replace_root", "http://x/new.raw") in actions
+    assert "hotplug" not in verbs(actions)      # the domain was stopped for it
+    assert verbs(actions).index("replace_root") < verbs(actions).index("disks")
+    assert "start" in verbs(actions)
+
+
+def test_a_shape_change_restarts_the_domain_with_the_new_definition():
+    actions = plan_node(node(cores=2), [], held(), PREFIX)
+    assert verbs(actions)[verbs(actions).index("hotplug"):] == [
+        "hotplug", "restart_for_shape", "define", "step", "start", "step", "active"]
+    assert "status" not in verbs(actions)       # the image is the same: no IN_PROGRESS
+
+
+def test_a_reboot_request_is_honoured_once_and_marked():
+    actions = plan_node(node(reboot_requested_at="T2"), [], held(reboot="T1"), PREFIX)
+    assert Action("define", "T1") in actions    # the mark moves only once it is done
+    assert actions[-4:] == [Action("reboot", "T2"), Action("mark_reboot", "T2"),
+                            Action("step", "active"), Action("active", True)]
+    # the same request, honoured: nothing left to do
+    assert plan_node(node(reboot_requested_at="T2"), [], held(reboot="T2"), PREFIX) == [
+        Action("remember", True)]
+
+
+def test_a_domain_stopped_on_its_own_is_restarted_and_counted():
+    actions = plan_node(node(), [], held(running=False), PREFIX, was_running=True)
+    assert "restart" in verbs(actions) and "start" not in verbs(actions)
+    first = plan_node(node(), [], held(running=False), PREFIX, was_running=False)
+    assert "start" in verbs(first) and "restart" not in verbs(first)
+
+
+def test_a_stopped_domain_with_a_pending_reboot_boots_fresh_and_marks_it():
+    actions = plan_node(node(reboot_requested_at="T2"), [], held(running=False), PREFIX)
+    assert "reboot" not in verbs(actions)
+    assert verbs(actions)[-4:] == ["start", "mark_reboot", "step", "active"]
+
+
+def test_the_plan_is_pure():
+    record, state = node(cores=2, reboot_requested_at="T2"), held()
+    before = (dict(record), state)
+    assert plan_node(record, [], state, PREFIX) == plan_node(record, [], state, PREFIX)
+    assert (record, state) == before
+
+
+def test_attached_volumes_keep_their_devices_and_new_ones_take_the_first_free():
+    current = {"/p/a": "vdc", "/p/root": "vda"}
+    placed = volume_devices([("a" * 36, "/p/a"), ("b" * 36, "/p/b")], current, {"vda"})
+    assert [(d["path"], d["dev"]) for d in placed] == [("/p/a", "vdc"), ("/p/b", "vdb")]
+    assert placed[0]["serial"] == "a" * 20 and placed[1]["format"] == "qcow2"
