@@ -1,6 +1,6 @@
-"""The status of master resources (configs, services, SSH keys) from what their nodes'
-agents report: the generic step the delivery daemon runs for every kind of
-capabilities.MASTERS (docs/agent.md, "Status").
+"""The status of master resources (configs, services, SSH keys, LBs) from what their
+nodes' agents report: the generic step the status daemon (daemons/status.py) runs for
+every kind of capabilities.MASTERS (docs/agent.md, "Status").
 
 A master's targets are the items its kind's producer gives for every node; each is judged
 against the agent's actual resource of the same uuid. All ACTIVE with the target's hash:

@@ -1,10 +1,10 @@
-"""The status step of master resources, alone and in the real delivery daemon."""
+"""The status step of master resources, alone and in the real status daemon."""
 
 import time
 import uuid
 
 from appliance.agent import status
-from daemons.delivery import Delivery
+from daemons.status import AgentStatus
 from tests.agent import testcap
 from tests.agent.conftest import add_file, agent_token, enroll, hw_node
 
@@ -74,11 +74,11 @@ def test_aggregate(capserver, capadmin):
         ("ACTIVE", {})
 
 
-def test_delivery_daemon_writes_status_after_a_report(capserver, capadmin):
+def test_status_daemon_writes_status_after_a_report(capserver, capadmin):
     node = hw_node(capadmin)
     cred = enroll(capserver, capadmin, node["uuid"])
     record = add_file(capserver.store, {"kind": "node", "node": node["uuid"]}, "/etc/d", "d")
-    daemon = Delivery(capserver.settings, capserver.store).start()
+    daemon = AgentStatus(capserver.settings, capserver.store).start()
     try:
         deadline = time.monotonic() + 10
         while master(capserver, record).get("status") != "IN_PROGRESS":
