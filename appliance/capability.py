@@ -44,14 +44,16 @@ class Target:
 class Daemon:
     """A process of its own: `python -m daemons.<name>`, one systemd unit."""
     name: str
-    # the store kinds whose first write starts it (docs/on-demand-daemons.md); empty: it
-    # runs from the start
+    # the store kinds whose first write starts it (docs/on-demand-daemons.md); empty (and
+    # no on_demand_masters): it runs from the start
     on_demand: tuple = ()
-    # it runs the agent's status step (appliance/agent/status.py), so a write to any
-    # master kind is work for it too (with on_demand only)
-    runs_agent_status: bool = False
+    # it starts also at the first write to any master kind of the capabilities' targets
+    # (Target.master): the agent's status step (daemons/status.py) has work once one of
+    # them holds a record. A flag, not kinds: the masters are read from every descriptor,
+    # so the daemon's own descriptor names no other capability's kinds
+    on_demand_masters: bool = False
     # "module:function" called as function(record) -> bool: whether a record of its
-    # on_demand kinds is work for it (first boot's check); None: any record is
+    # on-demand kinds is work for it (first boot's check); None: any record is
     is_work: str = None
 
 

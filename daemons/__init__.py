@@ -17,9 +17,8 @@ from appliance import capabilities as _capabilities
 
 def _on_demand(daemon):
     kinds = daemon.on_demand
-    if daemon.runs_agent_status:
-        # the masters of what node agents apply, whose status it writes
-        # (appliance.agent.capabilities.MASTERS)
+    if daemon.on_demand_masters:
+        # the masters of what node agents apply (appliance.agent.capabilities.MASTERS)
         kinds += tuple(t.master for t in _capabilities.targets() if t.master)
     return tuple(dict.fromkeys(kinds))
 
@@ -27,12 +26,12 @@ def _on_demand(daemon):
 DAEMONS = [daemon.name for daemon in _capabilities.daemons()]
 
 ON_DEMAND = {daemon.name: _on_demand(daemon) for daemon in _capabilities.daemons()
-             if daemon.on_demand}
+             if _on_demand(daemon)}
 
 # an on-demand daemon -> "module:function" telling whether a record of its kinds is work
 # for it (first boot's check, appliance/firstboot/ondemand.py); absent: any record is
 IS_WORK = {daemon.name: daemon.is_work for daemon in _capabilities.daemons()
-           if daemon.on_demand and daemon.is_work}
+           if daemon.name in ON_DEMAND and daemon.is_work}
 
 
 def module_of(name):

@@ -55,7 +55,7 @@ def test_every_path_a_descriptor_names_imports(capability):
         assert isinstance(daemon, Daemon)
         assert importlib.util.find_spec(f"daemons.{daemon.name}") is not None, daemon.name
         assert isinstance(daemon.on_demand, tuple)
-        assert daemon.on_demand or not (daemon.runs_agent_status or daemon.is_work)
+        assert daemon.on_demand or daemon.on_demand_masters or not daemon.is_work
         if daemon.is_work:
             assert callable(load(daemon.is_work))
     if capability.seed:
@@ -110,12 +110,12 @@ def test_the_daemons_are_the_declared_ones_each_with_its_units():
     declared = [d for c in DESCRIPTORS + [capabilities.PLATFORM] for d in c.daemons]
     assert daemons.DAEMONS == [d.name for d in declared]
     assert len(set(daemons.DAEMONS)) == len(daemons.DAEMONS), "a daemon declared twice"
-    assert set(daemons.ON_DEMAND) == {d.name for d in declared if d.on_demand}
+    on_demand = [d for d in declared if d.on_demand or d.on_demand_masters]
+    assert set(daemons.ON_DEMAND) == {d.name for d in on_demand}
     masters = {t.master for c in DESCRIPTORS for t in c.targets if t.master}
-    for daemon in declared:
-        if daemon.on_demand:
-            kinds = set(daemon.on_demand) | (masters if daemon.runs_agent_status else set())
-            assert set(daemons.ON_DEMAND[daemon.name]) == kinds
+    for daemon in on_demand:
+        kinds = set(daemon.on_demand) | (masters if daemon.on_demand_masters else set())
+        assert set(daemons.ON_DEMAND[daemon.name]) == kinds
     assert daemons.IS_WORK == {d.name: d.is_work for d in declared if d.is_work}
     # the hand-written units of systemd/: one service per declared daemon, and a path
     # unit exactly for those started on demand (their contents: tests/firstboot/test_units.py)

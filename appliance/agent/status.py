@@ -1,6 +1,6 @@
-"""The status of master resources (configs, services, SSH keys) from what their nodes'
-agents report: the generic step the delivery daemon runs for every kind of
-capabilities.MASTERS (docs/agent.md, "Status").
+"""The status of master resources (configs, services, SSH keys, LBs) from what their
+nodes' agents report: the generic step the status daemon (daemons/status.py) runs for
+every kind of capabilities.MASTERS (docs/agent.md, "Status").
 
 A master's targets are the items its kind's producer gives for every node; each is judged
 against the agent's actual resource of the same uuid. All ACTIVE with the target's hash:
@@ -48,6 +48,15 @@ def aggregate(store, master_kind, view=None):
     unplaced = capabilities.load(PLACEMENT[master_kind]) if master_kind in PLACEMENT \
         else None
     for record in masters.records():
+        if unplaced is None and not record.get("target"):
+            # on no node, so not the agents': an SSH key without a target is delivered to
+            # the data plane, and its status is the delivery daemon's (docs/secrets.md).
+            # Judged here it would be ACTIVE before its file is written, and a failed
+            # delivery's ERROR would be undone on every pass. Only what the agents once
+            # judged (a target since removed) is cleared.
+            if record.get("node_status"):
+                updates[record["uuid"]] = (record["revision"], {"node_status": {}})
+            continue
         missing = missing_target(store, record.get("target"))
         waiting = unplaced(store, record) if unplaced else None
         if missing:

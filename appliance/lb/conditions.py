@@ -14,6 +14,8 @@ from appliance.api.errors import BadRequest
 from appliance.api.validation import Validator
 from appliance.kinds import UUID_PATTERN
 
+from .condition_pools import pools  # noqa: F401 (the API's name for it)
+
 KINDS = ("prefix", "exact", "regex", "raw")
 L7_KINDS = ("prefix", "exact", "regex")
 HEADERS = ["Host", "X-Forwarded-For", "X-Forwarded-Port", "X-Forwarded-Proto",
@@ -207,11 +209,3 @@ def _check_writable(condition):
     if condition["kind"] != "prefix" or not re.fullmatch(r"^/[^/]+/$", condition["value"]):
         raise BadRequest("condition: a writable local_dir (dav_methods) needs a prefix "
                          "route of one segment, like /repo/")
-
-
-def pools(condition):
-    """Uuids of the backend pools a condition names (backend actions, auth_request)."""
-    named = [a["pool"] for a in condition.get("actions") or () if a["kind"] == "backend"]
-    named += [m["pool"] for m in condition.get("modifiers") or ()
-              if m["kind"] == "auth_request"]
-    return list(dict.fromkeys(named))

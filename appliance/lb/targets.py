@@ -14,7 +14,7 @@ from appliance import config
 from appliance.kinds import COMPUTE_NODES, target_uuid
 from appliance.tenancy import addresses
 
-from . import conditions, nginx, placement
+from . import condition_pools, nginx, placement
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def value(view, lb):
                          if r.get("enabled", True)),
                         key=lambda r: (r.get("created_at") or "", r["uuid"]))
         for route in routes:
-            named += conditions.pools(route["condition"])
+            named += condition_pools.pools(route["condition"])
         vhosts.append({
             "uuid": vhost["uuid"], "protocol": vhost["protocol"], "port": vhost["port"],
             "domains": vhost.get("domains") or None, "tls": tls(view, vhost),

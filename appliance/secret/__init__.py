@@ -9,10 +9,9 @@ CAPABILITY = Capability(
     targets=(Target("ssh_key", producer="appliance.secret.ssh_targets:for_node",
                     driver="appliance.secret.node:Driver", master="secret_ssh_keys"),),
     daemons=(
-        # the secret kinds it delivers (appliance.secret.delivery), and the masters of what
-        # node agents apply, whose status it writes
+        # the secret kinds it delivers to the data plane (appliance.secret.delivery)
         Daemon("delivery", on_demand=("secret_secrets", "secret_passwords", "secret_ssh_keys",
-                                      "secret_rsa_keys"), runs_agent_status=True),
+                                      "secret_rsa_keys")),
         Daemon("certificates", on_demand=("secret_certificates",)),
     ),
 )

@@ -1,10 +1,10 @@
-"""The status step of master resources, alone and in the real delivery daemon."""
+"""The status step of master resources, alone and in the real status daemon."""
 
 import time
 import uuid
 
 from appliance.agent import status
-from daemons.delivery import Delivery
+from daemons.status import AgentStatus
 from tests.agent import testcap
 from tests.agent.conftest import add_file, agent_token, enroll, hw_node
 
@@ -74,11 +74,31 @@ def test_aggregate(capserver, capadmin):
         ("ACTIVE", {})
 
 
-def test_delivery_daemon_writes_status_after_a_report(capserver, capadmin):
+def test_a_master_without_a_target_keeps_its_own_writer_s_status(capserver, capadmin):
+    """An SSH key without a target is the delivery daemon's (the data plane), which runs in
+    another process now: the status step must not mark it ACTIVE before its file is
+    written, nor undo a failed delivery's ERROR."""
+    store = capserver.store
+    keys = store.collection("secret_ssh_keys")
+    pending = keys.insert({"name": "pending", "status": "NEW", "user": "u"})
+    failed = keys.insert({"name": "failed", "status": "ERROR", "status_reason": "disk full",
+                          "user": "u"})
+    assert status.aggregate(store, "secret_ssh_keys") == 0
+    assert keys.get(pending["uuid"]) == pending and keys.get(failed["uuid"]) == failed
+    # a target removed: the agents' judgement of it goes, the status stays the delivery's
+    node = hw_node(capadmin)
+    moved = keys.insert({"name": "moved", "status": "ACTIVE", "user": "u", "target": None,
+                         "node_status": {node["uuid"]: {"status": "ACTIVE", "reason": None}}})
+    assert status.aggregate(store, "secret_ssh_keys") == 1
+    after = keys.get(moved["uuid"])
+    assert (after["status"], after["node_status"]) == ("ACTIVE", {})
+
+
+def test_status_daemon_writes_status_after_a_report(capserver, capadmin):
     node = hw_node(capadmin)
     cred = enroll(capserver, capadmin, node["uuid"])
     record = add_file(capserver.store, {"kind": "node", "node": node["uuid"]}, "/etc/d", "d")
-    daemon = Delivery(capserver.settings, capserver.store).start()
+    daemon = AgentStatus(capserver.settings, capserver.store).start()
     try:
         deadline = time.monotonic() + 10
         while master(capserver, record).get("status") != "IN_PROGRESS":

@@ -2,7 +2,7 @@
 
     python -m tests.bench configs
 
-The API and the delivery daemon run as the supervisor starts them; AGENTS agent processes
+The API, the delivery and the status daemons run as the supervisor starts them; AGENTS agent processes
 (daemons/agent.py, HW nodes with their own root prefixes) run on this host. Measured from
 the start of the request to the moment the file on the node holds the new content (read by
 this process in 1 ms steps):
@@ -77,7 +77,7 @@ def main():
     base = tempfile.mkdtemp(prefix="bench-configs-")
     agents = []
     try:
-        with appliance("configs", "delivery") as (settings, admin, store):
+        with appliance("configs", "delivery", "status") as (settings, admin, store):
             agents = start_agents(admin, settings["api_port"], base, AGENTS)
             nodes = [n["uuid"] for n, _ in agents]
             first_node, first_agent = agents[0]

@@ -1,6 +1,7 @@
 """Issue 14's host must-shows for configs: real agent processes (daemons/agent.py) as HW
-nodes, each with its own root prefix, against a real API (Waitress on loopback) and the
-real delivery daemon (which writes the configs' status from the agents' reports)."""
+nodes, each with its own root prefix, against a real API (Waitress on loopback), the real
+delivery daemon and the real status daemon (which writes the configs' status from the
+agents' reports)."""
 
 import os
 import stat
@@ -84,8 +85,10 @@ ON_CHANGE = {"kind": "shell", "command": f'echo ran >> "${MARKS}"; echo reloaded
 def api(tmp_path):
     srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, api_threads=12).start()
     delivery = DaemonProcess("delivery", srv.settings["state_dir"]).start()
+    agent_status = DaemonProcess("status", srv.settings["state_dir"]).start()
     yield srv
     delivery.stop()
+    agent_status.stop()
     srv.stop()
 
 

@@ -16,10 +16,13 @@ def server(tmp_path_factory):
     srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD).start()
     builder = DaemonProcess("builder", srv.settings["state_dir"]).start()
     delivery = DaemonProcess("delivery", srv.settings["state_dir"]).start()
+    # the status of the services and configs that manifests make
+    agent_status = DaemonProcess("status", srv.settings["state_dir"]).start()
     srv.builder = builder
     yield srv
     builder.stop()
     delivery.stop()
+    agent_status.stop()
     srv.stop()
 
 

@@ -60,7 +60,9 @@ def test_a_record_of_any_watched_kind_is_work(state_dir, name):
         store = Store(state_dir)
         try:
             record = store.collection(kind).insert({"name": "x", "sync_to_ecosystem": True})
-            assert ondemand.wanted(store) == [name], kind
+            # an SSH key is the delivery daemon's work and, as a master, the status daemon's
+            assert ondemand.wanted(store) == [n for n in ON_DEMAND if kind in ON_DEMAND[n]]
+            assert name in ondemand.wanted(store), kind
             store.collection(kind).delete(record["uuid"])
             assert ondemand.wanted(store) == [], kind
         finally:
@@ -91,7 +93,7 @@ def test_through_the_api_a_secret_is_delivery_s_work_and_a_domain_the_mirror_s_o
 
 # in ON_DEMAND's order, the capabilities' (appliance/capabilities.py)
 PATH_UNITS = ("appliance-delivery.path", "appliance-certificates.path", "appliance-mirror.path",
-              "appliance-builder.path", "appliance-sqldb.path")
+              "appliance-builder.path", "appliance-status.path", "appliance-sqldb.path")
 
 
 def test_first_boot_starts_the_path_units_then_the_daemons_with_work(tmp_path):
@@ -155,10 +157,17 @@ def test_every_on_demand_daemon_is_a_daemon_and_the_always_on_ones_stay():
     assert {"agent", "dns", "compute"}.isdisjoint(ON_DEMAND)
 
 
-def test_delivery_s_kinds_are_the_secret_kinds_and_the_masters_agents_apply():
-    from appliance.agent.capabilities import MASTERS
+def test_delivery_s_kinds_are_the_secret_kinds():
     from appliance.secret.delivery import SecretDelivery
-    assert set(ON_DEMAND["delivery"]) == set(SecretDelivery.kinds) | set(MASTERS.values())
+    assert set(ON_DEMAND["delivery"]) == set(SecretDelivery.kinds)
+
+
+def test_the_status_daemon_s_kinds_are_the_masters_agents_apply():
+    from appliance.agent.capabilities import MASTERS
+    from daemons.status import AgentStatus
+    assert set(ON_DEMAND["status"]) == set(MASTERS.values())
+    # the daemon watches them (and what else can move their status)
+    assert set(ON_DEMAND["status"]) <= set(AgentStatus.kinds.fget(None))
 
 
 def test_the_other_daemons_watch_their_on_demand_kinds(tmp_path):

@@ -36,7 +36,8 @@ AGENT_B = "appliance-agent-b.service"      # the second node's, a transient unit
 CRED_B = "/etc/appliance/agent-b.json"
 STATE_B = "/var/lib/appliance-agent-b"
 # a change through the API reaches a unit of the TCG guest and comes back as a status:
-# long poll, driver, systemctl, report, the delivery daemon's status step, all slow here
+# long poll, driver, systemctl, report, the status daemon's step (the daemon started by
+# the first write to a master kind, docs/on-demand-daemons.md), all slow here
 CONVERGE = 120
 # the lease (service_lease_seconds, 10 s) plus a margin: the standby asks every second,
 # one lease call and one `systemctl start` in the TCG guest on a busy 2-core machine take a

@@ -1,6 +1,6 @@
 """Issue 15 end to end: what a client writes through the API reaches a real nginx through
 a real agent process (a HW node with its own root prefix and loopback address), and the
-delivery daemon writes the LB's status from the agent's report. Also the spec's 4.3.1
+status daemon writes the LB's status from the agent's report. Also the spec's 4.3.1
 upload route through a real LB, and a certificate that Pebble issued through our DNS,
 served by an HTTPS vhost."""
 
@@ -71,6 +71,7 @@ def world(tmp_path_factory):
     api = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD,
                     api_threads=16).start()
     delivery = DaemonProcess("delivery", api.settings["state_dir"]).start()
+    agent_status = DaemonProcess("status", api.settings["state_dir"]).start()
     admin = api.client(api.login("admin", ADMIN_PASSWORD))
     node = LbNode(api, admin, tmp_path_factory.mktemp("lbnode"))
     backends = [Backend(f"b{i}") for i in range(4)]
@@ -81,6 +82,7 @@ def world(tmp_path_factory):
             b.stop()
         node.stop()
         delivery.stop()
+        agent_status.stop()
         api.stop()
 
 

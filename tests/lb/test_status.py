@@ -7,7 +7,7 @@ import time
 import pytest
 
 from appliance.agent import status
-from daemons.delivery import Delivery
+from daemons.status import AgentStatus
 from tests.agent.conftest import agent_token, enroll
 from tests.compute.conftest import refused
 from tests.waiting import eventually
@@ -131,9 +131,9 @@ def test_status_is_never_written_by_a_client(admin, placed):
     refused(admin.put(f"{LB}/{lb['uuid']}", {"status": "ACTIVE"}), 403)
 
 
-def test_the_delivery_daemon_moves_the_lb(server, admin, placed):
+def test_the_status_daemon_moves_the_lb(server, admin, placed):
     _node, cred, lb, _vhost = placed
-    daemon = Delivery(server.settings, server.store).start()
+    daemon = AgentStatus(server.settings, server.store).start()
     try:
         eventually(lambda: lb_status(server, lb)[0] == "IN_PROGRESS" and
                    lb_status(server, lb)[1] is not None, 10, "the daemon's first judgement")

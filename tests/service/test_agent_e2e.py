@@ -1,7 +1,7 @@
 """Services end to end on this host: the real API, the agent's real runner, Host and
 client (with node credentials), the services driver, and FakeSystemd in place of systemd
 (tests/service/fakes.py: no systemd runs as PID 1 here). Each HW "node" has its own root
-prefix. The status step runs in-process, as the delivery daemon runs it."""
+prefix. The status step runs in-process, as the status daemon runs it."""
 
 import time
 

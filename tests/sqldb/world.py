@@ -102,9 +102,9 @@ class World:
         state = self.api.settings["state_dir"]
         env = {"APPLIANCE_" + k.upper(): str(v) for k, v in settings.items()}
         self.daemon = DaemonProcess("sqldb", state, env=env).start()
-        # the Element Manager's builder, and delivery (the status of configs on nodes)
+        # the Element Manager's builder, delivery, and the status of configs on nodes
         self.others = [DaemonProcess(name, state, env=env).start()
-                       for name in ("builder", "delivery")]
+                       for name in ("builder", "delivery", "status")]
         self.dns = DNSDaemon(state, self.dns_port, host=self.dns_address).start()
         self.admin = self.api.client(self.api.login("admin", ADMIN_PASSWORD))
         for i, address in enumerate(self.addresses):

@@ -45,7 +45,12 @@ NEVER = {
     # resources in-process, without the API's routes, Bottle app and middleware
     # (appliance/registry.py)
     "builder": HTTP_SERVER | DNS_WIRE | {"appliance.app", "appliance.api.wsgi"},
-    "delivery": HTTP_SERVER | TOKENS | DNS_WIRE | CONFIG_FILE,
+    # the secrets only: the status of what node agents apply is the status daemon's
+    "delivery": HTTP_SERVER | API | TOKENS | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT | {
+        "appliance.agent.status"},
+    # the agent's status step over the store, with every capability's producer; no
+    # decryption (a producer hands on sealed values, docs/agent.md)
+    "status": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
     "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE | HTTP_CLIENT | OPENSSL,
     "mirror": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE,
     "compute": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT,
