@@ -219,13 +219,16 @@ def test_sigkilled_supervisor_takes_its_children_along(up):
     tree = up.tree()
     up.proc.kill()
     up.proc.wait()
-    deadline = time.monotonic() + 5
+    # generous: each child handles its SIGTERM (the API drains, daemons finish a step), and
+    # on a loaded machine (a CI beside other work) that takes seconds; the property is that
+    # they go, not how fast
+    deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         survivors = [pid for pid, started in tree.items() if still_alive(pid, started)]
         if not survivors:
             break
         time.sleep(0.05)
-    assert survivors == [], up.log()
+    assert survivors == [], (survivors, up.log())
 
 
 @pytest.mark.timeout(60)
