@@ -212,7 +212,7 @@ def test_signal_stops_everything_and_exits_zero(up, signum):
     assert survivors == [], up.log()
 
 
-@pytest.mark.timeout(60)
+@pytest.mark.timeout(120)
 def test_sigkilled_supervisor_takes_its_children_along(up):
     # PR_SET_PDEATHSIG: the children get SIGTERM from the kernel when the supervisor dies.
     up.wait_all_children()
