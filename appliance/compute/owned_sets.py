@@ -7,6 +7,7 @@ hidden field `<field>` ("lb", "sqldb") names the owner. A set whose owner is gon
 with its nodes; a change of what the owner decides moves the set to IN_PROGRESS.
 """
 
+from .lifecycle import NEW, REDO
 from .sets import NODES, SETS, release_volumes
 
 # what an owner decides about its set
@@ -39,11 +40,11 @@ def reconcile_owned(store, field, owners, desired):
         if want is None:
             continue
         if current is None:
-            fresh.append({**want, "nodes": {}, "status": "NEW", "status_reason": None})
+            fresh.append({**want, "nodes": {}, **NEW})
             continue
         changes = {k: want[k] for k in OWNED if current.get(k) != want[k]}
         if changes:
-            changes.update(status="IN_PROGRESS", status_reason=None)
+            changes.update(REDO)
             updates[current["uuid"]] = (current["revision"], changes)
     if fresh:
         sets.insert_many(fresh)

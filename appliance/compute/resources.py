@@ -24,9 +24,9 @@ from .drivers import DRIVER_DEFAULTS, LOCAL_HYPER  # noqa: F401 (as console_path
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
 from .lifecycle import NEW, STATUSES, new_node, wants_power
 from .machine_rules import artifact_lookup  # noqa: F401 (as console_path)
+from .placement import POLICY_KINDS, SOFT_ANTI
 from .sets import release_volumes
 
-POLICY_KINDS = ("soft-anti-affinity", "hard-anti-affinity", "soft-affinity", "hard-affinity")
 HOSTNAME = (r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
             r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 CORES = Integer(1, 4096)
@@ -208,7 +208,7 @@ class PlacementPolicies(ComputeResource):
             description="affinity or anti-affinity, hard (refuse) or soft (prefer), among "
                         "the nodes that name the policy",
             fields=base_fields() + [
-                Field("kind", Enum(*POLICY_KINDS), default="soft-anti-affinity",
+                Field("kind", Enum(*POLICY_KINDS), default=SOFT_ANTI,
                       nullable=False, create_only=True),
             ])
 
