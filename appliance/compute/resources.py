@@ -19,11 +19,10 @@ from appliance.tenancy import is_platform
 from state.collection import format_time, utcnow
 
 from . import console, disks, hypervisor_rules, machine_rules, volume_rules
-from .console import CONSOLE_TAIL, console_path  # noqa: F401 (part of this module's interface)
-from .drivers import DRIVER_DEFAULTS, LOCAL_HYPER  # noqa: F401 (as console_path)
+from .console import CONSOLE_TAIL, console_path
+from .drivers import LOCAL_HYPER
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
 from .lifecycle import NEW, STATUSES, new_node, wants_power
-from .machine_rules import artifact_lookup  # noqa: F401 (as console_path)
 from .placement import POLICY_KINDS, SOFT_ANTI
 from .sets import release_volumes
 
