@@ -8,7 +8,7 @@ with its nodes; a change of what the owner decides moves the set to IN_PROGRESS.
 """
 
 from .lifecycle import NEW, REDO
-from .sets import NODES, SETS, release_volumes
+from .sets import SETS, delete_members
 
 # what an owner decides about its set
 OWNED = ("name", "cores", "ram", "replicas", "disk_spec")
@@ -17,9 +17,7 @@ OWNED = ("name", "cores", "ram", "replicas", "disk_spec")
 def delete_owned(store, field, owner_uuid):
     """The owner's set and its members, gone; returns how many records went."""
     gone = store.collection(SETS).delete_where(lambda r: r.get(field) == owner_uuid)
-    members = store.collection(NODES).delete_where(
-        lambda r: r.get("node_set") in {s["uuid"] for s in gone})
-    release_volumes(store, [m["uuid"] for m in members])
+    members = delete_members(store, {s["uuid"] for s in gone})
     return len(gone) + len(members)
 
 

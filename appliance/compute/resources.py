@@ -24,7 +24,7 @@ from .drivers import LOCAL_HYPER
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
 from .lifecycle import NEW, STATUSES, new_node, wants_power
 from .placement import POLICY_KINDS, SOFT_ANTI
-from .sets import release_volumes
+from .sets import delete_members, release_volumes
 
 HOSTNAME = (r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
             r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
@@ -425,8 +425,7 @@ class Sets(ComputeResource):
 
     def after_delete(self, call, record):
         # members go with the set at once; sets.reconcile_sets also removes any left over
-        gone = self.store_kind(NODES).delete_where(lambda r: r.get("node_set") == record["uuid"])
-        release_volumes(self.api.store, [m["uuid"] for m in gone])
+        delete_members(self.api.store, {record["uuid"]})
 
     def get_private_keys(self, call, record):
         nodes = self.api.resources[NODES_PATH]

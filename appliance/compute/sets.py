@@ -112,6 +112,13 @@ def release_volumes(store, node_uuids):
             volumes.update(volume["uuid"], {"node": None})
 
 
+def delete_members(store, set_uuids):
+    """A set's members go with it, and their volumes are released; the members gone."""
+    gone = store.collection(NODES).delete_where(lambda r: r.get("node_set") in set_uuids)
+    release_volumes(store, [m["uuid"] for m in gone])
+    return gone
+
+
 def reconcile_sets(store, settings=None):
     """One pass over every set; returns the number of records written. Each kind is
     written once per pass (a batch), whatever the number of sets."""
