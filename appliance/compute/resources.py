@@ -3,6 +3,11 @@
 Shapes follow the reference (docs/compute.md); the API writes what a client asks for and
 the compute daemon (crec's `reconcile.py`) moves statuses on. Set members are ordinary
 nodes that `sets.reconcile_sets` creates and deletes.
+
+This module is the declaration and the HTTP mapping only. The rules its hooks call live
+beneath it, so that a reader finds each once and the daemon follows the same one:
+lifecycle.py, drivers.py and console.py (shared with the compute pass, free of the API
+framework), machine_rules.py, hypervisor_rules.py and volume_rules.py (the API's checks).
 """
 
 import base64
