@@ -22,6 +22,7 @@ from appliance.agent.credentials import vm_credential
 from . import cloudinit, domain_xml, volumes
 from .images import reach_for
 from .images import resolve as resolve_image
+from .lifecycle import wants_power
 from .virt import NODES, hv_pool, libvirt, log, machine_prefix, write
 
 SHUTDOWN_GRACE = 30.0       # seconds between a power_off's ACPI shutdown and the hard stop
@@ -43,10 +44,6 @@ def images_of(node):
 def root_image(node):
     images = images_of(node)
     return images[0] if images else None
-
-
-def wants_power(node):
-    return node.get("power_state", "on") != "off"
 
 
 def fingerprint(node, attached, running):

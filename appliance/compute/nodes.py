@@ -4,6 +4,7 @@ node is gone, and what the pass remembers of each node between passes (`NodeMemo
 fingerprint of what was last made, when an ERROR is retried, and the restarts counted."""
 
 from . import placement
+from .lifecycle import built_by_daemon
 from .virt import NODES, POLICIES, NodeFailure, log, write
 
 FAILED_RETRY = 60.0         # seconds before a node in ERROR (not placement) is tried again
@@ -25,7 +26,7 @@ def place(store, active):
     hypervisors = [hv for hv, _ in active.values()]
     placed = [n for n in nodes.records() if n.get("hypervisor")]
     for node in nodes.by("hypervisor", None):
-        if node.get("node_type", "VM") != "VM":
+        if not built_by_daemon(node):
             # a HW node is a machine of its own (the appliance itself, or one its
             # agent enrolls): nothing here to place or build, and its status is not
             # this daemon's to write

@@ -7,7 +7,8 @@ hidden field `<field>` ("lb", "sqldb") names the owner. A set whose owner is gon
 with its nodes; a change of what the owner decides moves the set to IN_PROGRESS.
 """
 
-from .sets import NODES, SETS, release_volumes
+from .lifecycle import NEW, REDO
+from .sets import SETS, delete_members
 
 # what an owner decides about its set
 OWNED = ("name", "cores", "ram", "replicas", "disk_spec")
@@ -16,9 +17,7 @@ OWNED = ("name", "cores", "ram", "replicas", "disk_spec")
 def delete_owned(store, field, owner_uuid):
     """The owner's set and its members, gone; returns how many records went."""
     gone = store.collection(SETS).delete_where(lambda r: r.get(field) == owner_uuid)
-    members = store.collection(NODES).delete_where(
-        lambda r: r.get("node_set") in {s["uuid"] for s in gone})
-    release_volumes(store, [m["uuid"] for m in members])
+    members = delete_members(store, {s["uuid"] for s in gone})
     return len(gone) + len(members)
 
 
@@ -39,11 +38,11 @@ def reconcile_owned(store, field, owners, desired):
         if want is None:
             continue
         if current is None:
-            fresh.append({**want, "nodes": {}, "status": "NEW", "status_reason": None})
+            fresh.append({**want, "nodes": {}, **NEW})
             continue
         changes = {k: want[k] for k in OWNED if current.get(k) != want[k]}
         if changes:
-            changes.update(status="IN_PROGRESS", status_reason=None)
+            changes.update(REDO)
             updates[current["uuid"]] = (current["revision"], changes)
     if fresh:
         sets.insert_many(fresh)

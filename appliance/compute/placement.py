@@ -23,6 +23,8 @@ so the order of the rules is read off one line instead of a chain of ifs:
 
 HARD_AFFINITY, HARD_ANTI = "hard-affinity", "hard-anti-affinity"
 SOFT_AFFINITY, SOFT_ANTI = "soft-affinity", "soft-anti-affinity"
+# the kinds a placement policy may have (the API's enum, in the reference's order)
+POLICY_KINDS = (SOFT_ANTI, HARD_ANTI, SOFT_AFFINITY, HARD_AFFINITY)
 
 
 def node_disk(node):

@@ -28,6 +28,7 @@ from appliance import capabilities
 from appliance.capability import load
 
 from . import domains, nodes, volumes
+from .console import console_dir
 from .domains import Marks
 from .events import Events
 from .hypervisors import Hypervisors, write_capacity
@@ -84,7 +85,7 @@ class Reconciler:
         self.images = ImageCache(settings.get("compute_image_dir")
                                  or os.path.join(base, "images"))
         self.seed_dir = os.path.join(base, "seeds")
-        self.console_dir = os.path.join(base, "console")
+        self.console_dir = console_dir(settings)
         self.ports, self.reconcile_networks = _network_api()
         self.reconcile_sets = _reconcile_sets()
         self.reconcile_owned_sets = _reconcile_owned_sets()

@@ -23,9 +23,10 @@ members to create, delete and update, and the set's own read-only fields. The ru
 import uuid as uuidlib
 from dataclasses import dataclass, field
 
+from .lifecycle import REDO, SET_TEMPLATE, new_node
 
 NODES, SETS, VOLUMES = "compute_nodes", "compute_sets", "compute_volumes"
-TEMPLATE = ("cores", "ram", "disk_spec", "placement_policies")
+TEMPLATE = SET_TEMPLATE
 LOCK = "compute-sets"
 
 
@@ -51,9 +52,8 @@ def new_member(node_set, index):
         "description": "", "project_id": node_set["project_id"],
         "node_type": node_set.get("node_type") or "VM", "network": node_set.get("network"),
         **template(node_set),
-        "hostname": None, "hypervisor": None, "default_network": {},
-        "node_set": node_set["uuid"], "set_index": index, "power_state": "on",
-        "reboot_requested_at": None, "status": "NEW", "status_reason": None,
+        "hostname": None, "hypervisor": None, "node_set": node_set["uuid"],
+        "set_index": index, "reboot_requested_at": None, **new_node(),
     }
 
 
@@ -83,7 +83,7 @@ def plan(node_set, members):
     if outdated and all(m.get("status") == "ACTIVE" for m in current):
         # a member that failed is retried first: the new spec may be its fix
         member = min(outdated, key=lambda m: (m.get("status") != "ERROR", m["set_index"]))
-        changes = {**wanted, "status": "IN_PROGRESS", "status_reason": None}
+        changes = {**wanted, **REDO}
         out.update[member["uuid"]] = (member["revision"], changes)
         member.update(changes)
         current.append(member)
@@ -110,6 +110,13 @@ def release_volumes(store, node_uuids):
     for uuid in node_uuids:
         for volume in volumes.by("node", uuid):
             volumes.update(volume["uuid"], {"node": None})
+
+
+def delete_members(store, set_uuids):
+    """A set's members go with it, and their volumes are released; the members gone."""
+    gone = store.collection(NODES).delete_where(lambda r: r.get("node_set") in set_uuids)
+    release_volumes(store, [m["uuid"] for m in gone])
+    return gone
 
 
 def reconcile_sets(store, settings=None):

@@ -7,6 +7,8 @@ below them rather than each other or the orchestrator (reconcile.py)."""
 
 import logging
 
+from .drivers import machine_prefix, pool_of  # noqa: F401 (the pass imports them from here)
+
 try:
     import libvirt
 except ImportError:     # the API server imports nothing of this; only the daemon needs it
@@ -43,17 +45,6 @@ def write(coll, record, **changes):
         return None
     done = coll.update_many({record["uuid"]: (record["revision"], diff)})
     return done.get(record["uuid"])
-
-
-def pool_of(spec):
-    """The storage pool's name: a plain name, or the first (only) entry of an
-    exordos_local_hyper's list [{name, tier, ephemeral}] (docs/compute.md)."""
-    pool = spec.get("storage_pool") or "default"
-    return pool[0]["name"] if isinstance(pool, list) else pool
-
-
-def machine_prefix(hv):
-    return (hv.get("driver_spec") or {}).get("machine_prefix") or "vm-"
 
 
 def hv_pool(conn, hv):

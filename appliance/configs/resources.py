@@ -7,7 +7,8 @@ template uses only declared variables, and every link parses and names a linkabl
 A link to a record that does not exist yet is accepted (the config waits for it,
 IN_PROGRESS); one to a record of another project is refused. No two configs write one
 path on one node (paths.py: 409, checked under a lock per project). Status is the status
-step's (appliance/agent/status.py): read-only, and every PUT returns it to NEW.
+step's (appliance/agent/status.py): read-only, and every PUT returns it to NEW
+(lifecycle.py).
 """
 
 from appliance import targeting
@@ -19,10 +20,10 @@ from appliance.kinds import VS_VARIABLES
 from appliance.targeting import TARGET_SCHEMA
 
 from . import paths, render
+from .lifecycle import STATUSES, new_config, rewritten
 from .targets import SECRET_VALUE_FIELDS, link_target
 
 CONTENT_LIMIT = 262144
-STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
 MODE = r"^0[0-7]{3}$"
 # absolute, no NUL, no empty, `.` or `..` component (checked again on the node)
 PATH = r"^(/(?!\.\.?(/|$))[^/\x00-\x1f\x7f]+)+$"
@@ -113,7 +114,7 @@ class Configs(Resource):
             return super().update_record(call, uuid, body)
 
     def prepare_create(self, call, record):
-        record.update(status="NEW", status_reason=None, node_status={})
+        record.update(new_config())
         self.check(call, _normalized(record))
         paths.check(call.store, record)
         return record
@@ -123,8 +124,7 @@ class Configs(Resource):
         self.check(call, config)
         if config["path"] != current["path"] or config["target"] != current["target"]:
             paths.check(call.store, config)
-        changes.update(status="NEW", status_reason=None)
-        return changes
+        return rewritten(changes)
 
     def declared_links(self):
         # the records its `$core` links name (a password, a variable...), and its target

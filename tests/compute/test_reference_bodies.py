@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from appliance.api.fields import accepts_null
-from appliance.compute.resources import DRIVER_DEFAULTS, LIBVIRT_SPEC
+from appliance.compute.drivers import DRIVER_DEFAULTS
+from appliance.compute.resources import LIBVIRT_SPEC
 
 from .conftest import ADMIN_PROJECT, H, IMAGE, N, S, created, node_body, refused
 
