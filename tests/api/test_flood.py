@@ -30,6 +30,7 @@ from tests.apiserver import TOKEN_PATH, free_port
 from tests.conftest import ADMIN_PASSWORD, RUN_LOG_DIR
 from tests import processes
 from tests.secret.conftest import wait_for
+from tests.waiting import eventually
 
 FLOOD = 1000                    # the issue's: of each kind, trickling and idle
 TRICKLE_SECONDS = 5             # the issue's: a header line every 5 s
@@ -246,7 +247,11 @@ def test_an_authenticated_get_is_answered_within_a_second_beside_a_flood_from_on
         # the flood's own requests were answered while it kept displacing its own oldest
         # connections: the server never held more than its cap from that address
         assert flood.answered > 0
-        assert api.connections() <= per_address + 1
+        # a snapshot may catch the accept of a newer connection before the server's loop
+        # closed the oldest it displaces (a loaded machine stretches that gap): the cap is
+        # what the server settles to, so a reading is taken until it holds or 5 s pass
+        eventually(lambda: api.connections() <= per_address + 1, 5,
+                   f"at most {per_address + 1} connections held")
         # past two trickled lines and the header deadline (10 s)
         timings = []
         deadline = time.monotonic() + api.settings["api_header_timeout"] + 2 * TRICKLE_SECONDS
