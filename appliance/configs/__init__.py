@@ -6,6 +6,7 @@ CAPABILITY = Capability(
     name="configs",
     resources="appliance.configs.resources",
     register="appliance.configs:register",
+    project_permissions="config",
     targets=(Target("config", producer="appliance.configs.targets:for_node",
                     driver="appliance.configs.node:Driver", master="config_configs",
                     # what a config's content links to (targets.py)
