@@ -52,8 +52,14 @@ DNS_RECORDS = "dns_records"
 IAM_PROJECTS = "iam_projects"
 
 SECRET_CERTIFICATES = "secret_certificates"
+SECRET_SSH_KEYS = "secret_ssh_keys"
+
+REPO_ARTIFACTS = "repo_artifacts"
 
 SQLDB_INSTANCES = "sqldb_instances"
+SQLDB_USERS = "sqldb_users"
+SQLDB_DATABASES = "sqldb_databases"
+SQLDB_VERSIONS = "sqldb_versions"
 
 UA_AGENTS = "ua_agents"
 UA_RESOURCES = "ua_resources"
