@@ -91,3 +91,6 @@ class Capability:
     # the user owning <state>/<name>/ when it is not the appliance's: first boot leaves
     # that folder to it (appliance/firstboot/__init__.py)
     state_dir_owner: str = None
+    # modules its routes import besides `resources`, which the supervisor imports ahead too
+    # (appliance/supervisor.py, preload)
+    preload: tuple = ()
