@@ -49,6 +49,9 @@ CONFIG_CONFIGS = "config_configs"
 DNS_DOMAINS = "dns_domains"
 DNS_RECORDS = "dns_records"
 
+EM_ELEMENTS = "em_elements"
+EM_MANIFESTS = "em_manifests"
+
 IAM_PROJECTS = "iam_projects"
 
 SECRET_CERTIFICATES = "secret_certificates"

@@ -24,6 +24,7 @@ from appliance.tenancy import zones as zone_rule
 from state import NotFound, RevisionConflict
 
 from . import mirror as dnsmirror
+from .records import DOMAINS, RECORDS
 from .upstream import UpstreamError, extra_setting, upstream_from_settings
 
 RESYNC_SECONDS = 60.0
@@ -79,7 +80,7 @@ def outcome(old, status, error, result, memo):
 def publish(store, log, uuid, compute):
     """Set the domain's `mirror` to compute(current) by compare-and-set: only that key,
     never over a write that came in between, and nothing when it would not change."""
-    domains = store.collection("dns_domains")
+    domains = store.collection(DOMAINS)
     for _ in range(PUBLISH_ATTEMPTS):
         current = domains.get(uuid)
         if current is None:
@@ -129,9 +130,9 @@ class MirrorPasses:
 
     def sync_all(self):
         """Sync every due domain; the seconds until the next one is due (None: none)."""
-        records = self.store.collection("dns_records")
+        records = self.store.collection(RECORDS)
         live, soonest = set(), None
-        every = self.store.collection("dns_domains").records()
+        every = self.store.collection(DOMAINS).records()
         for domain in every:
             if not domain.get("sync_to_ecosystem"):
                 continue

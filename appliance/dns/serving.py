@@ -5,9 +5,10 @@ dns_records, and swapped into the server in one step (which also empties its ans
 
 import time
 
+from .records import DOMAINS, RECORDS
 from .zones import ZoneIndex
 
-KINDS = ("dns_domains", "dns_records")
+KINDS = (DOMAINS, RECORDS)
 
 
 class ServedZones:
@@ -18,8 +19,8 @@ class ServedZones:
     def rebuild(self):
         """Serve a new index of the zones as stored now. The daemon calls it only when
         either kind moved on since the last build (daemons/base.py, whole pass)."""
-        domains = self.store.collection("dns_domains").snapshot()
-        records = self.store.collection("dns_records").snapshot()
+        domains = self.store.collection(DOMAINS).snapshot()
+        records = self.store.collection(RECORDS).snapshot()
         started = time.perf_counter()
         index = ZoneIndex.build(domains.ordered(), records.ordered(),
                                 memo=self.server.index.memo)
