@@ -56,3 +56,8 @@ def settings():
 
 def node_sets():
     return [sets for capability in descriptors() for sets in capability.node_sets]
+
+
+def settings_checks():
+    """The capabilities' settings checks ("module:function"), in registration order."""
+    return [c.check_settings for c in descriptors() if c.check_settings]

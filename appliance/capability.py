@@ -84,3 +84,15 @@ class Capability:
     # a module declaring an element built into the appliance (appliance/em/builtin.py):
     # NAME, VERSION, COLLECTIONS, FOLLOWS_STATUS and exports(store)
     builtin_element: str = None
+    # "module:function" called as function(settings) at every load of the settings; it
+    # raises ValueError naming the setting when the capability's settings cannot work
+    check_settings: str = None
+    # the first word of the permissions of its resources that live in projects: a
+    # project's owner gets every one of them (appliance/iam/builtin.py); None: none do
+    project_permissions: str = None
+    # the user owning <state>/<name>/ when it is not the appliance's: first boot leaves
+    # that folder to it (appliance/firstboot/__init__.py)
+    state_dir_owner: str = None
+    # modules its routes import besides `resources`, which the supervisor imports ahead too
+    # (appliance/supervisor.py, preload)
+    preload: tuple = ()

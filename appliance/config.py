@@ -8,6 +8,8 @@ import os
 
 from appliance.backup_schedule import ScheduleError, parse_schedule
 from appliance.capabilities import settings as capability_settings
+from appliance.capabilities import settings_checks as capability_settings_checks
+from appliance.capability import load as load_attribute
 from appliance.tenancy.quotas import setting_defaults as quota_defaults
 
 DEFAULT_CONFIG_FILE = "/etc/appliance/appliance.yaml"
@@ -189,7 +191,7 @@ def load(config_file=None, environ=None, overrides=None):
     settings = {k: _coerce(k, v) for k, v in settings.items()}
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
     _check_backup(settings)
-    _check_network(settings)
+    _check_capabilities(settings)
     _check_outside(settings)
     return settings
 
@@ -203,12 +205,13 @@ def _check_outside(settings):
     settings[OUTSIDE] = ",".join(str(n) for n in nets)
 
 
-def _check_network(settings):
-    from appliance.network.ipam import check_settings  # noqa: PLC0415 (small, pure)
-    try:
-        check_settings(settings)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+def _check_capabilities(settings):
+    """Each capability checks its own settings (its descriptor's check_settings)."""
+    for check in capability_settings_checks():
+        try:
+            load_attribute(check)(settings)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
 
 def _check_backup(settings):

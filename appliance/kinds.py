@@ -49,13 +49,36 @@ CONFIG_CONFIGS = "config_configs"
 DNS_DOMAINS = "dns_domains"
 DNS_RECORDS = "dns_records"
 
+EM_ELEMENTS = "em_elements"
+EM_MANIFESTS = "em_manifests"
+
 IAM_PROJECTS = "iam_projects"
+IAM_ROLES = "iam_roles"
+IAM_ROLE_BINDINGS = "iam_role_bindings"
+IAM_REVOKED_SESSIONS = "iam_revoked_sessions"
+
+# the service capability's (appliance/service/), under the Element Manager's prefix
+EM_SERVICES = "em_services"
+EM_SERVICE_LEASES = "em_service_leases"
 
 SECRET_CERTIFICATES = "secret_certificates"
+SECRET_SECRETS = "secret_secrets"
+SECRET_PASSWORDS = "secret_passwords"
+SECRET_SSH_KEYS = "secret_ssh_keys"
+SECRET_RSA_KEYS = "secret_rsa_keys"
+
+REPO_ARTIFACTS = "repo_artifacts"
+REPO_ELEMENTS = "repo_elements"
+REPO_REPOSITORIES = "repo_repositories"
 
 SQLDB_INSTANCES = "sqldb_instances"
+SQLDB_USERS = "sqldb_users"
+SQLDB_DATABASES = "sqldb_databases"
+SQLDB_VERSIONS = "sqldb_versions"
 
 UA_AGENTS = "ua_agents"
 UA_RESOURCES = "ua_resources"
 
 VS_VARIABLES = "vs_variables"
+VS_VALUES = "vs_values"
+VS_PROFILES = "vs_profiles"

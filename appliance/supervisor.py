@@ -91,8 +91,8 @@ def preload():
     from appliance.app import capabilities  # noqa: PLC0415 (only now: see the docstring)
     modules = [module for _, module in child_modules()]
     # a capability's routes are imported when the API registers them
-    modules += [capability.resources for capability in capabilities()]
-    modules.append("appliance.iam.auth")
+    modules += [module for capability in capabilities()
+                for module in (capability.resources, *capability.preload)]
     for module in modules:
         try:
             importlib.import_module(module)

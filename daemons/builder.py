@@ -12,6 +12,7 @@ import sys
 import time
 
 from appliance.em.builder import ElementBuilder
+from appliance.kinds import EM_ELEMENTS, EM_MANIFESTS
 from appliance.registry import build_registry
 from appliance.repo.bridge import RepoBridge
 from appliance.repo.sync import CHECK_EVERY, RepositorySync
@@ -22,7 +23,7 @@ ITERATION_SECONDS = 1.0
 
 class Builder(Daemon):
     name = "builder"
-    kinds = ("em_elements", "em_manifests")
+    kinds = (EM_ELEMENTS, EM_MANIFESTS)
     tick_seconds = ITERATION_SECONDS
     whole_pass = True
 

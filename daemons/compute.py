@@ -4,25 +4,25 @@ Named "compute" rather than "libvirt" so that the module never shadows the libvi
 
 Every watched kind leads to the same whole pass (`Reconciler.pass_once`); a pass is skipped
 when none of the kinds moved since the last one and libvirt reported nothing, except on
-the periodic tick, which always runs one (changes made behind our back in libvirt).
+the periodic tick, which always runs one (changes made behind our back in libvirt): the
+whole-pass mode of daemons/base.py, with libvirt's events and the tick as `pass_due`.
 """
 
 import sys
 import threading
 
 from appliance.compute.reconcile import Reconciler
-from appliance.compute.virt import NODES
-from daemons.base import Daemon, run
+from daemons.base import PASS, Daemon, run
 
 
 class Compute(Daemon):
     name = "compute"
     kinds = Reconciler.kinds
     tick_seconds = 30.0
+    whole_pass = True
     connect = None          # libvirt's open by default; a bench shares one test:/// connection
 
     def start(self):
-        self._keys = None
         self._forced = threading.Event()
         self.reconciler = Reconciler(self.store, self.settings, connect=self.connect,
                                      on_change=self._libvirt_changed)
@@ -34,17 +34,14 @@ class Compute(Daemon):
 
     def _libvirt_changed(self):
         self._forced.set()
-        self.request(NODES)      # any watched kind: each leads to the same whole pass
+        self.request(PASS)
 
-    def reconcile(self, kind):
-        keys = tuple(self.store.collection(k).snapshot().key for k in self.kinds)
-        if keys == self._keys and not self._forced.is_set():
-            return
+    def pass_due(self):
+        return self._forced.is_set()
+
+    def reconcile_pass(self):
         self._forced.clear()
         self.reconciler.pass_once()
-        # what the pass wrote itself moves the keys: the next request runs one more pass,
-        # which finds nothing to do and writes nothing, and from then on requests are free
-        self._keys = keys
 
 
 def main():

@@ -2,9 +2,10 @@
 and TCP (appliance/dns/server.py), authoritative for every domain in the store.
 
 It builds the zone index before it opens the sockets, so it never answers from an empty
-one. After that every write to either kind reaches reconcile() within milliseconds
+one. After that every write to either kind reaches the whole pass within milliseconds
 (through the Daemon shell's change watch), and the periodic tick too: the index is rebuilt
-when the store moved on since the last build (appliance/dns/serving.py).
+when the store moved on since the last build (daemons/base.py, whole pass;
+appliance/dns/serving.py builds it).
 
 A port that cannot be bound, or a serving loop that dies, ends the process with exit
 status 1, so the supervisor restarts it. SIGTERM/SIGINT stop it cleanly.
@@ -20,6 +21,7 @@ from daemons.base import Daemon, run
 class DNS(Daemon):
     name = "dns"
     kinds = KINDS
+    whole_pass = True
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
@@ -29,7 +31,7 @@ class DNS(Daemon):
         self.failed = False
 
     def start(self):
-        self.zones.rebuild()
+        self._run_pass()            # the index before the sockets: never an empty answer
         try:
             self.server.bind()
         except OSError as e:
@@ -43,7 +45,7 @@ class DNS(Daemon):
         super().stop(timeout)
         self.server.stop()
 
-    def reconcile(self, kind):
+    def reconcile_pass(self):
         self.zones.rebuild()
 
     def _serving_failed(self):

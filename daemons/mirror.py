@@ -16,16 +16,18 @@ import re
 import sys
 
 from appliance.dns.mirror_passes import MirrorPasses
+from appliance.kinds import DNS_DOMAINS, DNS_RECORDS, UUID_PATTERN
 from daemons.base import Daemon, run
 
-TIMER = "mirror_timer"      # the pseudo-kind of timed passes (re-sync, back-off, filter retry)
-_UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-                   r"[0-9a-fA-F]{12}$")
+_UUID = re.compile(UUID_PATTERN)
 
 
 class Mirror(Daemon):
     name = "mirror"
-    kinds = ("dns_domains", "dns_records")
+    kinds = (DNS_DOMAINS, DNS_RECORDS)
+    # one pass over every mirrored domain, skipped when neither kind moved and no domain's
+    # re-sync, back-off or filter retry (the pass's return value) is due (daemons/base.py)
+    whole_pass = True
 
     def __init__(self, settings=None, store=None):
         super().__init__(settings, store)
@@ -48,15 +50,10 @@ class Mirror(Daemon):
             self.log.warning("the DNS mirror is not configured (%s); it does nothing", problem)
         return False
 
-    def reconcile(self, kind):
+    def reconcile_pass(self):
         if not self.configured():
-            return
-        wait = self.passes.sync_all()
-        if wait is not None:
-            # under a key of its own: Daemon.request() does not bring forward a kind that
-            # request_in() already set for later, so a timer on dns_domains would hold up
-            # the reconcile of a change until it ran out
-            self.request_in(TIMER, wait)
+            return None
+        return self.passes.sync_all()
 
 
 def main():

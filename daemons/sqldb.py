@@ -8,14 +8,16 @@ no event: its row just stops being written.
 
 import sys
 
+from appliance.kinds import (COMPUTE_NODES, COMPUTE_SETS, NETWORK_NETWORKS, SQLDB_DATABASES,
+                             SQLDB_INSTANCES, SQLDB_USERS, SQLDB_VERSIONS, UA_RESOURCES)
 from appliance.sqldb.reconcile import Planner
 from daemons.base import PASS, Daemon, run
 
 
 class Sqldb(Daemon):
     name = "sqldb"
-    kinds = ("sqldb_instances", "sqldb_users", "sqldb_databases", "sqldb_versions",
-             "ua_resources", "compute_nodes", "compute_sets", "network_networks")
+    kinds = (SQLDB_INSTANCES, SQLDB_USERS, SQLDB_DATABASES, SQLDB_VERSIONS, UA_RESOURCES,
+             COMPUTE_NODES, COMPUTE_SETS, NETWORK_NETWORKS)
     tick_seconds = 30.0
     period_seconds = 1.0
     whole_pass = True

@@ -205,21 +205,35 @@ def _tracked_files() -> list[str]:
                 and ".git" not in p.parts and ".venv" not in p.parts]
 
 
-def _words_of_python(text: str) -> set[str]:
-    """What code says of other packages: the modules it imports and its one-word strings
-    ("sqldb", "lb-set", "appliance.sqldb.targets:produce"); names, comments, docstrings and
-    prose strings left out, or "network" and "service" would count in nearly every file."""
-    words = set()
+IMPORT, STRING = "import", "string"
+
+
+def _words_of_python(text: str) -> tuple[set[tuple[str, str]], list[set[str]]]:
+    """What code says of other packages: (word, how) for the modules it imports (IMPORT)
+    and its one-word strings (STRING: "sqldb", "lb-set", "appliance.sqldb.targets:produce";
+    not a logger's name), and the one-word strings of each tuple, list, set or dict literal
+    (a table). Names, comments, docstrings and prose strings are left out, or "network" and
+    "service" would count in nearly every file."""
+    words, tables = set(), []
     tree = ast.parse(text)
+    loggers = {id(arg) for node in ast.walk(tree) if isinstance(node, ast.Call)
+               and _called(node) == "getLogger" for arg in node.args}
+
+    def one_word(node):
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) \
+            and re.fullmatch(r"[\w.:/-]+", node.value) is not None
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            words.update(alias.name for alias in node.names)
+            words.update((alias.name, IMPORT) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and not node.level:
-            words.update(f"{node.module}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.fullmatch(r"[\w.:/-]+", node.value):
-            words.add(node.value)
-    return words
+            words.update((f"{node.module}.{alias.name}", IMPORT) for alias in node.names)
+        elif one_word(node) and id(node) not in loggers:
+            words.add((node.value, STRING))
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)):
+            items = node.keys if isinstance(node, ast.Dict) else node.elts
+            tables.append({item.value for item in items if item is not None and one_word(item)})
+    return words, tables
 
 
 def _names(word: str, capability: str) -> bool:
@@ -227,12 +241,34 @@ def _names(word: str, capability: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9]){re.escape(capability)}(?![A-Za-z0-9])", word) is not None
 
 
-def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
-    """For each capability, the files outside its package that name it: Python files by
-    import or by a one-word string, other files (units, image recipe) by "appliance-<name>",
-    "appliance.<name>" or "appliance/<name>". docs/, tests/, examples/, *.md and the CLI's
-    generated create_fields.json are left out: they describe, they do not register."""
-    named = {c: [] for c in capabilities}
+def _references(word: str, capability: str) -> bool:
+    """A string naming the capability's code: "appliance.sqldb.targets:for_node" (a
+    descriptor's kind of reference) or "appliance.sqldb.auth" (a module to import)."""
+    return re.fullmatch(rf"appliance\.{re.escape(capability)}(\.\w+)*(:\w+)?", word) is not None
+
+
+WIRING, USE, SHELL, CLI = "wiring", "use", "shell", "cli"
+WHAT = {
+    WIRING: "registers or lists it: a table of capability names, a string naming its code "
+            "(\"appliance.<name>.<module>[:<attribute>]\"), a unit or image file; the goal: "
+            "the one list, plus docs",
+    USE: "imports its modules, or reads its records, settings or permissions "
+         "(lb using secret's crypto): legitimate",
+    SHELL: "daemons/<name>.py, the process shell of one of its daemons (python -m): one per "
+           "daemon by design",
+    CLI: "appliance/cli/ command groups, which name their capability by design",
+}
+
+
+def files_naming(capabilities: list[str]) -> dict[str, dict[str, list[str]]]:
+    """For each capability, the files outside its package that name it (Python files by
+    import or one-word string; other files, units and the image recipe, by
+    "appliance-<name>", "appliance.<name>" or "appliance/<name>"), sorted by what they are
+    (WHAT). A table counts as wiring when at least two capabilities (besides its own file's)
+    make at least half of its strings: a dict of fields that holds two ("network", "dns",
+    among "gateway", "mask"...) does not list capabilities. docs/, tests/, examples/, *.md and the CLI's generated create_fields.json
+    are left out: they describe, they do not register."""
+    named = {c: {what: [] for what in WHAT} for c in capabilities}
     for rel in _tracked_files():
         if rel.startswith(("docs/", "tests/", "examples/", ".")) or rel.endswith(".md") \
                 or rel == "appliance/cli/create_fields.json":
@@ -241,17 +277,34 @@ def files_naming(capabilities: list[str]) -> dict[str, list[str]]:
             text = (ROOT / rel).read_text()
         except (UnicodeDecodeError, OSError):
             continue
+        own = rel.split("/")[1] if rel.startswith("appliance/") else None
+        tables = []
         if rel.endswith(".py"):
-            words = _words_of_python(text)
+            words, tables = _words_of_python(text)
         else:
             code = "\n".join([Path(rel).name] + [line for line in text.splitlines()
                                                   if not line.lstrip().startswith("#")])
-            words = set(re.findall(r"appliance[-./][\w-]+", code))
-            words = {w.split("appliance", 1)[1][1:] for w in words}
+            found = set(re.findall(r"appliance[-./][\w-]+", code))
+            words = {(w.split("appliance", 1)[1][1:], STRING) for w in found}
+        listing = [t for t in tables if len(t & set(capabilities) - {own}) >= 2
+                   and 2 * len(t & set(capabilities)) >= len(t)]
         for capability in capabilities:
-            if not rel.startswith(f"appliance/{capability}/") and \
-                    any(_names(word, capability) for word in words):
-                named[capability].append(rel)
+            if own == capability:
+                continue
+            naming = [(w, how) for w, how in words if _names(w, capability)]
+            if not naming:
+                continue
+            if rel.startswith("appliance/cli/"):
+                what = CLI
+            elif rel.startswith("daemons/") and rel not in ("daemons/__init__.py",
+                                                            "daemons/base.py"):
+                what = SHELL
+            elif not rel.endswith(".py") or any(capability in t for t in listing) or any(
+                    how == STRING and _references(w, capability) for w, how in naming):
+                what = WIRING
+            else:
+                what = USE
+            named[capability][what].append(rel)
     return named
 
 
@@ -315,6 +368,42 @@ def file_writers(files: list[str]) -> list[str]:
     return found
 
 
+# Node-side writers that do not replace a whole file, each with what it does instead; the
+# goal of one file writer (appliance/files.py) is about whole files. A writer not listed
+# here counts as a whole-file writer, so a new one cannot hide; one listed but gone fails
+# the report (`stale`).
+NOT_WHOLE_FILE = {
+    "appliance/lb/node.py unpack_url":
+        "directory swap: a downloaded tree, unpacked aside, renamed into place",
+    "appliance/lb/node.py _untar":
+        "stream: a tarball's members into that fresh private directory (O_EXCL, O_NOFOLLOW)",
+    "appliance/lb/node.py _point_current":
+        "symlink swap: the `current` link to an nginx configuration's generation",
+    "appliance/sqldb/node.py _copy_anew":
+        "directory swap: a member's data directory set aside for a new base backup",
+    "appliance/sqldb/pg.py initdb":
+        "directory swap: a new cluster, made aside and renamed into place",
+    "appliance/sqldb/pg.py basebackup":
+        "directory swap: a base backup, made aside and renamed into place",
+    "appliance/firstboot/banner.py show":
+        "stream: the banner to the console device (its issue file: files.write_file)",
+}
+
+
+def sort_writers(writers: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """(whole-file writers, others with what they do, NOT_WHOLE_FILE entries now gone)."""
+    whole, other, seen = [], [], set()
+    for writer in writers:
+        where, name = writer.split(" ", 1)
+        key = f"{where.rsplit(':', 1)[0]} {name}"
+        if key in NOT_WHOLE_FILE:
+            seen.add(key)
+            other.append(f"{writer}: {NOT_WHOLE_FILE[key]}")
+        else:
+            whole.append(writer)
+    return whole, other, sorted(set(NOT_WHOLE_FILE) - seen)
+
+
 def longest(paths: list[str], top: int = 12) -> list[tuple[int, str]]:
     """The longest functions and classes (lines, decorators excluded) under `paths`."""
     sized = []
@@ -341,16 +430,35 @@ def report(verbose: bool = False) -> None:
     print(f"house counts at {head or 'an unknown commit'}")
 
     capabilities = [r.path.split("/")[1] for r in rooms if r.group == "capabilities"]
+    named = files_naming(capabilities)
     print("\n1. files outside a capability's package that name it (by import or one-word string; "
-          "units and image files by appliance-<name>)")
-    for capability, files in sorted(files_naming(capabilities).items(), key=lambda kv: -len(kv[1])):
-        print(f"   {capability:9} {len(files):3}" + (f"  {' '.join(files)}" if verbose else ""))
+          "units and image files by appliance-<name>), by what they are:")
+    for what, says in WHAT.items():
+        print(f"   {what + ':':7} {says}")
+    print(f"   {'':9} {'all':>4} " + " ".join(f"{what:>6}" for what in WHAT))
+    totals = defaultdict(set)
+    for capability, by in sorted(named.items(), key=lambda kv: -sum(map(len, kv[1].values()))):
+        print(f"   {capability:9} {sum(map(len, by.values())):4} "
+              + " ".join(f"{len(by[what]):6}" for what in WHAT))
+        for what in WHAT:
+            totals[what].update(by[what])
+            if verbose and by[what]:
+                print(f"      {what}: {' '.join(by[what])}")
+    print(f"   wiring files: {len(totals[WIRING])}"
+          + (f"  {' '.join(sorted(totals[WIRING]))}" if verbose else ""))
 
-    writers = file_writers(node_side_files())
-    print(f"\n2. node-side file writers (functions that open for writing, replace or rename): "
-          f"{len(writers)}")
-    for writer in writers:
-        print(f"   {writer}")
+    whole, other, stale = sort_writers(file_writers(node_side_files()))
+    print(f"\n2. node-side writers (functions that open for writing, replace or rename): "
+          f"{len(whole) + len(other)}")
+    print(f"   whole-file writers (goal: 1, appliance/files.py): {len(whole)}")
+    for writer in whole:
+        print(f"     {writer}")
+    print(f"   directory and symlink swaps, streams (tests/house_counts.py NOT_WHOLE_FILE): "
+          f"{len(other)}")
+    for writer in other:
+        print(f"     {writer}")
+    for gone in stale:
+        print(f"   gone, remove it from NOT_WHOLE_FILE: {gone}")
 
     print(f"\n3. longest functions and classes in appliance/compute/ and appliance/dns/mirror.py "
           f"(goal: none over {LONG} lines)")

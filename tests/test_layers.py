@@ -17,12 +17,7 @@ import pytest
 from tests.house_counts import ROOT, arrows, cycles, read_floors, read_imports
 
 # (importing file, imported module): an import from a lower floor to a higher one.
-KNOWN_UPWARD = {
-    # settings are checked by the capability that owns them: the descriptor carries each
-    # capability's settings and their check (issue 28 move 1)
-    ("appliance/config.py", "appliance.network.ipam"):
-        "network's settings check moves to its descriptor (issue 28 move 1)",
-}
+KNOWN_UPWARD = {}
 
 # (package, package): the arrow, between two packages of one floor, that closes a cycle.
 KNOWN_CYCLES = {

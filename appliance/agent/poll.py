@@ -12,11 +12,13 @@ API always keeps `api_threads - limit` threads.
 import threading
 import time
 
+from appliance.kinds import EM_SERVICE_LEASES, IAM_REVOKED_SESSIONS
+
 # kinds whose writes never change a payload, some of them often (the agents' own reports,
 # the monopoly leases renewed every few seconds): a wake-up for each would make every
 # waiter recompute its payload for nothing. A new agent polls afresh anyway.
 NOT_WATCHED = {"ua_resources", "ua_enrollments", "ua_agents", "ua_target_resources",
-               "em_service_leases", "iam_revoked_sessions"}
+               EM_SERVICE_LEASES, IAM_REVOKED_SESSIONS}
 
 
 def poll_limit(settings):

@@ -19,7 +19,7 @@ reads only the links that can name the deleted kind.
 
 import threading
 
-from appliance.kinds import IAM_PROJECTS
+from appliance.kinds import IAM_PROJECTS, IAM_ROLE_BINDINGS
 
 from .errors import Conflict
 
@@ -146,7 +146,7 @@ class Registry:
         resource = self.resource_of.get(kind)
         label = resource.name if resource is not None else kind
         name = record.get("name") or record.get("username")
-        if name is None and kind == "iam_role_bindings":
+        if name is None and kind == IAM_ROLE_BINDINGS:
             name = "of user " + str(record.get("user"))
         return f"{label} {name!r} ({record['uuid']})" if name else f"{label} {record['uuid']}"
 

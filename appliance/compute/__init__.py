@@ -6,6 +6,7 @@ CAPABILITY = Capability(
     name="compute",
     resources="appliance.compute.resources",
     register="appliance.compute:register",
+    project_permissions="compute",
     daemons=(Daemon("compute"),),
 )
 

@@ -17,6 +17,7 @@ import os
 import threading
 from collections import namedtuple
 
+from appliance import kinds
 from appliance.agent.credentials import vm_credential
 
 from . import cloudinit, domain_xml, volumes
@@ -210,7 +211,7 @@ def _seed(run, _arg, _attached):
     rec, node = run.rec, run.node
     seed = os.path.join(rec.seed_dir, node["uuid"] + ".iso")
     fresh = cloudinit.write_seed(seed, cloudinit.seed_files(
-        node, run.port, rec.store.collection("secret_ssh_keys").records(),
+        node, run.port, rec.store.collection(kinds.SECRET_SSH_KEYS).records(),
         vm_credential(rec.store, rec.settings, node)))
     seed = volumes.in_pool(run.pool, f"{run.prefix}{node['uuid']}-seed.iso", seed,
                            rec.no_upload, replace=fresh)

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 
+from appliance import kinds
 from appliance.tenancy import addresses, fetch
 from appliance.tenancy.addresses import PLATFORM
 
@@ -56,7 +57,7 @@ def resolve(store, image):
     uuid = artifact_uuid(image)
     if uuid is None:
         return image
-    record = store.collection("repo_artifacts").get(uuid)
+    record = store.collection(kinds.REPO_ARTIFACTS).get(uuid)
     if not is_image_artifact(record):
         raise ImageError(f"image {image}: no repository artifact of category "
                          f"{ARTIFACT_CATEGORY} (was its element removed?)")
@@ -70,14 +71,14 @@ def reach_for(store, settings, node, image):
     rule of the project that owns the choice (the artifact's, or the node's)."""
     uuid = artifact_uuid(image)
     if uuid is not None:
-        record = store.collection("repo_artifacts").get(uuid) or {}
+        record = store.collection(kinds.REPO_ARTIFACTS).get(uuid) or {}
         project = record.get("project_id") or node.get("project_id")
         return addresses.for_project(store, settings, project)
     if urllib.parse.urlsplit(image).scheme.lower() == "file":
         return PLATFORM
     if image in (settings.get("lb_image"), settings.get("sqldb_image")):
         return PLATFORM
-    if any(v.get("image") == image for v in store.collection("sqldb_versions").records()):
+    if any(v.get("image") == image for v in store.collection(kinds.SQLDB_VERSIONS).records()):
         return PLATFORM
     return addresses.for_project(store, settings, node.get("project_id"))
 

@@ -3,6 +3,8 @@
 node is gone, and what the pass remembers of each node between passes (`NodeMemory`): the
 fingerprint of what was last made, when an ERROR is retried, and the restarts counted."""
 
+from appliance import kinds
+
 from . import placement
 from .lifecycle import built_by_daemon
 from .virt import NODES, POLICIES, NodeFailure, log, write
@@ -47,7 +49,7 @@ def port(store, settings, ports, node):
         found = ports.allocate(store, settings, node)
     except _network_errors() as e:
         raise NodeFailure(str(e)) from None
-    network = store.collection("network_networks").get(found["network"])
+    network = store.collection(kinds.NETWORK_NETWORKS).get(found["network"])
     if network is None:
         raise NodeFailure(f"network {found['network']} of the node's port is gone")
     wanted = ports.default_network(found, network)
@@ -58,7 +60,7 @@ def port(store, settings, ports, node):
 
 def release_orphan_ports(store, ports):
     nodes = store.collection(NODES)
-    for found in store.collection("network_ports").records():
+    for found in store.collection(kinds.NETWORK_PORTS).records():
         if nodes.get(found["node"]) is None:
             ports.release(store, found["node"])
             log.info("released the port %s (%s) of deleted node %s", found["uuid"],

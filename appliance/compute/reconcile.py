@@ -24,7 +24,7 @@ import os
 import threading
 import time
 
-from appliance import capabilities
+from appliance import capabilities, kinds
 from appliance.capability import load
 
 from . import domains, nodes, volumes
@@ -37,8 +37,8 @@ from .nodes import NodeMemory
 from .virt import (HYPERVISORS, NODES, POLICIES, VOLUMES, NodeFailure, libvirt, log,
                    machine_prefix, quiet_errors, reason)
 
-KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, "network_networks",
-         "network_ports", "secret_ssh_keys",
+KINDS = (HYPERVISORS, NODES, VOLUMES, "compute_sets", POLICIES, kinds.NETWORK_NETWORKS,
+         kinds.NETWORK_PORTS, kinds.SECRET_SSH_KEYS,
          *dict.fromkeys(k for sets in capabilities.node_sets() for k in sets.watches))
 
 

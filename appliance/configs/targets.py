@@ -10,15 +10,16 @@ Of two configs that write one path on a node, only the earlier is delivered ther
 """
 
 from appliance.em.links import Unavailable
-from appliance.kinds import VS_VARIABLES, target_uuid
+from appliance.kinds import (SECRET_PASSWORDS, SECRET_RSA_KEYS, SECRET_SECRETS, SECRET_SSH_KEYS,
+                             VS_VARIABLES, target_uuid)
 
 from . import paths, render
 
 KIND = "config"
 MASTER_KIND = "config_configs"
 # fields of secret kinds that are read opened (the sealed value the record delivers)
-SECRET_VALUE_FIELDS = {"secret_secrets": "value", "secret_passwords": "value",
-                       "secret_ssh_keys": "private_key", "secret_rsa_keys": "private_key"}
+SECRET_VALUE_FIELDS = {SECRET_SECRETS: "value", SECRET_PASSWORDS: "value",
+                       SECRET_SSH_KEYS: "private_key", SECRET_RSA_KEYS: "private_key"}
 
 
 def link_target(link):

@@ -6,6 +6,7 @@ CAPABILITY = Capability(
     name="dns",
     resources="appliance.dns.resources",
     register="appliance.dns:register",
+    project_permissions="dns",
     daemons=(Daemon("dns"), Daemon("mirror", on_demand=("dns_domains",),
                                    is_work="appliance.dns:mirror_has_work")),
 )

@@ -19,10 +19,12 @@ itself is appliance/dns/mirror.py.
 import logging
 import time
 
+from appliance.backoff import Backoff
 from appliance.tenancy import zones as zone_rule
 from state import NotFound, RevisionConflict
 
 from . import mirror as dnsmirror
+from .records import DOMAINS, RECORDS
 from .upstream import UpstreamError, extra_setting, upstream_from_settings
 
 RESYNC_SECONDS = 60.0
@@ -54,8 +56,8 @@ class DomainState:
         self.memo = memo              # dnsmirror.FilterMemo: tag filter knowledge
         self.fingerprint = None
         self.next_at = 0.0            # monotonic: a pass is due from then on, changed or not
-        self.backoff_until = 0.0      # monotonic: no pass before, whatever changed
-        self.failures = 0
+        self.failures = 0             # failed passes in a row (for the log; the waits are
+                                      # Outcomes.backoff's)
         self.reported = set()         # skipped reasons already logged
         self.skipped = set()          # uuids of the records skipped by the last pass
         self.last_error = None
@@ -78,7 +80,7 @@ def outcome(old, status, error, result, memo):
 def publish(store, log, uuid, compute):
     """Set the domain's `mirror` to compute(current) by compare-and-set: only that key,
     never over a write that came in between, and nothing when it would not change."""
-    domains = store.collection("dns_domains")
+    domains = store.collection(DOMAINS)
     for _ in range(PUBLISH_ATTEMPTS):
         current = domains.get(uuid)
         if current is None:
@@ -128,9 +130,9 @@ class MirrorPasses:
 
     def sync_all(self):
         """Sync every due domain; the seconds until the next one is due (None: none)."""
-        records = self.store.collection("dns_records")
+        records = self.store.collection(RECORDS)
         live, soonest = set(), None
-        every = self.store.collection("dns_domains").records()
+        every = self.store.collection(DOMAINS).records()
         for domain in every:
             if not domain.get("sync_to_ecosystem"):
                 continue
@@ -144,13 +146,14 @@ class MirrorPasses:
             others = zone_rule.others_nested(domain["name"], domain.get("project_id"), every)
             # another owner's nested zone coming or going changes what a pass does
             fp = (fingerprint(domain, local), tuple(sorted(o["uuid"] for o in others)))
-            now = time.monotonic()
-            if now >= st.next_at or (fp != st.fingerprint and now >= st.backoff_until):
+            due = time.monotonic() >= st.next_at
+            if due or (fp != st.fingerprint and self.outcomes.backoff.ready(uuid)):
                 self.sync_one(dict(domain), local, fp, st, others)
             wait = st.next_at - time.monotonic()
             soonest = wait if soonest is None else min(soonest, wait)
         for gone in set(self.domains) - live:
             del self.domains[gone]
+            self.outcomes.backoff.forget(gone)
         return None if soonest is None else max(soonest, 0.05)
 
     def sync_one(self, domain, local, fp, st, others=()):
@@ -177,8 +180,9 @@ class Outcomes:
     def __init__(self, store, log, resync_seconds, retry_max):
         self.store, self.log = store, log
         self.resync_seconds = resync_seconds
-        self.retry_first = min(RETRY_FIRST_SECONDS, resync_seconds)
-        self.retry_max = retry_max
+        # a failed pass waits from RETRY_FIRST_SECONDS (never more than a re-sync), twice
+        # as long after each further failure, up to retry_max; per domain uuid
+        self.backoff = Backoff(min(RETRY_FIRST_SECONDS, resync_seconds, retry_max), retry_max)
 
     def refuse_nested(self, domain, fp, st, result):
         # left from before zones had one owner: which owner's records the realm would
@@ -198,8 +202,8 @@ class Outcomes:
             error = f"internal error of the mirror: {type(e).__name__}: {e}"
             self.log.exception("domain %s: the sync raised", domain["name"])
         st.failures += 1
-        delay = min(self.retry_first * 2 ** (st.failures - 1), self.retry_max)
-        st.backoff_until = st.next_at = time.monotonic() + delay
+        delay = self.backoff.failed(domain["uuid"])
+        st.next_at = self.backoff.until(domain["uuid"])
         # a repeated error is logged once, its retries only at DEBUG
         self.log.log(logging.WARNING if error != st.last_error else logging.DEBUG,
                      "domain %s: sync failed: %s; retrying in %.1f s", domain["name"],
@@ -212,7 +216,8 @@ class Outcomes:
         if st.failures:
             self.log.info("domain %s: in step again after %d failed attempts", name,
                           st.failures)
-        st.failures, st.backoff_until, st.last_error = 0, 0.0, None
+        st.failures, st.last_error = 0, None
+        self.backoff.succeeded(domain["uuid"])
         due = self.resync_seconds
         if st.memo.filter_retry_at is not None:
             due = min(due, max(st.memo.filter_retry_at - time.time(), 0.0))

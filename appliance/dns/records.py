@@ -10,12 +10,13 @@ load it (tests/supervisor/test_imports.py).
 DOMAINS, RECORDS = "dns_domains", "dns_records"
 # RFC 1982 serial arithmetic: the serial is an unsigned 32-bit number that wraps
 SERIAL_MODULUS = 2 ** 32
+# the numbers of a new zone's SOA, and of one whose record leaves them out (zones.py)
+SOA_DEFAULTS = {"serial": 1, "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}
 
 
 def default_soa(domain_name):
     """The `record` of the SOA a new zone gets."""
-    return {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{domain_name}", "serial": 1,
-            "refresh": 10800, "retry": 3600, "expire": 604800, "ttl": 3600}
+    return {"kind": "SOA", "name": "@", "primary_dns": f"ns1.{domain_name}", **SOA_DEFAULTS}
 
 
 def soa_record(domain):

@@ -18,6 +18,8 @@ What is answered, and how, is described in docs/dns-server.md.
 import socket
 import struct
 
+from .records import SOA_DEFAULTS
+
 # record types and classes
 A, NS, SOA, HINFO, TXT, OPT, DS = 1, 2, 6, 13, 16, 41, 43
 IXFR, AXFR, MAILB, MAILA, ANY = 251, 252, 253, 254, 255
@@ -47,8 +49,6 @@ RR_OVERHEAD = 12
 ANY_PREFERENCE = (A, SOA, NS, TXT)
 
 _MAX_TTL = 2 ** 31 - 1          # RFC 2181 section 8
-_SOA_DEFAULTS = {"serial": 1, "refresh": 10800, "retry": 3600, "expire": 604800,
-                 "ttl": 3600}
 _ROOT = b"\x00"
 _WILD = b"\x01*"
 _OPT_HEADER = b"\x00\x00\x29"   # root owner, type OPT
@@ -487,7 +487,7 @@ def _compile(origin, record):
         if owner != origin:
             raise ValueError("an SOA record must be at the apex (@)")
         numbers = {k: data.get(k) if data.get(k) is not None else v
-                   for k, v in _SOA_DEFAULTS.items()}
+                   for k, v in SOA_DEFAULTS.items()}
         tail = struct.pack("!5I", *(_u32(numbers[k], k) for k in
                                     ("serial", "refresh", "retry", "expire", "ttl")))
         rdata = (_host(data["primary_dns"]),

@@ -2,6 +2,7 @@
 read-only views), and the builder's reconcile step."""
 
 from appliance.capability import Capability, Daemon
+from appliance.kinds import REPO_ARTIFACTS, REPO_ELEMENTS, REPO_REPOSITORIES
 
 CAPABILITY = Capability(
     name="em",
@@ -9,8 +10,8 @@ CAPABILITY = Capability(
     register="appliance.em:register",
     # repositories' sync, the bridge to the Element Manager and the elements' own step
     # (daemons/builder.py): the repositories' and the Element Manager's kinds are its work
-    daemons=(Daemon("builder", on_demand=("repo_repositories", "repo_elements",
-                                          "repo_artifacts", "em_manifests", "em_elements")),),
+    daemons=(Daemon("builder", on_demand=(REPO_REPOSITORIES, REPO_ELEMENTS,
+                                          REPO_ARTIFACTS, "em_manifests", "em_elements")),),
 )
 
 

@@ -30,6 +30,7 @@ import uuid as uuidlib
 
 from appliance.iam.builtin import ROLES
 from appliance.iam.permissions import Principal
+from appliance.kinds import REPO_ELEMENTS
 from appliance.tenancy import is_platform, is_platform_project
 
 SYSTEM = Principal({"uuid": "00000000-0000-0000-0000-000000000000", "username": "system"},
@@ -63,7 +64,7 @@ def principal_for(project_id):
 
 
 def _repo_project_of_element(store, element_uuid):
-    for record in store.collection("repo_elements").by("element", element_uuid):
+    for record in store.collection(REPO_ELEMENTS).by("element", element_uuid):
         return for_project(record.get("project_id"))
     return None
 
@@ -76,7 +77,7 @@ def acting_project(store, record, kind="em_elements"):
         return _repo_project_of_element(store, record["uuid"])
     for element in store.collection("em_elements").by("manifest", record["uuid"]):
         return acting_project(store, element)
-    for repo in store.collection("repo_elements").by("name", record.get("name")):
+    for repo in store.collection(REPO_ELEMENTS).by("name", record.get("name")):
         if repo.get("version") == record.get("version"):
             return for_project(repo.get("project_id"))
     return None

@@ -33,6 +33,7 @@ import uuid as uuidlib
 import state
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.routing import SystemCall
+from appliance.kinds import IAM_PROJECTS, IAM_ROLES
 
 from . import acting, builtin, links
 from .acting import SYSTEM
@@ -192,7 +193,7 @@ class ElementBuilder:
             if not builtin.reference_only(entry.collection, name):
                 continue
             value = body.pop(name)
-            if value is not None and self.store.collection("iam_projects").get(
+            if value is not None and self.store.collection(IAM_PROJECTS).get(
                     str(value).lower()) is None:
                 raise BadRequest(f"{name}: project {value} does not exist")
             slot[name] = None if value is None else str(value).lower()
@@ -207,7 +208,7 @@ class ElementBuilder:
             return
         uuid = role.rstrip("/").rsplit("/", 1)[-1].lower()
         name = builtin.REFERENCE_ROLES.get(uuid)
-        roles = self.store.collection("iam_roles")
+        roles = self.store.collection(IAM_ROLES)
         if name is None or roles.get(uuid) is not None:
             return
         ours = next((r for r in roles.by("name", name) if r.get("builtin")), None)

@@ -14,6 +14,7 @@ import socket
 from appliance.files import write_file
 from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
+from appliance.capabilities import descriptors
 from state import Store
 
 from . import backup_timer, banner, nginx, ondemand, register, sources, ssh, tls
@@ -26,9 +27,9 @@ SERVICE_USER = "appliance"
 # TLS key (nginx's master reads it as root); anything the appliance user may write, a
 # compromised API could replace
 ROOT_ONLY = ("ssh", "tls")
-# neither root's nor the service user's: the DBaaS data of an instance placed on the
-# appliance's own node, PostgreSQL's (the agent's sqldb driver, appliance/sqldb/pg.py)
-POSTGRES_ONLY = ("sqldb",)
+# neither root's nor the service user's: a capability's folder that another user owns
+# (its descriptor's state_dir_owner: the DBaaS data is PostgreSQL's)
+OTHER_USERS = tuple(c.name for c in descriptors() if c.state_dir_owner)
 
 __all__ = ["Paths", "run"]
 
@@ -82,7 +83,7 @@ def hand_over(state_dir, uid, gid):
     ROOT_ONLY. Only what is not already its own is changed, so a boot costs one walk."""
     for top, dirs, files in os.walk(state_dir):
         if top == state_dir:
-            dirs[:] = [d for d in dirs if d not in ROOT_ONLY + POSTGRES_ONLY
+            dirs[:] = [d for d in dirs if d not in ROOT_ONLY + OTHER_USERS
                        and d != "lost+found"]
         for name in [top] + [os.path.join(top, f) for f in dirs + files]:
             st = os.lstat(name)

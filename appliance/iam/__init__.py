@@ -5,6 +5,7 @@ from appliance.capability import Capability
 CAPABILITY = Capability(
     name="iam",
     resources="appliance.iam.resources",
+    preload=("appliance.iam.auth",),        # the login and token routes (register)
     register="appliance.iam:register",
     seed="appliance.iam:seed_state",
 )

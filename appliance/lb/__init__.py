@@ -1,6 +1,7 @@
 """Load balancers: the API (resources), what each node gets (targets), and nginx on the node (nginx, node)."""
 
 from appliance.capability import Capability, NodeSets, Target
+from appliance.kinds import SECRET_CERTIFICATES
 
 CAPABILITY = Capability(
     name="lb",
@@ -11,7 +12,7 @@ CAPABILITY = Capability(
                     unplaced="appliance.lb.placement:unplaced",
                     # its vhosts, routes and pools, and the certificates its vhosts serve
                     reads=("network_lb_vhosts", "network_lb_routes",
-                           "network_lb_backend_pools", "secret_certificates")),),
+                           "network_lb_backend_pools", SECRET_CERTIFICATES)),),
     settings={
         # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
         # address; several test "nodes" on one host each take their own 127.0.0.x

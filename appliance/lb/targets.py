@@ -11,7 +11,7 @@ address or a renewed certificate changes the item's hash and the agent renders a
 import logging
 
 from appliance import config
-from appliance.kinds import COMPUTE_NODES, target_uuid
+from appliance.kinds import COMPUTE_NODES, SECRET_CERTIFICATES, target_uuid
 from appliance.tenancy import addresses
 
 from . import condition_pools, nginx, placement
@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 KIND, MASTER_KIND = "lb", "network_lb"
 VHOSTS, ROUTES = "network_lb_vhosts", "network_lb_routes"
-POOLS, CERTIFICATES = "network_lb_backend_pools", "secret_certificates"
+POOLS, CERTIFICATES = "network_lb_backend_pools", SECRET_CERTIFICATES
 NODES = COMPUTE_NODES
 
 

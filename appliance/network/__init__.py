@@ -7,6 +7,8 @@ CAPABILITY = Capability(
     name="network",
     resources="appliance.network.resources",
     register="appliance.network:register",
+    project_permissions="network",
+    check_settings="appliance.network.ipam:check_settings",
 )
 
 

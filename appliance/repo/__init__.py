@@ -7,6 +7,7 @@ CAPABILITY = Capability(
     name="repo",
     resources="appliance.repo.resources",
     register="appliance.repo:register",
+    project_permissions="repo",
     seed="appliance.repo:seed_state",
 )
 

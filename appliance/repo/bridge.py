@@ -23,6 +23,7 @@ version that acts for another owner is never reused: the repo element goes ERROR
 from appliance.api.errors import ApiError, Conflict
 from appliance.api.routing import SystemCall
 from appliance.em import acting
+from appliance.kinds import EM_ELEMENTS, EM_MANIFESTS
 
 from .drivers import DriverError
 
@@ -68,17 +69,17 @@ class RepoBridge:
         return record
 
     def _em_element(self, uuid=None, name=None):
-        coll = self.store.collection("em_elements")
+        coll = self.store.collection(EM_ELEMENTS)
         return coll.get(uuid) if uuid else coll.find_one(name=name)
 
     def _em_manifest(self, record):
         """The EM manifest of a repo element: the one of that name and version acting for
         the same owner, or new (written by a call of that owner, whom it then acts for)."""
         project = acting.for_project(record["project_id"])
-        found = self.store.collection("em_manifests").find_one(
+        found = self.store.collection(EM_MANIFESTS).find_one(
             name=record["name"], version=record["version"])
         if found is not None:
-            if acting.acting_project(self.store, found, "em_manifests") != project:
+            if acting.acting_project(self.store, found, EM_MANIFESTS) != project:
                 raise Conflict(f"the Element Manager holds a manifest {record['name']} "
                                f"{record['version']} of another owner; rename the element "
                                "or give it another version")
@@ -171,6 +172,6 @@ class RepoBridge:
             self.log.info("repo element %s %s uninstalled", record["name"], record["version"])
             return
         if element["desired"] == "installed":
-            manifest = self.store.collection("em_manifests").get(element["manifest"])
+            manifest = self.store.collection(EM_MANIFESTS).get(element["manifest"])
             self.manifests.uninstall(self.call, manifest)
         self._set(record, status="IN_PROGRESS", status_reason="uninstalling")

@@ -11,6 +11,7 @@ back-off that doubles up to the refresh rate (or an hour).
 
 import datetime
 
+from appliance.backoff import Backoff
 from appliance.tenancy import addresses
 from state import format_time, parse_time, utcnow
 
@@ -27,7 +28,8 @@ class RepositorySync:
         self.store = api.store
         self.log = log
         self._seen = {}       # uuid -> revision last handled
-        self._retry = {}      # uuid -> current back-off seconds
+        # uuid -> its back-off; the wait itself is the record's next_refresh
+        self._backoff = Backoff(FIRST_RETRY, MAX_RETRY)
 
     @property
     def repositories(self):
@@ -60,14 +62,13 @@ class RepositorySync:
         try:
             added, removed = self._read(repo)
         except (DriverError, ValueError) as e:
-            delay = min(self._retry.get(repo["uuid"], FIRST_RETRY / 2) * 2,
-                        repo["refresh_rate"] or MAX_RETRY, MAX_RETRY)
-            self._retry[repo["uuid"]] = delay
+            # never longer than the repository's own refresh rate
+            delay = min(self._backoff.failed(repo["uuid"]), repo["refresh_rate"] or MAX_RETRY)
             self.log.warning("repository %s: %s; retrying in %d s", repo["name"], e, delay)
             return coll.update(repo["uuid"], {
                 "status": "ERROR", "status_reason": str(e),
                 "next_refresh": format_time(utcnow() + datetime.timedelta(seconds=delay))})
-        self._retry.pop(repo["uuid"], None)
+        self._backoff.succeeded(repo["uuid"])
         now = utcnow()
         rate = repo["refresh_rate"]
         self.log.info("repository %s: inventory read, %d added, %d removed", repo["name"],

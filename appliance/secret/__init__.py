@@ -6,6 +6,7 @@ CAPABILITY = Capability(
     name="secret",
     resources="appliance.secret.resources",
     register="appliance.secret:register",
+    project_permissions="secret",
     targets=(Target("ssh_key", producer="appliance.secret.ssh_targets:for_node",
                     driver="appliance.secret.node:Driver", master="secret_ssh_keys"),),
     daemons=(

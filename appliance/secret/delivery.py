@@ -16,6 +16,8 @@ triggers the next pass. Values are never logged.
 
 import time
 
+from appliance.backoff import Backoff
+
 from .crypto import DecryptionError, SecretBox
 from .kinds import KINDS, UNDELIVERED, effective_value, is_undelivered
 
@@ -31,7 +33,8 @@ class SecretDelivery:
         self.box = SecretBox(store)
         self.log = log
         self.clock = clock
-        self._retry = {}        # (kind, uuid) -> (monotonic time of next try, delay)
+        # (kind, uuid) -> the back-off of a record whose delivery failed
+        self._backoff = Backoff(FIRST_RETRY, MAX_RETRY, clock=clock)
 
     def folder(self, kind):
         return ("secret", KINDS[kind][0])
@@ -63,10 +66,9 @@ class SecretDelivery:
                 self._write_quietly(kind, folder, uuid, desired)
                 continue
             if record["status"] == "ACTIVE" and self.dataplane.read(*folder, uuid) == desired:
-                self._retry.pop((kind, uuid), None)
+                self._backoff.forget((kind, uuid))
                 continue
-            due = self._retry.get((kind, uuid), (0, 0))[0]
-            if record["status"] == "ERROR" and due > now:
+            if record["status"] == "ERROR" and self._backoff.until((kind, uuid)) > now:
                 continue
             deliver[uuid] = (record, desired)
 
@@ -79,9 +81,9 @@ class SecretDelivery:
             if name not in live:
                 self.dataplane.remove(*folder, name)
                 self.log.info("withdrew the value of deleted %s %s", kind, name)
-        for key in [k for k in self._retry if k[0] == kind and k[1] not in live]:
-            del self._retry[key]
-        pending = [when for (k, _), (when, _) in self._retry.items() if k == kind]
+        for key in [k for k in self._backoff.keys() if k[0] == kind and k[1] not in live]:
+            self._backoff.forget(key)
+        pending = [self._backoff.until(k) for k in self._backoff.keys() if k[0] == kind]
         return max(min(pending) - self.clock(), 0.05) if pending else None
 
     def _write_quietly(self, kind, folder, uuid, desired):
@@ -98,7 +100,7 @@ class SecretDelivery:
         for record in records:
             if self.dataplane.remove(*folder, record["uuid"]):
                 self.log.info("withdrew %s %s: nothing to deliver", coll.kind, record["uuid"])
-            self._retry.pop((coll.kind, record["uuid"]), None)
+            self._backoff.forget((coll.kind, record["uuid"]))
             if not is_undelivered(record):
                 changes[record["uuid"]] = (record["revision"], dict(UNDELIVERED))
         if changes:
@@ -122,7 +124,7 @@ class SecretDelivery:
                                          f"{e.strerror or type(e).__name__}")
                 continue
             done[uuid] = (current["revision"], {"status": "ACTIVE", "status_reason": None})
-            self._retry.pop((kind, uuid), None)
+            self._backoff.forget((kind, uuid))
         if done:
             coll.update_many(done)
             self.log.info("delivered %d %s", len(done), kind)
@@ -130,12 +132,9 @@ class SecretDelivery:
             self._fail(coll, failed)
 
     def _fail(self, coll, failed):
-        now = self.clock()
         changes = {}
         for uuid, (record, reason) in failed.items():
-            key = (coll.kind, uuid)
-            delay = min(self._retry.get(key, (0, FIRST_RETRY / 2))[1] * 2, MAX_RETRY)
-            self._retry[key] = (now + delay, delay)
+            delay = self._backoff.failed((coll.kind, uuid))
             changes[uuid] = (record["revision"], {"status": "ERROR", "status_reason": reason})
             self.log.warning("%s %s: %s; retrying in %.1f s", coll.kind, uuid, reason, delay)
         coll.update_many(changes)

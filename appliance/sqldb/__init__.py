@@ -11,6 +11,10 @@ CAPABILITY = Capability(
     name="sqldb",
     resources="appliance.sqldb.resources",
     register="appliance.sqldb.resources:register",
+    project_permissions="sqldb",
+    # PostgreSQL's: the DBaaS data of an instance placed on the appliance's own node
+    # (the agent's sqldb driver, appliance/sqldb/pg.py)
+    state_dir_owner="postgres",
     # no master: an instance's status is the capability's own (appliance/sqldb/status.py,
     # written by its daemon)
     targets=(Target("sqldb", producer="appliance.sqldb.targets:for_node",

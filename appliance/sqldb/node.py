@@ -24,10 +24,10 @@ import hashlib
 import ipaddress
 import logging
 import os
-import re
 import shutil
 import time
 
+from appliance import kinds
 from appliance.agent.host import PathRefused
 
 from . import pg
@@ -38,7 +38,7 @@ HEARTBEAT_SECONDS = 2.0
 RETRY_FIRST, RETRY_MAX = 2.0, 30.0
 BASEBACKUP_SECONDS = 900            # setting agent_sqldb_basebackup_seconds
 STREAM_WAIT_SECONDS = 15.0          # apply's wait for a new replica to stream
-UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\Z")
+UUID_RE = kinds.STORED_UUID_RE
 RESERVED_DATABASES = ("postgres", "template0", "template1")
 
 log = logging.getLogger("appliance.sqldb.node")

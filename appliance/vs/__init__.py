@@ -6,6 +6,7 @@ CAPABILITY = Capability(
     name="vs",
     resources="appliance.vs.resources",
     register="appliance.vs:register",
+    project_permissions="vs",
     seed="appliance.vs:seed_state",
 )
 

@@ -763,23 +763,23 @@ def test_in_process_pass_shows_in_progress_then_active(tmp_path, full):
             written.append(changes["mirror"]["status"])
             return real_update(uuid, changes, expect_revision=expect_revision)
         daemon.store.collection("dns_domains").update = spy
-        daemon.reconcile("dns_records")
+        daemon.reconcile_pass()
         assert written == ["IN_PROGRESS", "ACTIVE"]
-        daemon.reconcile("dns_domains")        # woken by its own write: nothing to do
+        daemon.reconcile_pass()        # woken by its own write: nothing to do
         daemon.domains[domain["uuid"]].next_at = 0   # a periodic re-sync: in step already
-        daemon.reconcile("dns_domains")
+        daemon.reconcile_pass()
         assert written == ["IN_PROGRESS", "ACTIVE"]
         # a conflict is shown once; the re-syncs that meet it again write nothing
         zone = full.up.get(D, query={"name": domain["name"]}).json[0]
         taken = full.up.post(f"{D}/{zone['uuid']}/records", a_record("x", "10.0.0.9")).json
         admin.post(f"{D}/{domain['uuid']}/records", a_record("x", "10.0.0.8",
                                                             uuid=taken["uuid"]))
-        daemon.reconcile("dns_records")
+        daemon.reconcile_pass()
         assert written == ["IN_PROGRESS", "ACTIVE"] * 2
         mirror = admin.get(f"{D}/{domain['uuid']}").json["mirror"]
         assert len(mirror["skipped"]) == 1 and "unmarked" in mirror["skipped"][0]
         daemon.domains[domain["uuid"]].next_at = 0
-        daemon.reconcile("dns_domains")
+        daemon.reconcile_pass()
         assert written == ["IN_PROGRESS", "ACTIVE"] * 2
     finally:
         local.stop()
@@ -805,8 +805,8 @@ def test_unconfigured_mirror_logs_once_and_does_nothing(tmp_path):
         handler = Lines()
         daemon.log.addHandler(handler)
         try:
-            for kind in Mirror.kinds * 3:
-                daemon.reconcile(kind)
+            for _ in Mirror.kinds * 3:
+                daemon.reconcile_pass()
         finally:
             daemon.log.removeHandler(handler)
         assert len(handler.lines) == 1 and "not configured" in handler.lines[0]
@@ -925,13 +925,13 @@ def test_a_local_zone_nested_in_another_owners_is_not_mirrored(tmp_path, full):
                         realm_uuid=str(uuidlib.uuid4()), mirror_url=full.upstream.url,
                         mirror_username="mirror", mirror_password=MIRROR_PASSWORD)
         daemon = Mirror(settings, Store(settings["state_dir"]))
-        daemon.reconcile("dns_domains")
+        daemon.reconcile_pass()
         mirror = admin.get(f"{D}/{inner['uuid']}").json["mirror"]
         assert mirror["status"] == "ERROR" and "another owner" in mirror["last_error"]
         assert full.up.get(D, query={"name": f"www.{name}"}).json == []
         # once the nesting is gone the zone is mirrored like any other
         admin.delete(f"{D}/{outer['uuid']}")
-        daemon.reconcile("dns_domains")
+        daemon.reconcile_pass()
         assert admin.get(f"{D}/{inner['uuid']}").json["mirror"]["status"] == "ACTIVE"
         assert len(full.up.get(D, query={"name": f"www.{name}"}).json) == 1
     finally:
