@@ -4,6 +4,8 @@ with the production Waitress settings) and a real daemon process over the same s
 who may read it."""
 
 import http.client
+import json
+import pathlib
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -153,3 +155,12 @@ def test_who_may_read_the_metrics(world):
                   headers={"X-Forwarded-For": "203.0.113.9"})[0] == 200
     # what was refused changed nothing: the scrape still answers, same families
     assert "appliance_api_requests_total" in scrape(port)[2]
+
+
+def test_the_dashboard_graphs_every_family():
+    """docs/grafana-dashboard.json: every family above in some panel's query."""
+    dashboard = json.loads((pathlib.Path(__file__).parents[2] / "docs" /
+                            "grafana-dashboard.json").read_text())
+    queries = " ".join(t["expr"] for p in dashboard["panels"] for t in p.get("targets", ()))
+    owned = API_FAMILIES | DAEMON_FAMILIES | STORE_FAMILIES | RESOURCE_FAMILIES
+    assert not [f for f in owned if f not in queries]
