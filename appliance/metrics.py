@@ -124,8 +124,11 @@ def enable(state_dir):
     path = os.environ.get(ENV) or directory(state_dir)
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError("not writable by this process's user")
     except OSError as e:
         log.warning("metrics stay in this process: cannot use %s: %s", path, e)
+        os.environ.pop(ENV, None)
         return None
     os.environ[ENV] = path
     client()
@@ -295,11 +298,25 @@ def is_local_direct(environ):
 
 
 def instrument(app, store):
-    """The WSGI app `app` (the API's Bottle app, over `store`) with its requests counted and timed, and
-    GET /metrics answered without a token to a local direct caller (a local Prometheus).
-    Anyone else's GET /metrics goes to the route, which needs the permission."""
+    """The WSGI app `app` (the API's Bottle app, over `store`) with its requests counted
+    and timed, and GET /metrics answered without a token to a local direct caller (a
+    local Prometheus). Anyone else's GET /metrics goes to the route, which needs the
+    permission."""
     f = families()
     requests, duration, in_flight = f.api_requests, f.api_duration, f.api_in_flight
+    # (route, method, status) -> its counter and histogram children: labels() takes a
+    # lock and checks its values each time, half of the cost per request (measured);
+    # the keys are bounded (routes x methods x statuses). Two threads that miss at once
+    # get the same children from labels().
+    series = {}
+
+    def children(template, method, status):
+        key = (template, method, status)
+        found = series.get(key)
+        if found is None:
+            found = series[key] = (requests.labels(template, method, status),
+                                   duration.labels(template, method))
+        return found
 
     def instrumented(environ, start_response):
         method = environ.get("REQUEST_METHOD", "")
@@ -320,9 +337,10 @@ def instrument(app, store):
             in_flight.dec()
             route = environ.get("bottle.route")
             template = route.rule if route is not None else UNMATCHED
-            method = method if method in METHODS else "other"
-            requests.labels(template, method, status[0] if status else "500").inc()
-            duration.labels(template, method).observe(time.perf_counter() - started)
+            count, timing = children(template, method if method in METHODS else "other",
+                                     status[0] if status else "500")
+            count.inc()
+            timing.observe(time.perf_counter() - started)
 
     def _answer_local(environ, start_response):
         body = exposition(store)
