@@ -6,13 +6,16 @@ who may read it."""
 import http.client
 import json
 import pathlib
+import ssl
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance.firstboot import nginx, tls
 from tests.api.test_flood import ApiProcess
 from tests.apiserver import Client
 from tests.iam.helpers import bind, make_project, make_user, role_uuid
+from tests.nginx import Nginx, free_port, require_nginx
 from tests.secret.conftest import DaemonProcess, wait_for
 
 # the families this part of issue 29 owns (counters without their _total suffix, as the
@@ -155,6 +158,42 @@ def test_who_may_read_the_metrics(world):
                   headers={"X-Forwarded-For": "203.0.113.9"})[0] == 200
     # what was refused changed nothing: the scrape still answers, same families
     assert "appliance_api_requests_total" in scrape(port)[2]
+
+
+def test_through_the_images_nginx_a_token_is_needed_even_from_this_machine(world, tmp_path):
+    """First boot's own site (appliance/firstboot/nginx.py) on a real nginx in front of
+    the API: a client on this very machine through nginx is not a local direct caller."""
+    require_nginx("http_ssl_module")
+    api = world["api"]
+    cert_path, key_path, _ = tls.ensure(str(tmp_path / "tls"), "box")
+    port = free_port()
+    body = nginx.server_body(cert_path, key_path, f"127.0.0.1:{api.port}",
+                             api.settings["max_upload_bytes"])
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    def through_nginx(path, token=None):
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+        try:
+            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"}
+                         if token else {})
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+        finally:
+            conn.close()
+
+    with Nginx(f"listen 127.0.0.1:{port} ssl;\n" + body, prefix=str(tmp_path / "nginx"),
+               http_context=nginx.http_context()):
+        for path in ["/metrics"] + [prefix + "metrics" for prefix in nginx.PREFIXES]:
+            status, text = through_nginx(path)
+            assert status == 401, (path, text)
+            assert "appliance_" not in text
+            status, text = through_nginx(path, world["admin"].token)
+            assert status == 200 and "appliance_api_requests_total" in text, (path, status)
+            status, text = through_nginx(path, world["owner"].token)
+            assert status == 403, (path, text)
+    # the API itself still answers the local direct scrape
+    assert scrape(api.port)[0] == 200
 
 
 def test_the_dashboard_graphs_every_family():
