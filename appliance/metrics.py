@@ -104,12 +104,17 @@ def full_client():
 
 # ---- processes ---------------------------------------------------------------------------
 
+def clear(state_dir):
+    """Remove an earlier run's metric files (its values would be added to this run's):
+    first boot, at every boot, before any process of the appliance makes a metric."""
+    shutil.rmtree(directory(state_dir), ignore_errors=True)
+
+
 def prepare(state_dir):
-    """`appliance up`, before it imports what it forks: an empty directory for this run
-    (values of an earlier run would be added to this one's), named in the environment
-    that its children inherit."""
+    """`appliance up`, before it imports what it forks: an empty directory for this run,
+    named in the environment that its children inherit."""
+    clear(state_dir)
     path = directory(state_dir)
-    shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path, mode=0o700, exist_ok=True)
     os.environ[ENV] = path
     return path

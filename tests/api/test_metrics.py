@@ -5,12 +5,14 @@ who may read it."""
 
 import http.client
 import json
+import os
 import pathlib
 import ssl
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from appliance import metrics
 from appliance.firstboot import nginx, tls
 from tests.api.test_flood import ApiProcess
 from tests.apiserver import Client
@@ -194,6 +196,29 @@ def test_through_the_images_nginx_a_token_is_needed_even_from_this_machine(world
             assert status == 403, (path, text)
     # the API itself still answers the local direct scrape
     assert scrape(api.port)[0] == 200
+
+
+def test_a_killed_daemons_live_gauges_leave_the_totals_its_counts_stay(world):
+    """A daemon killed outright (no supervisor to tell) leaves its live gauge file; the
+    next process that starts drops it. Its counters and histograms stay in the totals."""
+    api, daemon = world["api"], world["daemon"]
+    folder = metrics.directory(api.settings["state_dir"])
+    wait_for(lambda: daemon_succeeded(api.port), timeout=60)
+    before = families(scrape(api.port)[2])
+    passes = sum(s.value for s in samples(before["appliance_daemon_pass_duration_seconds"],
+                                          daemon=DAEMON) if s.name.endswith("_count"))
+    dead = daemon.proc.pid
+    live = f"gauge_livesum_{dead}.db"
+    assert live in os.listdir(folder)
+    daemon.kill()
+    assert live in os.listdir(folder)        # nobody said it died
+    daemon.start()
+    wait_for(lambda: live not in os.listdir(folder), timeout=60)
+    after = families(scrape(api.port)[2])
+    again = sum(s.value for s in samples(after["appliance_daemon_pass_duration_seconds"],
+                                         daemon=DAEMON) if s.name.endswith("_count"))
+    assert again >= passes > 0
+    assert f"histogram_{dead}.db" in os.listdir(folder)
 
 
 def test_the_dashboard_graphs_every_family():
