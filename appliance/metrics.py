@@ -325,10 +325,14 @@ def instrument(app, store):
 
     def instrumented(environ, start_response):
         method = environ.get("REQUEST_METHOD", "")
+        started = time.perf_counter()
         if environ.get("PATH_INFO") == PATH and method == "GET" \
                 and "HTTP_AUTHORIZATION" not in environ and is_local_direct(environ):
-            return _answer_local(environ, start_response)
-        started = time.perf_counter()
+            answer = _answer_local(environ, start_response)
+            count, timing = children(PATH, method, "200")
+            count.inc()
+            timing.observe(time.perf_counter() - started)
+            return answer
         status = []
 
         def recording(line, headers, exc_info=None):
