@@ -95,6 +95,18 @@ def _completer(package, spec):
     return __getattr__
 
 
+# the metric types, for modules of a daemon that must stay lean: `from appliance.metrics
+# import Counter` is prometheus_client's own Counter, loaded without the exposition
+METRIC_TYPES = ("Counter", "Gauge", "Histogram", "Summary", "Info", "Enum")
+
+
+def __getattr__(name):
+    if name in METRIC_TYPES:
+        client()
+        return getattr(sys.modules["prometheus_client.metrics"], name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def full_client():
     """The whole package, exposition included (the API, at a scrape)."""
     package = client()

@@ -8,6 +8,8 @@ import json
 import os
 import pathlib
 import ssl
+import subprocess
+import sys
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -222,6 +224,31 @@ def test_a_killed_daemons_live_gauges_leave_the_totals_its_counts_stay(world):
                                          daemon=DAEMON) if s.name.endswith("_count"))
     assert again >= passes > 0
     assert f"histogram_{dead}.db" in os.listdir(folder)
+
+
+def test_a_daemons_metrics_load_no_http_exposition(tmp_path):
+    """prometheus_client's __init__ imports http.server, urllib and ssl (~10 MB of RSS); a
+    daemon that only writes values loads the metric types without them, and the package
+    still answers any name once asked (the daemons' import rules:
+    tests/supervisor/test_imports.py)."""
+    probe = (
+        "import sys\n"
+        "from appliance import metrics\n"
+        f"metrics.enable({str(tmp_path)!r})\n"
+        "from appliance.metrics import Counter\n"
+        "Counter('probe_total', 'a probe', ['x']).labels('y').inc()\n"
+        "heavy = [m for m in ('ssl', 'http.client', 'http.server', 'urllib.request')\n"
+        "         if m in sys.modules]\n"
+        "import prometheus_client\n"
+        "print(heavy, prometheus_client.generate_latest is not None,\n"
+        "      'ssl' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=pathlib.Path(__file__).parents[2], timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).parents[2])})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True", "True"], done.stdout
+    # the value went to the metrics files, not to this process alone
+    assert any(n.startswith("counter_") for n in os.listdir(metrics.directory(str(tmp_path))))
 
 
 def test_the_dashboard_graphs_every_family():
