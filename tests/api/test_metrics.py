@@ -47,12 +47,15 @@ def world(tmp_path_factory):
     assert perm.status == 201, perm
     assert admin.post("/v1/iam/permission_bindings", {
         "role": role_uuid(admin, "owner"), "permission": perm.json["uuid"]}).status == 201
-    owner_token = Client("127.0.0.1", api.port).post(
-        "/v1/iam/clients/default/actions/get_token/invoke",
-        {"grant_type": "password", "username": owner[1], "password": owner[2],
-         "scope": f"project:{project}"}).json["access_token"]
+
+    def owner_token(scope):
+        return Client("127.0.0.1", api.port).post(
+            "/v1/iam/clients/default/actions/get_token/invoke",
+            {"grant_type": "password", "username": owner[1], "password": owner[2],
+             "scope": scope}).json["access_token"]
     world = {"api": api, "daemon": daemon, "admin": admin, "project": project,
-             "owner": Client("127.0.0.1", api.port, owner_token)}
+             "owner": Client("127.0.0.1", api.port, owner_token(f"project:{project}")),
+             "owner_unscoped": Client("127.0.0.1", api.port, owner_token(""))}
     yield world
     daemon.stop()
     api.stop()
@@ -144,6 +147,10 @@ def test_who_may_read_the_metrics(world):
     # a project owner's token: forbidden, whatever its role grants
     status, _, body = scrape(port, world["owner"].token)
     assert status == 403 and "admin" in body
+    # the same user unscoped: a platform caller, but its role is bound in the project
+    # only, so it lacks the permission
+    status, _, body = scrape(port, world["owner_unscoped"].token)
+    assert status == 403 and "appliance.metrics.read" in body
     # a token that does not verify is refused even from loopback: a token, when sent,
     # is always checked
     assert scrape(port, "not-a-token")[0] == 401
