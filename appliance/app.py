@@ -5,6 +5,7 @@ import importlib
 
 from state import Store
 
+from appliance import metrics
 from appliance.api import system
 from appliance.capability import load
 from appliance.migrations import latest
@@ -31,6 +32,7 @@ def build_api(settings, store=None):
     # the state's schema version is the code's own while a process serves: start-up
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
+    metrics.register(api)
     for capability in capabilities():
         load(capability.register)(api)
     api.compile_routes()
@@ -39,4 +41,4 @@ def build_api(settings, store=None):
 
 def create_app(settings, store=None):
     api = build_api(settings, store)
-    return Middleware(api.app), api
+    return Middleware(metrics.instrument(api.app, api.store)), api

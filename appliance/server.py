@@ -9,7 +9,7 @@ import time
 
 import waitress
 
-from appliance import config, logs
+from appliance import config, logs, metrics
 from appliance.app import create_app, preload
 from appliance.api.connection_guard import guard
 from appliance.api.server_errors import body_limit, json_errors
@@ -103,6 +103,9 @@ def serve(settings):
     log = logs.setup("api", settings["log_level"], queued=True)
     if settings["api_wait_for"]:
         wait_for(settings["api_wait_for"], log)
+    # once the state is prepared (it may not be the API's user's before), and before any
+    # metric is made: the API's values go to the files every process shares
+    metrics.enable(settings["state_dir"])
     # idempotent: the supervisor ran it already, but a unit may start the API alone; the
     # image's unit skips it (api_bootstrap: first boot ran it just before)
     try:
@@ -133,6 +136,7 @@ def serve(settings):
     finally:
         # SIGTERM's sys.exit() comes through here too; the supervisor's child leaves with
         # os._exit(), which runs no atexit handler
+        metrics.process_dead(os.getpid())
         logs.stop()
     return 0
 

@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 
-from appliance import config, devnode, logs
+from appliance import config, devnode, logs, metrics
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
@@ -100,6 +100,7 @@ def preload():
             # Not fatal here: the child that needs it fails at start, logs why and is
             # restarted with a back-off, while the others run, as with any broken child.
             log.exception("cannot preload %s", module)
+    metrics.client()            # what every child writes its metrics with
     gc.collect()
     gc.freeze()
 
@@ -265,6 +266,7 @@ class Supervisor:
 
     def on_child_exit(self, child, status):
         uptime = time.monotonic() - child.started_at
+        metrics.process_dead(child.pid)
         child.pid = None
         if self.stop_requested:
             return
@@ -610,6 +612,8 @@ def run(settings, out=sys.stdout, config_file=None):
         print(f"appliance up: {e}", file=sys.stderr, flush=True)
         return 1
     tune_malloc()
+    # before anything that makes a metric is imported: every child inherits the variable
+    metrics.prepare(settings["state_dir"])
     preload()
     line = bootstrap_in_child(settings)
     if line is None:

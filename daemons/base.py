@@ -23,6 +23,7 @@ Two modes many daemons share, written here once (appliance/backoff.py is the one
 """
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -30,7 +31,7 @@ import time
 
 import schedule
 
-from appliance import config, logs
+from appliance import config, logs, metrics
 from appliance.backoff import Backoff
 from state import ChangeWatch, Store
 
@@ -65,6 +66,7 @@ class Daemon:
         self._watch = None
         self._worker = None
         self._signalled = False
+        self._metrics = None     # made at start(): its series appear once the daemon runs
 
     def reconcile(self, kind):
         """Bring the world in line with the records of `kind`. Daemons override this; the
@@ -117,6 +119,8 @@ class Daemon:
                 work(record)
             except Exception:
                 delay = self._backoff.failed(k)
+                if self._metrics is not None:
+                    self._metrics.error(kind)
                 self.log.exception("%s %s failed; retrying in %.1f s", kind, k[1], delay)
                 self.request_in(kind, delay)
                 failed.append(record)
@@ -134,6 +138,8 @@ class Daemon:
         # the back-off's waits as set on the instance (a test shortens them)
         self._backoff.first, self._backoff.cap = self.retry_first_seconds, \
             self.retry_max_seconds
+        self._metrics = metrics.DaemonMetrics(
+            self.name, (PASS,) if self.whole_pass else self.kinds)
         self._watch = ChangeWatch(self.store, self.rescan_seconds)
         for kind in self.kinds:
             self._watch.subscribe(kind, self.request)
@@ -186,6 +192,7 @@ class Daemon:
             earliest = self._backoff.until(kind)
             self._due[kind] = min(self._due.get(kind, earliest), earliest) \
                 if earliest else 0.0
+            self._count_waiting()
             self._wake.notify_all()
 
     def request_in(self, kind, seconds):
@@ -196,11 +203,17 @@ class Daemon:
         with self._wake:
             when = time.monotonic() + seconds
             self._due[kind] = min(self._due.get(kind, when), when)
+            self._count_waiting()
             self._wake.notify_all()
 
     def request_all(self):
         for kind in self.kinds:
             self.request(kind)
+
+    def _count_waiting(self):
+        """(wake lock held) The waiting-items gauge, once the daemon runs."""
+        if self._metrics is not None:
+            self._metrics.waiting.set(len(self._due))
 
     # -- worker thread -----------------------------------------------------------------
 
@@ -221,6 +234,7 @@ class Daemon:
                 if ready:
                     kind = min(ready)[1]
                     del self._due[kind]
+                    self._count_waiting()
                     return kind
                 waits = [due - now for due in self._due.values()]
                 idle = self._scheduler.idle_seconds
@@ -230,19 +244,27 @@ class Daemon:
             return None
 
     def _reconcile_guarded(self, kind):
+        started = time.perf_counter()
         try:
             if kind == PASS and self.whole_pass:
                 self._run_pass()
             else:
                 self.reconcile(kind)
         except Exception:
+            self._measured(kind, started, ok=False)
             with self._wake:
                 delay = self._backoff.failed(kind)
                 self._due[kind] = max(self._due.get(kind, 0.0), self._backoff.until(kind))
+                self._count_waiting()
             self.log.exception("reconcile of %s failed; retrying in %.1f s", kind, delay)
         else:
+            self._measured(kind, started, ok=True)
             with self._wake:
                 self._backoff.succeeded(kind)
+
+    def _measured(self, kind, started, ok):
+        if self._metrics is not None:
+            self._metrics.passed(kind, time.perf_counter() - started, ok)
 
 
 def run(daemon_cls):
@@ -254,7 +276,12 @@ def run(daemon_cls):
         print(f"{daemon_cls.name}: {e}", file=sys.stderr)
         return 2
     logs.setup(daemon_cls.name, str(settings["log_level"]).upper())
-    daemon = daemon_cls(settings)
-    daemon.run_forever()
+    # before the daemon makes any metric: its values go to the files the API reads
+    metrics.enable(settings["state_dir"])
+    try:
+        daemon = daemon_cls(settings)
+        daemon.run_forever()
+    finally:
+        metrics.process_dead(os.getpid())
     # a daemon that stopped because it could not go on (failed) exits 1: restarted
     return 1 if daemon.failed else 0

@@ -1,12 +1,12 @@
 """The file-backed store: the only code that touches state files."""
 
-from .collection import (BOOKKEEPING, Collection, format_time, order_key, parse_time, utcnow,
-                         writes_in_thread)
+from .collection import (BOOKKEEPING, Collection, format_time, observe_writes, order_key,
+                         parse_time, utcnow, writes_in_thread)
 from .errors import DuplicateKey, NotFound, RevisionConflict, StoreError
 from .store import Store
 
 __all__ = ["BOOKKEEPING", "ChangeWatch", "Collection", "DuplicateKey", "NotFound",
-           "RevisionConflict", "Store", "StoreError", "format_time", "order_key",
+           "RevisionConflict", "Store", "StoreError", "format_time", "observe_writes", "order_key",
            "parse_time", "utcnow", "writes_in_thread"]
 
 

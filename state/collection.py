@@ -19,6 +19,8 @@ import datetime
 import os
 import re
 import threading
+import time
+
 import orjson
 
 from .errors import DuplicateKey, NotFound, RevisionConflict, StoreError
@@ -32,6 +34,17 @@ LOCK_DIR = ".locks"
 JOURNAL_SUFFIX = ".journal"
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _written = threading.local()
+# (kind, seconds, fsync seconds) after each durable write; None: writes are not timed.
+# A hook, not a metrics library: state/ is the floor below the appliance (docs/metrics.md)
+_write_observer = None
+
+
+def observe_writes(observer):
+    """Call `observer(kind, seconds, fsync_seconds)` after every write that changed the
+    store, from the call to the return (the kind's lock, the append, the fdatasync);
+    None stops it."""
+    global _write_observer
+    _write_observer = observer
 
 
 def writes_in_thread():
@@ -631,15 +644,29 @@ class Collection:
     def _write(self, plan):
         """Run `plan() -> (journal entry or None, result)` on the current state under the
         kind's lock, append the entry durably, apply it, and return the result."""
+        observer = _write_observer
+        if observer is None:
+            return self._write_locked(plan)[0]
+        started = time.perf_counter()
+        result, fsync_seconds = self._write_locked(plan)
+        if fsync_seconds is not None:
+            observer(self.kind, time.perf_counter() - started, fsync_seconds)
+        return result
+
+    def _write_locked(self, plan):
+        """_write's work: (the result, the fdatasync's seconds or None when nothing was
+        written)."""
         with self.lock:
             self._prepare_write()
             entry, result = plan()
             if entry is None:
-                return result
+                return result, None
             line = orjson.dumps(entry) + b"\n"
             start = self._offset
             _pwrite_all(self._fd, line, start)
+            synced = time.perf_counter()
             os.fdatasync(self._fd)
+            fsync_seconds = time.perf_counter() - synced
             _written.count = writes_in_thread() + 1
             with self._mutex:
                 if self._offset == start:       # else another thread read the line already
@@ -648,7 +675,7 @@ class Collection:
             self._probed = (self.lock.bump_generation(), (self._ino, self._offset))
             if self._offset > max(self.COMPACT_MIN_BYTES, self._base_size):
                 self._compact()
-            return result
+            return result, fsync_seconds
 
     def _start_journal(self):
         """(lock and mutex held) Atomically put an empty journal in place, whose header

@@ -5,6 +5,7 @@ the report action and enrollment.
 
 import logging
 
+from appliance import metrics
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden
 from appliance.api.fields import DateTime, Enum, Field, Object, String, UUID
 from appliance.api.resource import Action, Resource
@@ -20,6 +21,8 @@ from .poll import PayloadHub, poll_limit
 from .status import WATCHED
 from .targets import View, items_for
 
+# the payload's long poll, among the API's long-lived connections (docs/metrics.md)
+LONG_POLL = "agent_long_poll"
 log = logging.getLogger("appliance.agent")
 
 AGENTS_PATH = "/v1/ua/agents"
@@ -144,7 +147,11 @@ class Agents(Resource):
                                "ServiceUnavailable", {"Retry-After": "1"}) from None
             return digest, {"hash": digest, "resources": items}
 
-        body, waited = self.hub.wait_for(compute, known, wait)
+        if wait:
+            with metrics.long_lived(LONG_POLL):
+                body, waited = self.hub.wait_for(compute, known, wait)
+        else:
+            body, waited = self.hub.wait_for(compute, known, wait)
         # over the long-poll limit: the agent polls again after a pause (docs/agent.md)
         return Reply(body, 200, {} if waited else {"Retry-After": "1"})
 
@@ -190,6 +197,7 @@ class Agents(Resource):
 
     def register(self, api):
         super().register(api)
+        metrics.declare_long_lived(LONG_POLL)
         from appliance.secret.crypto import SecretBox
         self.box = SecretBox(api.store)
         self.hub = PayloadHub(api.store, lambda: watched_kinds(api),

@@ -254,6 +254,8 @@ class Api(Registry):
             response.set_header(k, v)
         if result.body is None and result.status == 204:
             return b""
+        if isinstance(result.body, bytes):      # already encoded; its type in the headers
+            return result.body
         response.content_type = "application/json"
         return orjson.dumps(result.body)
 

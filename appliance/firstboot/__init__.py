@@ -11,6 +11,7 @@ import os
 import pwd
 import socket
 
+from appliance import metrics
 from appliance.files import write_file
 from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
@@ -117,6 +118,9 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     paths = paths or Paths()
     state_dir = settings["state_dir"]
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    # the API makes its metric files only after the mark below, the daemons start after
+    # this unit: nothing of this boot is there yet (docs/metrics.md)
+    metrics.clear(state_dir)
     given = sources.read(paths)
     store = Store(state_dir)
     try:

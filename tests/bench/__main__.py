@@ -7,7 +7,8 @@ import time
 
 from . import note
 
-BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
+BENCHES = ["store", "api", "metrics", "iam", "secret", "em", "resolver", "repo", "dns", "memory",
+           "fuzz",
            "backup", "image", "boot", "network", "compute", "compute_tcg",
            "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy"]
 
