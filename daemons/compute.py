@@ -11,6 +11,7 @@ import sys
 import threading
 
 from appliance.compute.reconcile import Reconciler
+from appliance.compute.stats import ComputeStats
 from daemons.base import Daemon, run
 
 
@@ -26,10 +27,13 @@ class Compute(Daemon):
         self.reconciler = Reconciler(self.store, self.settings, connect=self.connect,
                                      on_change=self._libvirt_changed)
         self.reconciler.start_events()
+        self.stats = ComputeStats(self.store, self.settings)
         return super().start()
 
     def schedule_jobs(self, scheduler):
         scheduler.every(self.tick_seconds).seconds.do(self._libvirt_changed)
+        # the worker thread runs jobs between passes: never inside one
+        scheduler.every(self.stats.every).seconds.do(self.stats.after_pass, self.reconciler)
 
     def _libvirt_changed(self):
         self._forced.set()
@@ -41,6 +45,7 @@ class Compute(Daemon):
             return
         self._forced.clear()
         self.reconciler.pass_once()
+        self.stats.after_pass(self.reconciler)
         # what the pass wrote itself moves the keys: the next request runs one more pass,
         # which finds nothing to do and writes nothing, and from then on requests are free
         self._keys = keys

@@ -7,6 +7,8 @@ CAPABILITY = Capability(
     resources="appliance.compute.resources",
     register="appliance.compute:register",
     daemons=(Daemon("compute"),),
+    # seconds between two readings of the VMs' libvirt stats (appliance/compute/stats.py)
+    settings={"compute_stats_seconds": 15.0},
 )
 
 
