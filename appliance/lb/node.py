@@ -322,7 +322,8 @@ class Driver:
         stats = self.nginx_status()
         if stats is None:
             return []
-        return [{"uuid": item["uuid"], "value_update": {"readings": {"nginx": stats}}} for item in items]
+        update = {"readings": {"nginx": stats}}
+        return [{"uuid": item["uuid"], "value_update": update} for item in items]
 
     # ---- check, swap, reload -----------------------------------------------------------
 

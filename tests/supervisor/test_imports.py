@@ -50,7 +50,8 @@ NEVER = {
     # (appliance/registry.py)
     "builder": HTTP_SERVER | DNS_WIRE | {"appliance.app", "appliance.api.wsgi"},
     "delivery": HTTP_SERVER | TOKENS | DNS_WIRE | CONFIG_FILE,
-    "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE | (HTTP_CLIENT | OPENSSL) - METRICS,
+    "dns": HTTP_SERVER | API | TOKENS | CRYPTO | CONFIG_FILE
+    | (HTTP_CLIENT | OPENSSL) - METRICS,
     "mirror": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE,
     "compute": HTTP_SERVER | API | TOKENS | CRYPTO | DNS_WIRE | CONFIG_FILE | HTTP_CLIENT - METRICS,
     # the node agent is an HTTP client of the API (docs/agent.md), nothing more
