@@ -25,10 +25,11 @@ TCP (RFC 7766): length-prefixed messages, any number per connection, pipelined; 
 in order; a connection idle for TCP_IDLE_SECONDS is closed; at most TCP_MAX_CONNECTIONS
 at once (a new one beyond that is closed at once).
 
-Metrics (docs/metrics-infra.md): every cache entry carries its (qtype, rcode) labels,
-worked out once when the answer is made, so a hit only adds one to a dict of the loop's
-own; the loop hands those tallies to prometheus_client once per batch (UDP) or per round
-of events (TCP), so the counters cost nothing per query on the fast path.
+Metrics (docs/metrics-infra.md): every cache entry carries the number of its (qtype,
+rcode) labels, worked out once when the answer is made, so a hit only adds one to a slot
+of a list of the loop's own; the loop hands those tallies to prometheus_client once per
+batch (UDP) or per round of events (TCP), so the fast path takes no lock and parses
+nothing for them.
 """
 
 import ctypes
@@ -64,7 +65,6 @@ QUERIES = Counter("appliance_dns_queries", "DNS queries received, by question ty
                   ["qtype", "transport"])
 ANSWERS = Counter("appliance_dns_answers", "DNS answers sent, by response code and "
                   "transport.", ["rcode", "transport"])
-DROPPED = ("none", None)        # the stat of a query that gets no answer
 _QTYPES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 13: "HINFO", 15: "MX",
            16: "TXT", 28: "AAAA", 33: "SRV", 35: "NAPTR", 43: "DS", 48: "DNSKEY",
            64: "SVCB", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY", 257: "CAA"}
@@ -93,27 +93,54 @@ def stat_of(tail):
     return (_QTYPES.get((tail[i] << 8) | tail[i + 1], "other"), rcode)
 
 
+# (qtype, rcode) pairs get small numbers in the order they are first seen, so a loop
+# counts into a list by index (a tuple key would be hashed at every query)
+_STAT_IDS = {}
+_STAT_NAMES = []
+MAX_STATS = (len(_QTYPES) + 2) * (len(_RCODES) + 2)
+_stat_lock = threading.Lock()
+
+
+def _stat_id(stat):
+    found = _STAT_IDS.get(stat)
+    if found is None:
+        with _stat_lock:
+            found = _STAT_IDS.get(stat)
+            if found is None:
+                found = len(_STAT_NAMES)
+                _STAT_NAMES.append(stat)
+                _STAT_IDS[stat] = found
+    return found
+
+
+DROPPED = _stat_id(("none", None))      # a query that gets no answer
+
+
 class _Tally:
-    """One serving loop's counts since its last flush; only that loop's thread uses it."""
+    """One serving loop's counts by stat id since its last flush; only that loop's
+    thread uses it."""
 
     __slots__ = ("transport", "counts", "_children")
 
     def __init__(self, transport):
         self.transport = transport
-        self.counts = {}
+        self.counts = [0] * MAX_STATS
         self._children = {}
 
     def flush(self):
-        counts, self.counts = self.counts, {}
+        counts, self.counts = self.counts, [0] * MAX_STATS
         try:
-            for stat, n in counts.items():
-                children = self._children.get(stat)
+            for i in range(len(_STAT_NAMES)):
+                n = counts[i]
+                if not n:
+                    continue
+                children = self._children.get(i)
                 if children is None:
-                    qtype, rcode = stat
+                    qtype, rcode = _STAT_NAMES[i]
                     children = (QUERIES.labels(qtype, self.transport),
                                 None if rcode is None else
                                 ANSWERS.labels(rcode, self.transport))
-                    self._children[stat] = children
+                    self._children[i] = children
                 children[0].inc(n)
                 if children[1] is not None:
                     children[1].inc(n)
@@ -189,7 +216,7 @@ def _entry(tail):
     # ctypes gives the address of the bytes object's own buffer: the UDP batch loop
     # points an iovec at it, and the entry (or the batch) keeps the object alive
     address = ctypes.cast(ctypes.c_char_p(tail), ctypes.c_void_p).value if _MMSG else 0
-    return (tail, address, len(tail), stat_of(tail))
+    return (tail, address, len(tail), _stat_id(stat_of(tail)))
 
 
 _last_logged = [0.0, 0]
@@ -433,14 +460,14 @@ class DNSServer:
             if entry is None:
                 entry = gen.resolve(data)
                 if entry is None:
-                    tally.counts[DROPPED] = 1
+                    tally.counts[DROPPED] += 1
                     tally.flush()
                     continue
             try:
                 sendto(data[:2] + entry[0], addr)
             except OSError:
                 pass        # a vanished client, a full buffer: UDP, the client retries
-            tally.counts[entry[3]] = 1
+            tally.counts[entry[3]] += 1
             tally.flush()
 
     def _udp_batch_loop(self):
@@ -476,11 +503,11 @@ class DNSServer:
                 entry = get(rmv[off2:off + length].tobytes())
                 if entry is None:
                     if length >= size:
-                        counts[DROPPED] = counts.get(DROPPED, 0) + 1
+                        counts[DROPPED] += 1
                         continue        # may have been cut: drop
                     entry = gen.resolve(rmv[off:off + length].tobytes())
                     if entry is None:
-                        counts[DROPPED] = counts.get(DROPPED, 0) + 1
+                        counts[DROPPED] += 1
                         continue
                     if keep is None:
                         keep = []
@@ -490,8 +517,7 @@ class DNSServer:
                     base_at, len_at = slots[j][3], slots[j][4]
                 sptr[base_at] = entry[1]
                 sptr[len_at] = entry[2]
-                stat = entry[3]
-                counts[stat] = counts.get(stat, 0) + 1
+                counts[entry[3]] += 1
                 j += 1
             sent = 0
             while sent < j:
@@ -547,8 +573,7 @@ class DNSServer:
                             conn.rearm(sel)
                 for conn in [c for c in conns.values() if now - c.last > TCP_IDLE_SECONDS]:
                     self._tcp_drop(sel, conns, conn)
-                if self._tcp_tally.counts:
-                    self._tcp_tally.flush()
+                self._tcp_tally.flush()
         finally:
             for conn in list(conns.values()):
                 self._tcp_drop(sel, conns, conn)
@@ -582,9 +607,7 @@ class DNSServer:
     def answer_tcp(self, message):
         """The answer to one TCP message (without its length prefix), or None."""
         entry = self._gen.resolve(message, tcp=True)
-        stat = DROPPED if entry is None else entry[3]
-        counts = self._tcp_tally.counts
-        counts[stat] = counts.get(stat, 0) + 1
+        self._tcp_tally.counts[DROPPED if entry is None else entry[3]] += 1
         return None if entry is None else message[:2] + entry[0]
 
 

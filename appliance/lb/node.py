@@ -94,6 +94,8 @@ def unit_text(binary, conf, run_dir):
         "After=network-online.target\nWants=network-online.target\n\n"
         "[Service]\nType=forking\n"
         f"PIDFile={run_dir}/nginx.pid\n"
+        # a killed nginx leaves its unix socket behind, and a new one cannot bind it
+        f"ExecStartPre=-/bin/rm -f {run_dir}/{STATUS_SOCKET}\n"
         f"ExecStart={binary} -c {conf} -p {run_dir}/\n"
         "ExecReload=/bin/kill -HUP $MAINPID\n"
         "ExecStop=/bin/kill -QUIT $MAINPID\n"
@@ -478,6 +480,12 @@ class Driver:
                 said = nginx_message(logged) if "[emerg]" in logged else tail(out, 400)
                 raise Failed(f"{UNIT} did not start: {said}", logged + (out or ""))
             return
+        # a killed nginx leaves its unix socket behind, and a new one cannot bind it
+        if self.status_socket is not None:
+            try:
+                os.unlink(self.status_socket)
+            except FileNotFoundError:
+                pass
         # nginx daemonizes itself (its own session), so it outlives this agent
         code, out = self.host.run([self.binary, "-c", self.conf_path,
                                    "-p", self.run_dir + "/"])

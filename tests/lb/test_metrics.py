@@ -128,3 +128,22 @@ def test_readings_stay_out_of_the_lbs_node_status():
     assert status == "ACTIVE"
     assert node_status == {"n1": {"nginx_check": None, "applied_at": "t",
                                   "status": "ACTIVE", "reason": None}}
+
+
+def test_a_killed_instance_restarts_over_its_stale_status_socket(short_node, backends):
+    """SIGKILL leaves the unix socket file behind; the restart by tick must still bind it
+    (else the node's LBs would stay down), and the numbers come back."""
+    import os
+    import signal
+    from tests.waiting import eventually
+    node = short_node
+    lb_val, port, _ = one_route(node, backends("a"))
+    assert node.apply(lb_val)["status"] == "ACTIVE"
+    pid = node.driver.pid()
+    os.killpg(pid, signal.SIGKILL)
+    eventually(lambda: node.driver.pid() is None, 10, "nginx gone")
+    assert os.path.exists(node.driver.status_socket)        # left behind
+    node.driver.tick([item(lb_val)])
+    assert node.driver.pid() not in (None, pid)
+    assert get(node.address, port)[2] == b"a /"
+    assert node.driver.nginx_status()["requests"] >= 1
