@@ -32,8 +32,10 @@ class Compute(Daemon):
 
     def schedule_jobs(self, scheduler):
         scheduler.every(self.tick_seconds).seconds.do(self._libvirt_changed)
-        # the worker thread runs jobs between passes: never inside one
-        scheduler.every(self.stats.every).seconds.do(self.stats.after_pass, self.reconciler)
+        # the metrics' readings go through the worker's queue (reconcile below), not the
+        # job itself: jobs run under the daemon's wake lock, which libvirt's event thread
+        # takes too (on_change)
+        scheduler.every(self.stats.every).seconds.do(self.request, Reconciler.kinds[1])
 
     def _libvirt_changed(self):
         self._forced.set()
@@ -42,6 +44,7 @@ class Compute(Daemon):
     def reconcile(self, kind):
         keys = tuple(self.store.collection(k).snapshot().key for k in self.kinds)
         if keys == self._keys and not self._forced.is_set():
+            self.stats.after_pass(self.reconciler)      # VMs: at most every stats.every
             return
         self._forced.clear()
         self.reconciler.pass_once()

@@ -115,3 +115,44 @@ def test_a_failing_collection_counts_and_never_raises(world):
     assert not math.isnan(value("appliance_hypervisor_cores",
                                 hypervisor=world.hypervisor["uuid"], state="total"))
     assert rec is not None
+
+
+def test_the_daemon_process_publishes_through_multiprocess_files(tmp_path):
+    """`python -m daemons.compute` with PROMETHEUS_MULTIPROC_DIR, as the platform runs it:
+    another process reads the hypervisor family from the files. (Its libvirt is its own
+    test:///default, whose only domain is foreign: no VM series.)"""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    from state import Store
+    from tests.compute.reconcile_helpers import TEST_URI
+    from tests.secret.conftest import DaemonProcess, wait_for
+
+    state_dir, prom = tmp_path / "state", tmp_path / "prom"
+    prom.mkdir()
+    store = Store(str(state_dir))
+    hv = store.collection("compute_hypervisors").insert({
+        "name": "local", "description": "", "machine_type": "VM",
+        "driver_spec": {"kind": "libvirt", "connection_uri": TEST_URI,
+                        "storage_pool": "default-pool"},
+        "cores_ratio": 2.0, "ram_ratio": 1.0, "status": "IN_PROGRESS",
+        "status_reason": None, "all_cores": 0, "all_ram": 0, "all_disk": 0,
+        "avail_cores": 0, "avail_ram": 0, "avail_disk": 0, "accel": None})
+    daemon = DaemonProcess("compute", str(state_dir),
+                           env={"PROMETHEUS_MULTIPROC_DIR": str(prom)}).start()
+    try:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=str(prom))
+
+        def total():
+            return value("appliance_hypervisor_cores", registry, hypervisor=hv["uuid"],
+                         state="total")
+        # the first pass waits on the daemon's start (imports, libvirt)
+        wait_for(total, timeout=60)
+        active = store.collection("compute_hypervisors").get(hv["uuid"])
+        assert total() == active["all_cores"] * 2.0
+        assert value("appliance_hypervisor_active", registry, hypervisor=hv["uuid"]) == 1
+        assert daemon.proc.poll() is None
+    finally:
+        daemon.stop()
+        store.close()
