@@ -12,6 +12,7 @@ import sys
 import threading
 
 from appliance.compute.reconcile import Reconciler
+from appliance.compute.stats import ComputeStats
 from daemons.base import PASS, Daemon, run
 
 
@@ -27,21 +28,29 @@ class Compute(Daemon):
         self.reconciler = Reconciler(self.store, self.settings, connect=self.connect,
                                      on_change=self._libvirt_changed)
         self.reconciler.start_events()
+        self.stats = ComputeStats(self.store, self.settings)
         return super().start()
 
     def schedule_jobs(self, scheduler):
         scheduler.every(self.tick_seconds).seconds.do(self._libvirt_changed)
+        # the metrics' readings go through the worker's queue (a pass), not the
+        # job itself: jobs run under the daemon's wake lock, which libvirt's event thread
+        # takes too (on_change)
+        scheduler.every(self.stats.every).seconds.do(self.request, PASS)
 
     def _libvirt_changed(self):
         self._forced.set()
         self.request(PASS)
 
     def pass_due(self):
-        return self._forced.is_set()
+        # the VMs' readings are due too (docs/metrics-infra.md); a pass over converged
+        # nodes writes nothing and costs little
+        return self._forced.is_set() or self.stats.vms_due()
 
     def reconcile_pass(self):
         self._forced.clear()
         self.reconciler.pass_once()
+        self.stats.after_pass(self.reconciler)      # VMs: at most every stats.every
 
 
 def main():

@@ -178,10 +178,16 @@ class Runner:
                     continue
                 for result in results:
                     entry = self.applied.get(result.get("uuid"))
-                    if entry is not None:
+                    if entry is None:
+                        continue
+                    if "value_update" in result:
+                        # a driver's readings: the applied status and value stay
+                        entry["actual"] = {**entry["actual"], "value": {
+                            **(entry["actual"].get("value") or {}), **result["value_update"]}}
+                    else:
                         entry["actual"] = {k: result.get(k) for k in ("status", "reason",
                                                                      "value")}
-                        changed.append(result["uuid"])
+                    changed.append(result["uuid"])
             if changed:
                 self._save(sync=False)      # a result, not a change made on the node
         if changed:

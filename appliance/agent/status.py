@@ -105,6 +105,7 @@ def judge(targets, agents, actual):
             status, reason = "IN_PROGRESS", "waiting for the node's agent to apply it"
         else:
             status, reason, value = row["status"], row.get("reason"), row.get("value") or {}
+            value = {k: v for k, v in value.items() if k != "readings"}     # metrics only
         node_status[node["uuid"]] = {**value, "status": status, "reason": reason}
         said = f"node {node.get('name') or node['uuid']}: {reason}"
         if status == "ERROR" and first_error is None:

@@ -8,6 +8,8 @@ CAPABILITY = Capability(
     register="appliance.compute:register",
     project_permissions="compute",
     daemons=(Daemon("compute"),),
+    # seconds between two readings of the VMs' libvirt stats (appliance/compute/stats.py)
+    settings={"compute_stats_seconds": 15.0},
 )
 
 

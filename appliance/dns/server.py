@@ -24,6 +24,12 @@ cannot grow memory without bound).
 TCP (RFC 7766): length-prefixed messages, any number per connection, pipelined; answers
 in order; a connection idle for TCP_IDLE_SECONDS is closed; at most TCP_MAX_CONNECTIONS
 at once (a new one beyond that is closed at once).
+
+Metrics (docs/metrics-infra.md): every cache entry carries the number of its (qtype,
+rcode) labels, worked out once when the answer is made, so a hit only adds one to a slot
+of a list of the loop's own; the loop hands those tallies to prometheus_client once per
+batch (UDP) or per round of events (TCP), so the fast path takes no lock and parses
+nothing for them.
 """
 
 import ctypes
@@ -36,6 +42,10 @@ import sys
 import threading
 import time
 
+from appliance.metrics import Counter
+
+from appliance.infra_metrics import COLLECTION_ERRORS
+
 from . import zones
 
 log = logging.getLogger("appliance.dns.server")
@@ -47,6 +57,95 @@ TCP_MAX_PENDING = 1 << 20       # stop reading a connection that does not read i
 UDP_BATCH = 64                  # datagrams per recvmmsg/sendmmsg
 UDP_MAX_QUERY = 4096            # a query filling this much is dropped (it may be cut)
 SOCKET_BUFFER = 4 << 20
+
+
+QUERIES = Counter("appliance_dns_queries", "DNS queries received, by question type (a "
+                  "fixed set of names, else \"other\"; \"none\": no readable question) "
+                  "and transport. Queries per second: rate() of this.",
+                  ["qtype", "transport"])
+ANSWERS = Counter("appliance_dns_answers", "DNS answers sent, by response code and "
+                  "transport.", ["rcode", "transport"])
+_QTYPES = {1: "A", 2: "NS", 5: "CNAME", 6: "SOA", 12: "PTR", 13: "HINFO", 15: "MX",
+           16: "TXT", 28: "AAAA", 33: "SRV", 35: "NAPTR", 43: "DS", 48: "DNSKEY",
+           64: "SVCB", 65: "HTTPS", 251: "IXFR", 252: "AXFR", 255: "ANY", 257: "CAA"}
+_RCODES = {zones.NOERROR: "NOERROR", zones.FORMERR: "FORMERR", zones.SERVFAIL: "SERVFAIL",
+           zones.NXDOMAIN: "NXDOMAIN", zones.NOTIMP: "NOTIMP", zones.REFUSED: "REFUSED"}
+
+
+def stat_of(tail):
+    """(qtype name, rcode name) of an answer without its ID: the labels it counts under.
+    The names come from fixed tables, so no query can add a label value."""
+    rcode = _RCODES.get(tail[1] & 0x0F, "other")
+    if len(tail) < 12 or not (tail[2] or tail[3]):
+        return ("none", rcode)
+    i = 10                              # the question's name, right after the header
+    while i < len(tail):
+        n = tail[i]
+        if n == 0:
+            i += 1
+            break
+        if n & 0xC0:
+            i += 2
+            break
+        i += 1 + n
+    if i + 2 > len(tail):
+        return ("none", rcode)
+    return (_QTYPES.get((tail[i] << 8) | tail[i + 1], "other"), rcode)
+
+
+# (qtype, rcode) pairs get small numbers in the order they are first seen, so a loop
+# counts into a list by index (a tuple key would be hashed at every query)
+_STAT_IDS = {}
+_STAT_NAMES = []
+MAX_STATS = (len(_QTYPES) + 2) * (len(_RCODES) + 2)
+_stat_lock = threading.Lock()
+
+
+def _stat_id(stat):
+    found = _STAT_IDS.get(stat)
+    if found is None:
+        with _stat_lock:
+            found = _STAT_IDS.get(stat)
+            if found is None:
+                found = len(_STAT_NAMES)
+                _STAT_NAMES.append(stat)
+                _STAT_IDS[stat] = found
+    return found
+
+
+DROPPED = _stat_id(("none", None))      # a query that gets no answer
+
+
+class _Tally:
+    """One serving loop's counts by stat id since its last flush; only that loop's
+    thread uses it."""
+
+    __slots__ = ("transport", "counts", "_children")
+
+    def __init__(self, transport):
+        self.transport = transport
+        self.counts = [0] * MAX_STATS
+        self._children = {}
+
+    def flush(self):
+        counts, self.counts = self.counts, [0] * MAX_STATS
+        try:
+            for i in range(len(_STAT_NAMES)):
+                n = counts[i]
+                if not n:
+                    continue
+                children = self._children.get(i)
+                if children is None:
+                    qtype, rcode = _STAT_NAMES[i]
+                    children = (QUERIES.labels(qtype, self.transport),
+                                None if rcode is None else
+                                ANSWERS.labels(rcode, self.transport))
+                    self._children[i] = children
+                children[0].inc(n)
+                if children[1] is not None:
+                    children[1].inc(n)
+        except Exception:
+            COLLECTION_ERRORS.labels("dns").inc()
 
 
 class Generation:
@@ -117,7 +216,7 @@ def _entry(tail):
     # ctypes gives the address of the bytes object's own buffer: the UDP batch loop
     # points an iovec at it, and the entry (or the batch) keeps the object alive
     address = ctypes.cast(ctypes.c_char_p(tail), ctypes.c_void_p).value if _MMSG else 0
-    return (tail, address, len(tail))
+    return (tail, address, len(tail), _stat_id(stat_of(tail)))
 
 
 _last_logged = [0.0, 0]
@@ -242,6 +341,7 @@ class DNSServer:
         self._threads = []
         self._wake_r = self._wake_w = None
         self.generations = 0
+        self._tcp_tally = _Tally("tcp")
 
     # -- zone changes (any thread) ----------------------------------------------------
 
@@ -345,6 +445,7 @@ class DNSServer:
     def _udp_plain_loop(self):
         sock = self._udp
         recvfrom, sendto = sock.recvfrom, sock.sendto
+        tally = _Tally("udp")
         while not self._stopping:
             try:
                 data, addr = recvfrom(65535)
@@ -359,11 +460,15 @@ class DNSServer:
             if entry is None:
                 entry = gen.resolve(data)
                 if entry is None:
+                    tally.counts[DROPPED] += 1
+                    tally.flush()
                     continue
             try:
                 sendto(data[:2] + entry[0], addr)
             except OSError:
                 pass        # a vanished client, a full buffer: UDP, the client retries
+            tally.counts[entry[3]] += 1
+            tally.flush()
 
     def _udp_batch_loop(self):
         recvmmsg, sendmmsg = _MMSG
@@ -377,6 +482,7 @@ class DNSServer:
                   (2 * i + 1) * b.iov_words, (2 * i + 1) * b.iov_words + 1)
                  for i in range(n_max)]
         get_errno = ctypes.get_errno
+        tally = _Tally("udp")
         while not self._stopping:
             n = recvmmsg(fd, p_rmsg, n_max, MSG_WAITFORONE, None)
             if n <= 0:
@@ -389,6 +495,7 @@ class DNSServer:
             gen = self._gen
             get = gen.udp.get
             keep = None         # answers outside the cache, alive until sent
+            counts = tally.counts
             j = 0
             for i in range(n):
                 off, off2, li, base_at, len_at = slots[i]
@@ -396,9 +503,11 @@ class DNSServer:
                 entry = get(rmv[off2:off + length].tobytes())
                 if entry is None:
                     if length >= size:
+                        counts[DROPPED] += 1
                         continue        # may have been cut: drop
                     entry = gen.resolve(rmv[off:off + length].tobytes())
                     if entry is None:
+                        counts[DROPPED] += 1
                         continue
                     if keep is None:
                         keep = []
@@ -408,6 +517,7 @@ class DNSServer:
                     base_at, len_at = slots[j][3], slots[j][4]
                 sptr[base_at] = entry[1]
                 sptr[len_at] = entry[2]
+                counts[entry[3]] += 1
                 j += 1
             sent = 0
             while sent < j:
@@ -419,6 +529,7 @@ class DNSServer:
             if j != n:
                 self._reset_slots(b, n)
             del keep
+            tally.flush()
 
     @staticmethod
     def _move_slot(b, i, j):
@@ -462,6 +573,7 @@ class DNSServer:
                             conn.rearm(sel)
                 for conn in [c for c in conns.values() if now - c.last > TCP_IDLE_SECONDS]:
                     self._tcp_drop(sel, conns, conn)
+                self._tcp_tally.flush()
         finally:
             for conn in list(conns.values()):
                 self._tcp_drop(sel, conns, conn)
@@ -495,6 +607,7 @@ class DNSServer:
     def answer_tcp(self, message):
         """The answer to one TCP message (without its length prefix), or None."""
         entry = self._gen.resolve(message, tcp=True)
+        self._tcp_tally.counts[DROPPED if entry is None else entry[3]] += 1
         return None if entry is None else message[:2] + entry[0]
 
 

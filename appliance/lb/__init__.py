@@ -17,6 +17,9 @@ CAPABILITY = Capability(
         # the address the node's LB nginx listens on (docs/lb-dataplane.md): "" is every
         # address; several test "nodes" on one host each take their own 127.0.0.x
         "agent_lb_listen": "",
+        # seconds between two readings of the LB nginx's stub_status by the agent, each
+        # reported (docs/metrics-infra.md)
+        "agent_lb_stats_seconds": 30.0,
         # load balancers (docs/lb.md): the image an LB of type core boots its nodes from (the
         # node image's URL, or file:// on the appliance); unset: type core is refused
         "lb_image": None,

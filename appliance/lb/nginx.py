@@ -534,10 +534,13 @@ def render_lb(value, listen=None, redirect_port=80, local_root="/", download_dir
 
 
 def render_main(http_files, stream_files, *, prefix, user=None, modules=(),
-                worker_processes="auto"):
+                worker_processes="auto", status_socket=None):
     """The instance's nginx.conf: includes (paths relative to the config's own
     directory), run files under `prefix` (absolute), `user` for the workers (None: the
-    nginx default), `modules` to load (the stream module where it is dynamic)."""
+    nginx default), `modules` to load (the stream module where it is dynamic), and
+    `status_socket`: a unix socket serving only nginx's stub_status, which the agent reads
+    for the metrics (docs/metrics-infra.md); on no address, so nothing off the node and no
+    LB's listen can reach it."""
     plain_path(prefix, "prefix")
     run = prefix.rstrip("/")
 
@@ -582,6 +585,7 @@ def render_main(http_files, stream_files, *, prefix, user=None, modules=(),
         "geo $lb_dollar {",
         '    default "$";',
         "}",
+        *_status_server(status_socket),
         *[f"include {quote(f)};" for f in http_files],
     ]).splitlines()
     out.append("}")
@@ -590,3 +594,17 @@ def render_main(http_files, stream_files, *, prefix, user=None, modules=(),
         out += _lines([f"include {quote(f)};" for f in stream_files]).splitlines()
         out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _status_server(socket_path):
+    if socket_path is None:
+        return []
+    plain_path(socket_path, "status socket")
+    if re.search(r"[\s;{}\"'\\]", socket_path):
+        raise RenderError(f"status socket {socket_path!r} must be a plain path")
+    return ["server {",
+            f"    listen unix:{socket_path};",
+            "    access_log off;",
+            "    location = /stub_status { stub_status; }",
+            "    location / { return 404; }",
+            "}"]

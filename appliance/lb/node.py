@@ -30,6 +30,7 @@ import pwd
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tarfile
 import time
@@ -49,6 +50,13 @@ RELOAD_SECONDS = 15.0
 GEN = re.compile(r"^gen-(\d+)$")
 LB_FILE = re.compile(r"^lb-([0-9a-f-]{36})\.(http|stream)\.conf$")
 SETTING_LISTEN = "agent_lb_listen"
+SETTING_STATS = "agent_lb_stats_seconds"
+STATS_SECONDS = 30.0                    # the default: each reading is a report per LB
+STATUS_SOCKET = "status.sock"
+SUN_PATH_MAX = 107                      # sockaddr_un's path, less its final NUL
+STUB = re.compile(rb"Active connections:\s*(\d+)\s+server accepts handled requests\s+"
+                  rb"(\d+)\s+(\d+)\s+(\d+)\s+Reading:\s*(\d+)\s+Writing:\s*(\d+)\s+"
+                  rb"Waiting:\s*(\d+)")
 DOWNLOAD_TIMEOUT = 60
 DOWNLOAD_DEADLINE = 1800                # seconds for one archive, all of it
 DOWNLOAD_LIMIT = 2 * 1024 ** 3          # bytes of an archive, and of what it unpacks to
@@ -86,6 +94,8 @@ def unit_text(binary, conf, run_dir):
         "After=network-online.target\nWants=network-online.target\n\n"
         "[Service]\nType=forking\n"
         f"PIDFile={run_dir}/nginx.pid\n"
+        # a killed nginx leaves its unix socket behind, and a new one cannot bind it
+        f"ExecStartPre=-/bin/rm -f {run_dir}/{STATUS_SOCKET}\n"
         f"ExecStart={binary} -c {conf} -p {run_dir}/\n"
         "ExecReload=/bin/kill -HUP $MAINPID\n"
         "ExecStop=/bin/kill -QUIT $MAINPID\n"
@@ -112,6 +122,8 @@ class Driver:
         # gets nginx started by this driver
         self.systemd = host.root == "/" and os.path.isdir("/run/systemd/system")
         self._modules = None
+        self.stats_seconds = float(settings.get(SETTING_STATS) or STATS_SECONDS)
+        self._stats_due = 0.0
 
     # ---- paths -------------------------------------------------------------------------
 
@@ -126,6 +138,39 @@ class Driver:
     @property
     def error_log(self):
         return os.path.join(self.run_dir, "logs", "error.log")
+
+    @property
+    def status_socket(self):
+        """The unix socket of nginx's stub_status, or None where its path would not fit
+        in a socket address (a deep test root): then there are no nginx numbers."""
+        path = os.path.join(self.run_dir, STATUS_SOCKET)
+        return path if len(path.encode()) <= SUN_PATH_MAX and self.refused is None else None
+
+    def nginx_status(self, timeout=1.0):
+        """{active, accepted, handled, requests, reading, writing, waiting, read_at} from
+        stub_status on the instance's unix socket, or None (no instance, no socket)."""
+        path = self.status_socket
+        if path is None or not os.path.exists(path):
+            return None
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(path)
+                s.sendall(b"GET /stub_status HTTP/1.0\r\nHost: localhost\r\n\r\n")
+                data = b""
+                while len(data) < 4096:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+        except OSError:
+            return None
+        found = STUB.search(data)
+        if found is None:
+            return None
+        names = ("active", "accepted", "handled", "requests", "reading", "writing",
+                 "waiting")
+        return {**dict(zip(names, map(int, found.groups()))), "read_at": _now_iso()}
 
     def live_generation(self):
         """The directory `current` points at, or None."""
@@ -254,15 +299,33 @@ class Driver:
 
     def tick(self, items):
         """An instance that died while LBs are applied (a node rebooted without systemd, a
-        kill) is started again from the live generation."""
-        if not items or self.refused or self.systemd or self.running() or self.live_generation() is None:
+        kill) is started again from the live generation. At most every
+        `agent_lb_stats_seconds`, nginx's stub_status numbers go into each LB item's
+        reported value as `readings.nginx` (the node's one instance serves them all;
+        `readings` stay out of the LB's node_status, appliance/agent/status.py)."""
+        if not items or self.refused:
             return []
-        self.host.log.warning("the LB nginx is not running; starting it again")
-        try:
-            self.start()
-        except Failed as e:
-            self.host.log.warning("LB nginx: %s", e)
-        return []
+        if not self.systemd and not self.running() and self.live_generation() is not None:
+            self.host.log.warning("the LB nginx is not running; starting it again")
+            try:
+                self.start()
+            except Failed as e:
+                self.host.log.warning("LB nginx: %s", e)
+            return []
+        return self.stats_updates(items)
+
+    def stats_updates(self, items, now=None):
+        """[{uuid, value_update: {readings: {nginx}}}] of every item when a reading is
+        due, else []."""
+        now = time.monotonic() if now is None else now
+        if now < self._stats_due:
+            return []
+        self._stats_due = now + self.stats_seconds
+        stats = self.nginx_status()
+        if stats is None:
+            return []
+        update = {"readings": {"nginx": stats}}
+        return [{"uuid": item["uuid"], "value_update": update} for item in items]
 
     # ---- check, swap, reload -----------------------------------------------------------
 
@@ -341,7 +404,8 @@ class Driver:
             main = nginx.render_main(
                 [f for f in files if f.endswith(".http.conf")],
                 [f for f in files if f.endswith(".stream.conf")],
-                prefix=self.run_dir, user=self.worker_user(), modules=self.modules())
+                prefix=self.run_dir, user=self.worker_user(), modules=self.modules(),
+                status_socket=self.status_socket)
             self._write(os.path.join(candidate, "nginx.conf"), main.encode(), 0o644)
         except BaseException:
             shutil.rmtree(candidate, ignore_errors=True)
@@ -416,6 +480,12 @@ class Driver:
                 said = nginx_message(logged) if "[emerg]" in logged else tail(out, 400)
                 raise Failed(f"{UNIT} did not start: {said}", logged + (out or ""))
             return
+        # a killed nginx leaves its unix socket behind, and a new one cannot bind it
+        if self.status_socket is not None:
+            try:
+                os.unlink(self.status_socket)
+            except FileNotFoundError:
+                pass
         # nginx daemonizes itself (its own session), so it outlives this agent
         code, out = self.host.run([self.binary, "-c", self.conf_path,
                                    "-p", self.run_dir + "/"])

@@ -10,7 +10,7 @@ rolling update) is compute's.
 
 from appliance.compute.owned_sets import delete_owned, reconcile_owned
 
-from . import placement
+from . import metrics, placement
 
 LBS = "network_lb"
 
@@ -22,6 +22,7 @@ def delete_set(store, lb_uuid):
 
 def reconcile_lb_sets(store, settings):
     """One pass; returns the number of records written."""
+    metrics.publish(store)      # the LB nginx numbers the agents reported (never raises)
     image = settings.get("lb_image")
     wanted = {lb["uuid"]: lb for lb in store.collection(LBS).records()
               if (lb.get("type") or {}).get("kind") == "core"}

@@ -10,6 +10,7 @@ from appliance.agent.targets import View
 from state.collection import utcnow
 
 from . import endpoint, failover, status
+from .metrics import SqldbMetrics
 from .members import INSTANCES, SETS, nodes_of, rows_of
 from .targets import items_of
 
@@ -29,6 +30,7 @@ class Planner:
         self.down_since = {}
         self.lsns_written = {}  # instance uuid -> monotonic time of its last node_status write
         self.failed = []        # the instances whose step raised in the last pass
+        self.metrics = SqldbMetrics(settings["sqldb_failover_seconds"])
 
     def pass_once(self):
         """Returns how many records were written. An instance whose step fails is logged,
@@ -40,6 +42,7 @@ class Planner:
         written, failed = 0, []
         instances = store.collection(INSTANCES)
         seen = set()
+        self.metrics.begin()
         for instance in instances.records():
             seen.add(instance["uuid"])
             try:
@@ -58,6 +61,7 @@ class Planner:
             log.exception("endpoints")
             failed.append("endpoints")
         self.failed = failed
+        self.metrics.publish()
         return written
 
     def one(self, instance, view):
@@ -71,6 +75,7 @@ class Planner:
         rows = rows_of(store, instance, nodes)
         down = failover.track_down(self.down_since.setdefault(instance["uuid"], {}),
                                    rows, now)
+        self.metrics.observe(instance, nodes, rows, now)
         decision = failover.decide(instance, nodes, rows, now, limit, down)
         if decision.action in ("first", "failover"):
             done = instances.update_many({instance["uuid"]: (

@@ -39,7 +39,6 @@ HTTP_CLIENT = {"urllib.request", "http.client", "email", "ssl"}
 TEST_ONLY = {"pytest", "openapi_spec_validator", "dns"}      # dns: dnspython
 # hashlib's OpenSSL binding maps libcrypto, ~3 MB of RSS (issue 12's idle memory in the image)
 OPENSSL = {"_hashlib", "hmac", "secrets"}
-
 NEVER = {
     "api": DNS_WIRE | {"watchdog"},
     # resources in-process, without the API's routes, Bottle app and middleware
