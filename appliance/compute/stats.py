@@ -194,4 +194,4 @@ class ComputeStats:
     def publish_vms(self, reconciler):
         conns = {hv: conn for hv, (_uri, conn) in list(reconciler.conns.items())}
         nodes = {n["uuid"]: n for n in self.store.collection(NODES).records()}
-        self.vms.publish(vm_values(conns, reconciler.marks, nodes))
+        self.vms.publish(vm_values(conns, reconciler.marks.by_domain, nodes))
