@@ -5,7 +5,9 @@ import importlib
 
 from state import Store
 
+from appliance import audit
 from appliance.api import system
+from appliance.api.audit import open_trail
 from appliance.capability import load
 from appliance.migrations import latest
 from appliance.api.routing import Api
@@ -31,6 +33,9 @@ def build_api(settings, store=None):
     # the state's schema version is the code's own while a process serves: start-up
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
+    api.trail = open_trail(settings)
+    api.closers.append(api.trail.close)
+    audit.register(api)
     for capability in capabilities():
         load(capability.register)(api)
     api.compile_routes()
@@ -39,4 +44,4 @@ def build_api(settings, store=None):
 
 def create_app(settings, store=None):
     api = build_api(settings, store)
-    return Middleware(api.app), api
+    return Middleware(api.app, api.trail), api

@@ -15,7 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
-from . import bodies, request_context
+from . import audit, bodies, request_context
 from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
@@ -106,6 +106,16 @@ class Route:
         return f"<Route {self.method} {self.path} {self.permission}>"
 
 
+def _note_result(call, result):
+    """The created or changed object names its uuid and project for the audit entry."""
+    body = result.body if isinstance(result, Reply) else result
+    if isinstance(body, dict) and isinstance(body.get("uuid"), str):
+        facts = {"resource_uuid": body["uuid"]}
+        if "project_id" in body:
+            facts["project_id"] = body["project_id"]
+        audit.note(call.request.environ, **facts)
+
+
 class _Router(bottle.Router):
     """bottle's router, compiling a method's combined pattern once instead of after every
     route added: with ~150 routes that was O(n^2) regex compiles, a third of the API's
@@ -172,10 +182,15 @@ class Api(Registry):
     # ---- the wrapper -------------------------------------------------------------
 
     def _wrap(self, route):
+        kind = route.resource.kind if route.resource is not None else None
+
         def endpoint(**params):
             call = Call(self, route, bottle.request, params)
+            audit.note(call.request.environ, route=route.path, kind=kind,
+                       resource_uuid=params.get("uuid"))
             try:
                 result = self._serve(route, call)
+                _note_result(call, result)
             except ApiError as e:
                 return self._error(e)
             except state.NotFound as e:

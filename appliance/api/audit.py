@@ -1,0 +1,241 @@
+"""The audit trail: who changed what, when and from where (docs/audit.md).
+
+Every state-changing request (POST, PUT, PATCH, DELETE) and every login leaves one entry:
+method, path, route template, actor, source address, status, the resource's kind, uuid and
+project when known, the request id, the time. Never a body nor a query string: they carry
+passwords and secret values, and a trail that holds them would be a second, weaker secret
+store (docs/security.md, "The audit trail").
+
+Why files and a writer thread: the request thread only builds a small dict and puts it on
+a queue (the cost of a dict and SimpleQueue.put, tests/bench/bench_audit.py); one writer
+thread appends the waiting entries to the current segment in one write, rotates segments
+by size and removes the oldest past the trail's size or age. The segments are private
+files of the state directory (`audit-<time>.jsonl`, mode 0600), so a backup carries them
+and a restore brings them back with the rest of the state (state/backup.py).
+
+An entry that cannot be written (a full disk) never fails the request that made it: the
+writer logs how many entries were lost and why, and counts them (`Trail.lost`).
+"""
+
+import datetime
+import logging
+import os
+import queue
+import re
+import threading
+import uuid as uuidlib
+
+import orjson
+
+log = logging.getLogger("appliance.audit")
+
+STATE_CHANGING = frozenset(("POST", "PUT", "PATCH", "DELETE"))
+# what routing and the handlers learn about the request (route, resource, login), for the
+# middleware's entry; a key of the WSGI environ, which both see
+NOTE = "appliance.audit"
+SEGMENT = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.jsonl\Z")
+_STOP = object()
+STOP_SECONDS = 10
+
+
+def segment_name(moment):
+    return f"audit-{moment.strftime('%Y%m%dT%H%M%S.%fZ')}.jsonl"
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def format_time(moment):
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def note(environ, **facts):
+    """Add what is known about this request to its coming entry (no-op outside one)."""
+    if environ is not None:
+        environ.setdefault(NOTE, {}).update(facts)
+
+
+def note_login(environ, username, succeeded, user=None):
+    """A login through the token endpoint: the username tried (never the password) and the
+    outcome; on success the user becomes the entry's actor."""
+    facts = {"login": {"username": username if isinstance(username, str) else None,
+                       "succeeded": bool(succeeded)}}
+    if succeeded and user is not None:
+        facts["login_actor"] = {"type": "user", "id": user.get("uuid"),
+                                "name": user.get("username"), "project_id": None}
+    note(environ, **facts)
+
+
+def entry(environ, path, status, request_id, actor):
+    """The entry of one request, from what the middleware saw and what was noted."""
+    facts = environ.get(NOTE) or {}
+    actor = facts.get("login_actor") or actor
+    project = facts.get("project_id")
+    if project is None and actor:
+        project = actor.get("project_id")
+    record = {"uuid": str(uuidlib.uuid4()), "created_at": format_time(now()),
+              "request_id": request_id, "method": environ.get("REQUEST_METHOD"),
+              "path": path, "route": facts.get("route"),
+              "status": int(status) if str(status).isdigit() else None,
+              "source": environ.get("REMOTE_ADDR"), "actor": actor,
+              "kind": facts.get("kind"), "resource_uuid": facts.get("resource_uuid"),
+              "project_id": project}
+    if "login" in facts:
+        record["login"] = facts["login"]
+    return record
+
+
+class Trail:
+    """The trail of one state directory: record() from any thread, entries() to read."""
+
+    def __init__(self, directory, max_bytes, retention_seconds, segment_bytes):
+        self.directory = directory
+        self.max_bytes = max_bytes
+        self.retention_seconds = retention_seconds
+        self.segment_bytes = segment_bytes
+        self.lost = 0
+        self.queue = queue.SimpleQueue()
+        self._segment = None
+        self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
+        self._thread.start()
+
+    # ---- the request thread's side -------------------------------------------------------
+
+    def record(self, item):
+        """Queue an entry; never raises (a request never fails for its entry)."""
+        try:
+            self.queue.put(item)
+        except Exception:          # noqa: BLE001 (nothing may fail the request)
+            self.count_lost(1, "it could not be queued")
+
+    def flush(self, timeout=STOP_SECONDS):
+        """Wait until every entry queued before this call is written (or lost)."""
+        done = threading.Event()
+        self.queue.put(done)
+        return done.wait(timeout)
+
+    def close(self):
+        if self._thread.is_alive():
+            self.queue.put(_STOP)
+            self._thread.join(STOP_SECONDS)
+
+    def count_lost(self, count, why):
+        self.lost += count
+        log.error("audit trail: %d entr%s lost (%s); %d lost since start", count,
+                  "y" if count == 1 else "ies", why, self.lost)
+
+    # ---- the writer thread ---------------------------------------------------------------
+
+    def _run(self):
+        stopping = False
+        while not stopping:
+            batch = [self.queue.get()]
+            while True:
+                try:
+                    batch.append(self.queue.get_nowait())
+                except queue.Empty:
+                    break
+            items, waiting = [], []
+            for item in batch:
+                if item is _STOP:
+                    stopping = True
+                elif isinstance(item, threading.Event):
+                    waiting.append(item)
+                else:
+                    items.append(item)
+            if items:
+                self._write(items)
+            for event in waiting:
+                event.set()
+
+    def _write(self, items):
+        try:
+            data = b"".join(orjson.dumps(item) + b"\n" for item in items)
+            path = self._current(len(data))
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                written = os.write(fd, data)
+            finally:
+                os.close(fd)
+            if written != len(data):
+                raise OSError(f"short write ({written} of {len(data)} bytes)")
+        except Exception as e:     # noqa: BLE001 (the writer must outlive a full disk)
+            self.count_lost(len(items), str(e))
+            self._segment = None
+            return
+        try:
+            self.prune()
+        except OSError as e:
+            log.warning("audit trail: pruning failed: %s", e)
+
+    def _current(self, adding):
+        """The segment to append to: a new one when there is none yet, or the current one
+        would pass segment_bytes."""
+        if self._segment is not None:
+            try:
+                size = os.stat(self._segment).st_size
+            except FileNotFoundError:
+                size = None        # removed under us (a restore, a test): start anew
+            if size is not None and (size == 0 or size + adding <= self.segment_bytes):
+                return self._segment
+        name = segment_name(now())
+        while os.path.exists(os.path.join(self.directory, name)):
+            name = segment_name(now())
+        self._segment = os.path.join(self.directory, name)
+        return self._segment
+
+    def segments(self):
+        """The segments' paths, oldest first."""
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if SEGMENT.match(n))
+        except FileNotFoundError:
+            return []
+        return [os.path.join(self.directory, n) for n in names]
+
+    def prune(self):
+        """Remove the oldest segments while the trail is over max_bytes, and every segment
+        whose last entry is older than retention_seconds. The current segment stays."""
+        paths = self.segments()
+        sizes = {}
+        for path in paths:
+            try:
+                sizes[path] = os.stat(path)
+            except FileNotFoundError:
+                continue
+        total = sum(st.st_size for st in sizes.values())
+        horizon = now().timestamp() - self.retention_seconds
+        for path, st in sizes.items():
+            if path == self._segment:
+                break
+            if total <= self.max_bytes and st.st_mtime >= horizon:
+                continue
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            total -= st.st_size
+
+    # ---- reading -------------------------------------------------------------------------
+
+    def entries(self):
+        """Every entry kept, oldest first (a line that does not parse is skipped: the
+        tail of a write cut short by a crash)."""
+        for path in self.segments():
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()
+            except FileNotFoundError:
+                continue
+            for line in lines:
+                try:
+                    item = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if isinstance(item, dict):
+                    yield item
+
+
+def open_trail(settings):
+    return Trail(settings["state_dir"], settings["audit_max_bytes"],
+                 settings["audit_retention_days"] * 86400.0, settings["audit_segment_bytes"])
