@@ -28,9 +28,17 @@ class Middleware:
             return start_response(status, [*headers, (request_context.HEADER, request_id)],
                                   exc_info)
 
+        audited = self.trail is None or \
+            environ.get("REQUEST_METHOD") not in audit.STATE_CHANGING
         size = 0
         try:
-            for chunk in self.app(environ, recording_start_response):
+            body = self.app(environ, recording_start_response)
+            if not audited and "status" in seen:
+                # queued before the first byte leaves: a client that reads the trail once
+                # it has its answer finds the entry (the reader flushes the queue first)
+                audited = True
+                self._audit(environ, path, seen["status"], request_id)
+            for chunk in body:
                 size += len(chunk)
                 yield chunk
         finally:
@@ -39,7 +47,7 @@ class Middleware:
             access_log.info('%s "%s %s" %s %d %.1fms %s', environ.get("REMOTE_ADDR", "-"),
                             environ.get("REQUEST_METHOD"), path, seen.get("status", "-"),
                             size, (time.perf_counter() - started) * 1000, request_id)
-            if self.trail is not None and environ.get("REQUEST_METHOD") in audit.STATE_CHANGING:
+            if not audited:         # a body that failed, or set its status late
                 self._audit(environ, path, seen.get("status"), request_id)
             request_context.end()
 
