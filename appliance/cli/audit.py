@@ -33,9 +33,12 @@ def add_commands(commands, common, make_parser):
     listing.add_argument("--actor", action="append", default=[], metavar="USER",
                          help="a user's or agent's name or UUID (a login: the username "
                               "tried); repeat for any of")
-    listing.add_argument("-p", "--project", "--project-id", dest="project",
+    # no -p: that option names the project a command writes in (with a default); this one
+    # is a filter, with none
+    listing.add_argument("--project", "--project-id", dest="project",
                          action="append", default=[], metavar="PROJECT",
-                         help="the project's name or UUID; repeat for any of")
+                         help="only this project's entries: its name or UUID; repeat for "
+                              "any of")
     listing.add_argument("--kind", action="append", default=[], metavar="KIND",
                          help="a store kind such as secret_secrets; repeat for any of")
     listing.add_argument("--since", metavar="TIME", help="from this RFC 3339 time on")
