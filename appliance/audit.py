@@ -9,6 +9,7 @@ its own project only; a filter naming another project is 403, as for any listing
 
 import datetime
 
+from appliance.api.audit import needle
 from appliance.api.errors import BadRequest, Forbidden
 from appliance.api.listing import RESERVED, sort_and_page
 from appliance.api.routing import Reply
@@ -93,6 +94,19 @@ def _matcher(query):
     return matches
 
 
+def _needles(query, project):
+    """What a line must contain to be worth parsing: its project and kind, when filtered."""
+    needles = []
+    projects = {project} if project is not None else {p.lower() for p in
+                                                       query.getall("project_id")}
+    if projects:
+        needles.append(tuple(needle("project_id", p) for p in projects))
+    kinds = query.getall("kind")
+    if kinds:
+        needles.append(tuple(needle("kind", k) for k in kinds))
+    return needles
+
+
 def _visible_project(call):
     """None: every entry; else the one project whose entries the caller may read."""
     principal = call.principal
@@ -115,7 +129,7 @@ def register(api):
         project = _visible_project(call)
         matches = _matcher(call.query)
         trail.flush()          # what this process recorded so far is in the files
-        entries = [e for e in trail.entries()
+        entries = [e for e in trail.entries(_needles(call.query, project))
                    if (project is None or e.get("project_id") == project) and matches(e)]
         entries.sort(key=lambda e: (str(e.get("created_at")), str(e.get("uuid"))))
         headers = {}

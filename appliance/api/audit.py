@@ -8,8 +8,9 @@ store (docs/security.md, "The audit trail").
 
 Why files and a writer thread: the request thread only builds a small dict and puts it on
 a queue (the cost of a dict and SimpleQueue.put, tests/bench/bench_audit.py); one writer
-thread appends the waiting entries to the current segment in one write, rotates segments
-by size and removes the oldest past the trail's size or age. The segments are private
+thread gives them their uuid and time text, appends the waiting entries to the open
+segment in one write, starts a new segment past audit_segment_bytes, and removes the
+oldest segments past the trail's size or age (at each new segment, and once a minute). The segments are private
 files of the state directory (`audit-<time>.jsonl`, mode 0600), so a backup carries them
 and a restore brings them back with the rest of the state (state/backup.py).
 
@@ -23,6 +24,7 @@ import os
 import queue
 import re
 import threading
+import time
 import uuid as uuidlib
 
 import orjson
@@ -36,6 +38,8 @@ NOTE = "appliance.audit"
 SEGMENT = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.jsonl\Z")
 _STOP = object()
 STOP_SECONDS = 10
+# the writer removes what is past the retention at each new segment and at least this often
+PRUNE_SECONDS = 60.0
 
 
 def segment_name(moment):
@@ -48,6 +52,16 @@ def now():
 
 def format_time(moment):
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _finish(item):
+    """An entry's uuid and RFC 3339 time, made by the writer (the request gave a float)."""
+    if item.get("uuid") is None:
+        item["uuid"] = str(uuidlib.uuid4())
+    if isinstance(item.get("created_at"), float):
+        item["created_at"] = format_time(datetime.datetime.fromtimestamp(
+            item["created_at"], datetime.timezone.utc))
+    return item
 
 
 def note(environ, **facts):
@@ -74,9 +88,9 @@ def entry(environ, path, status, request_id, actor):
     project = facts.get("project_id")
     if project is None and actor:
         project = actor.get("project_id")
-    record = {"uuid": str(uuidlib.uuid4()), "created_at": format_time(now()),
-              "request_id": request_id, "method": environ.get("REQUEST_METHOD"),
-              "path": path, "route": facts.get("route"),
+    # uuid and created_at are filled by the writer thread (`_finish`): off the request
+    record = {"uuid": None, "created_at": time.time(), "request_id": request_id,
+              "method": environ.get("REQUEST_METHOD"), "path": path, "route": facts.get("route"),
               "status": int(status) if str(status).isdigit() else None,
               "source": environ.get("REMOTE_ADDR"), "actor": actor,
               "kind": facts.get("kind"), "resource_uuid": facts.get("resource_uuid"),
@@ -96,7 +110,10 @@ class Trail:
         self.segment_bytes = segment_bytes
         self.lost = 0
         self.queue = queue.SimpleQueue()
-        self._segment = None
+        self._segment = self._open_path = None
+        self._fd = None
+        self._size = 0
+        self._pruned_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="audit-writer", daemon=True)
         self._thread.start()
 
@@ -148,42 +165,55 @@ class Trail:
                 self._write(items)
             for event in waiting:
                 event.set()
+        self._close_segment()
 
     def _write(self, items):
         try:
-            data = b"".join(orjson.dumps(item) + b"\n" for item in items)
-            path = self._current(len(data))
-            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                written = os.write(fd, data)
-            finally:
-                os.close(fd)
+            data = b"".join(orjson.dumps(_finish(item)) + b"\n" for item in items)
+            fd = self._current(len(data))
+            written = os.write(fd, data)
             if written != len(data):
                 raise OSError(f"short write ({written} of {len(data)} bytes)")
+            self._size += written
         except Exception as e:     # noqa: BLE001 (the writer must outlive a full disk)
             self.count_lost(len(items), str(e))
-            self._segment = None
+            self._close_segment()
             return
+        if time.monotonic() - self._pruned_at > PRUNE_SECONDS:
+            self._prune_logged()
+
+    def _prune_logged(self):
+        self._pruned_at = time.monotonic()
         try:
             self.prune()
         except OSError as e:
             log.warning("audit trail: pruning failed: %s", e)
 
-    def _current(self, adding):
-        """The segment to append to: a new one when there is none yet, or the current one
-        would pass segment_bytes."""
-        if self._segment is not None:
+    def _close_segment(self):
+        if self._fd is not None:
             try:
-                size = os.stat(self._segment).st_size
-            except FileNotFoundError:
-                size = None        # removed under us (a restore, a test): start anew
-            if size is not None and (size == 0 or size + adding <= self.segment_bytes):
-                return self._segment
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd = None
+        self._segment = None
+
+    def _current(self, adding):
+        """The open segment to append to: a new one when there is none yet (or it was
+        forgotten: `_segment` set to None), or the current one would pass segment_bytes."""
+        if self._fd is not None and self._segment == self._open_path and (
+                self._size == 0 or self._size + adding <= self.segment_bytes):
+            return self._fd
+        self._close_segment()
         name = segment_name(now())
         while os.path.exists(os.path.join(self.directory, name)):
             name = segment_name(now())
-        self._segment = os.path.join(self.directory, name)
-        return self._segment
+        path = os.path.join(self.directory, name)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
+        self._segment = self._open_path = path
+        self._size = 0
+        self._prune_logged()
+        return self._fd
 
     def segments(self):
         """The segments' paths, oldest first."""
@@ -194,8 +224,9 @@ class Trail:
         return [os.path.join(self.directory, n) for n in names]
 
     def prune(self):
-        """Remove the oldest segments while the trail is over max_bytes, and every segment
-        whose last entry is older than retention_seconds. The current segment stays."""
+        """Remove the oldest segments while the others and a full current segment would
+        pass max_bytes, and every segment whose last entry is older than
+        retention_seconds. The current segment stays."""
         paths = self.segments()
         sizes = {}
         for path in paths:
@@ -203,7 +234,9 @@ class Trail:
                 sizes[path] = os.stat(path)
             except FileNotFoundError:
                 continue
-        total = sum(st.st_size for st in sizes.values())
+        # room for the current segment to fill: the whole trail stays under max_bytes
+        total = sum(st.st_size for path, st in sizes.items() if path != self._segment) + \
+            self.segment_bytes
         horizon = now().timestamp() - self.retention_seconds
         for path, st in sizes.items():
             if path == self._segment:
@@ -218,9 +251,11 @@ class Trail:
 
     # ---- reading -------------------------------------------------------------------------
 
-    def entries(self):
+    def entries(self, needles=()):
         """Every entry kept, oldest first (a line that does not parse is skipped: the
-        tail of a write cut short by a crash)."""
+        tail of a write cut short by a crash). `needles`: groups of bytes; a line that
+        lacks every needle of a group is skipped unparsed (a reader's filter narrowed
+        before parsing: see `needle`)."""
         for path in self.segments():
             try:
                 with open(path, "rb") as f:
@@ -228,12 +263,19 @@ class Trail:
             except FileNotFoundError:
                 continue
             for line in lines:
+                if needles and not all(any(n in line for n in group) for group in needles):
+                    continue
                 try:
                     item = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue
                 if isinstance(item, dict):
                     yield item
+
+
+def needle(field, value):
+    """The bytes that a line holding `field: value` contains (the writer's orjson form)."""
+    return orjson.dumps({field: value})[1:-1]
 
 
 def open_trail(settings):
