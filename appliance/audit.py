@@ -8,10 +8,14 @@ its own project only; a filter naming another project is 403, as for any listing
 """
 
 import datetime
+import itertools
 
-from appliance.api.audit import needle
+import orjson
+
+from appliance.api.audit import format_time, needle, order_key
 from appliance.api.errors import BadRequest, Forbidden
-from appliance.api.listing import RESERVED, sort_and_page
+from appliance.api.fields import UUID_RE
+from appliance.api.listing import MAX_PAGE, RESERVED
 from appliance.api.routing import Reply
 from appliance.tenancy import is_platform
 
@@ -24,23 +28,6 @@ class _Param:
 
     def __init__(self, name):
         self.name = name
-
-
-class _Entries:
-    """What the convention's paging needs of a collection: no sortable field but the
-    defaults, and the entry a marker names."""
-
-    def __init__(self, entries):
-        self._by_uuid = {e.get("uuid"): e for e in entries}
-
-    def field(self, name):
-        return None
-
-    def collection(self):
-        return self
-
-    def get(self, uuid):
-        return self._by_uuid.get(uuid)
 
 
 def _time(name, text):
@@ -122,19 +109,89 @@ def _visible_project(call):
     return project
 
 
+def _limit(query):
+    text = query.get("page_limit")
+    if text is None:
+        if query.get("page_marker"):
+            raise BadRequest("page_marker needs page_limit")
+        return None
+    try:
+        limit = int(text)
+    except ValueError:
+        raise BadRequest("page_limit must be an integer") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise BadRequest(f"page_limit must be between 1 and {MAX_PAGE}")
+    marker = query.get("page_marker")
+    if marker and not UUID_RE.match(marker):
+        raise BadRequest("page_marker must be the uuid of the last item seen")
+    return limit
+
+
+def _order(query):
+    """True for newest first."""
+    if query.get("sort_key") not in (None, "created_at"):
+        raise BadRequest("the audit trail is sorted by created_at only")
+    direction = query.get("sort_dir", "asc")
+    if direction not in ("asc", "desc"):
+        raise BadRequest("sort_dir must be asc or desc")
+    return direction == "desc"
+
+
+def _keyed(lines, query):
+    """(order key, line) of the lines inside since/until, compared as text: the writer's
+    time text has one width, so its order is the time's."""
+    since = format_time(_time("since", query["since"])).encode() if "since" in query else None
+    until = format_time(_time("until", query["until"])).encode() if "until" in query else None
+    for line in lines:
+        key = order_key(line)
+        if key is None:        # not the writer's form: read it to know its place
+            try:
+                item = orjson.loads(line)
+                key = (str(item["created_at"]).encode(), str(item["uuid"]).encode())
+            except (orjson.JSONDecodeError, KeyError, TypeError):
+                continue
+        if (since is not None and key[0] < since) or (until is not None and key[0] >= until):
+            continue
+        yield key, line
+
+
 def register(api):
     trail = api.trail
 
     def list_entries(call):
+        """Lines are ordered and paged from their bytes; only the lines of the page (and
+        those an actor or method filter must read) are parsed."""
+        query = call.query
         project = _visible_project(call)
-        matches = _matcher(call.query)
+        matches = _matcher(query)
+        limit, reverse = _limit(query), _order(query)
         trail.flush()          # what this process recorded so far is in the files
-        entries = [e for e in trail.entries(_needles(call.query, project))
-                   if (project is None or e.get("project_id") == project) and matches(e)]
-        entries.sort(key=lambda e: (str(e.get("created_at")), str(e.get("uuid"))))
+        rows = sorted(_keyed(trail.lines(_needles(query, project)), query),
+                      key=lambda row: row[0], reverse=reverse)
+        start = 0
+        marker = query.get("page_marker")
+        if marker:
+            wanted = marker.lower().encode()
+            start = next((i + 1 for i, (key, _) in enumerate(rows) if key[1] == wanted),
+                         None)
+            if start is None:
+                raise BadRequest("page_marker names no entry the trail still keeps")
+        page = []
+        for _, line in itertools.islice(rows, start, None):
+            try:
+                item = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(item, dict) and (project is None or item.get(
+                    "project_id") == project) and matches(item):
+                page.append(item)
+                if limit is not None and len(page) == limit:
+                    break
         headers = {}
-        page = sort_and_page(_Entries(entries), entries, call.query,
-                             lambda k, v: headers.__setitem__(k, v))
+        if limit is not None:
+            headers["X-Pagination-Limit"] = str(limit)
+            if len(page) == limit:
+                headers["X-Pagination-Marker"] = page[-1]["uuid"]
         return Reply(page, 200, headers)
 
     api.route("GET", "/v1/audit", list_entries, permission=PERMISSION, tag="audit",

@@ -251,6 +251,19 @@ class Trail:
 
     # ---- reading -------------------------------------------------------------------------
 
+    def lines(self, needles=()):
+        """The raw lines of every segment, oldest first; `needles` as for entries()."""
+        for path in self.segments():
+            try:
+                with open(path, "rb") as f:
+                    lines = f.read().splitlines()
+            except FileNotFoundError:
+                continue
+            for line in lines:
+                if needles and not all(any(n in line for n in group) for group in needles):
+                    continue
+                yield line
+
     def entries(self, needles=()):
         """Every entry kept, oldest first (a line that does not parse is skipped: the
         tail of a write cut short by a crash). `needles`: groups of bytes; a line that
@@ -271,6 +284,19 @@ class Trail:
                     continue
                 if isinstance(item, dict):
                     yield item
+
+
+_UUID_AT, _TIME_AT = slice(9, 45), slice(61, 88)
+
+
+def order_key(line):
+    """(created_at, uuid) as bytes, read from a line without parsing it: the writer puts
+    both first, at fixed places (orjson keeps the entry's key order); None for a line of
+    another form."""
+    if line.startswith(b'{"uuid":"') and line[45:61] == b'","created_at":"' and \
+            line[88:89] == b'"':
+        return line[_TIME_AT], line[_UUID_AT]
+    return None
 
 
 def needle(field, value):

@@ -142,7 +142,17 @@ def test_filters_and_paging(server, admin):
                                            "page_marker": marker}).json
     assert [e["uuid"] for e in first.json + rest] == \
         [e["uuid"] for e in entries(admin, project_id=project)][:4]
+    # newest first, paged the same way
+    ordered = [e["uuid"] for e in entries(admin, project_id=project)]
+    newest = admin.get("/v1/audit/", query={"project_id": project, "sort_dir": "desc",
+                                            "page_limit": 2})
+    older = admin.get("/v1/audit/", query={
+        "project_id": project, "sort_dir": "desc", "page_limit": 2,
+        "page_marker": newest.header("X-Pagination-Marker")}).json
+    assert [e["uuid"] for e in newest.json + older] == ordered[::-1][:4]
     for bad in ({"since": "yesterday"}, {"colour": "red"}, {"page_marker": "x",
-                                                             "page_limit": 1}):
+                                                             "page_limit": 1},
+                {"page_limit": 1, "page_marker": "00000000-0000-4000-8000-000000000000"},
+                {"sort_key": "path"}, {"page_limit": 0}):
         resp = admin.get("/v1/audit/", query=bad)
         assert resp.status == 400 and resp.json["message"], resp
