@@ -4,13 +4,13 @@ Every state-changing request (POST, PUT, PATCH, DELETE) and every login leaves o
 method, path, route template, actor, source address, status, the resource's kind, uuid and
 project when known, the request id, the time. Never a body nor a query string: they carry
 passwords and secret values, and a trail that holds them would be a second, weaker secret
-store (docs/security.md, "The audit trail").
+store (docs/security.md, "The audit trail holds no bodies").
 
 Why files and a writer thread: the request thread only builds a small dict and puts it on
-a queue (the cost of a dict and SimpleQueue.put, tests/bench/bench_audit.py); one writer
-thread gives them their uuid and time text, appends the waiting entries to the open
-segment in one write, starts a new segment past audit_segment_bytes, and removes the
-oldest segments past the trail's size or age (at each new segment, and once a minute). The segments are private
+a queue (tests/bench/bench_audit.py measures it); one writer thread gives the entries
+their uuid and time text, appends the waiting ones to the open segment in one write,
+starts a new segment past audit_segment_bytes, and removes the oldest segments past the
+trail's size or age (at each new segment, and once a minute). The segments are private
 files of the state directory (`audit-<time>.jsonl`, mode 0600), so a backup carries them
 and a restore brings them back with the rest of the state (state/backup.py).
 
@@ -90,7 +90,8 @@ def entry(environ, path, status, request_id, actor):
         project = actor.get("project_id")
     # uuid and created_at are filled by the writer thread (`_finish`): off the request
     record = {"uuid": None, "created_at": time.time(), "request_id": request_id,
-              "method": environ.get("REQUEST_METHOD"), "path": path, "route": facts.get("route"),
+              "method": environ.get("REQUEST_METHOD"), "path": path,
+              "route": facts.get("route"),
               "status": int(status) if str(status).isdigit() else None,
               "source": environ.get("REMOTE_ADDR"), "actor": actor,
               "kind": facts.get("kind"), "resource_uuid": facts.get("resource_uuid"),
@@ -109,6 +110,7 @@ class Trail:
         self.retention_seconds = retention_seconds
         self.segment_bytes = segment_bytes
         self.lost = 0
+        self._lost_lock = threading.Lock()
         self.queue = queue.SimpleQueue()
         self._segment = self._open_path = None
         self._fd = None
@@ -128,6 +130,8 @@ class Trail:
 
     def flush(self, timeout=STOP_SECONDS):
         """Wait until every entry queued before this call is written (or lost)."""
+        if not self._thread.is_alive():
+            return False       # closed: nothing will be written any more
         done = threading.Event()
         self.queue.put(done)
         return done.wait(timeout)
@@ -138,7 +142,8 @@ class Trail:
             self._thread.join(STOP_SECONDS)
 
     def count_lost(self, count, why):
-        self.lost += count
+        with self._lost_lock:
+            self.lost += count
         log.error("audit trail: %d entr%s lost (%s); %d lost since start", count,
                   "y" if count == 1 else "ies", why, self.lost)
 
