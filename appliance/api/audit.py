@@ -265,9 +265,15 @@ class Trail:
             except FileNotFoundError:
                 continue
             for line in lines:
-                if needles and not all(any(n in line for n in group) for group in needles):
-                    continue
-                yield line
+                # loops, not all(any(...)): two generators a line cost more than the test
+                for group in needles:
+                    for needle_ in group:
+                        if needle_ in line:
+                            break
+                    else:
+                        break          # no needle of this group: skip the line
+                else:
+                    yield line
 
     def entries(self, needles=()):
         """Every entry kept, oldest first (a line that does not parse is skipped: the
