@@ -107,13 +107,17 @@ class Route:
 
 
 def _note_result(call, result):
-    """The created or changed object names its uuid and project for the audit entry."""
-    body = result.body if isinstance(result, Reply) else result
-    if isinstance(body, dict) and isinstance(body.get("uuid"), str):
-        facts = {"resource_uuid": body["uuid"]}
-        if "project_id" in body:
-            facts["project_id"] = body["project_id"]
-        audit.note(call.request.environ, **facts)
+    """The created or changed object names its project, and a created one its uuid (an
+    item route's uuid is the path's), for the audit entry."""
+    try:
+        body = result.body if isinstance(result, Reply) else result
+        if isinstance(body, dict) and isinstance(body.get("uuid"), str):
+            facts = {} if "uuid" in call.params else {"resource_uuid": body["uuid"]}
+            if "project_id" in body:
+                facts["project_id"] = body["project_id"]
+            audit.note(call.request.environ, **facts)
+    except Exception:              # noqa: BLE001 (the audit never fails a request)
+        log.exception("audit: the answer's resource could not be noted")
 
 
 class _Router(bottle.Router):
@@ -190,7 +194,6 @@ class Api(Registry):
                        resource_uuid=params.get("uuid"))
             try:
                 result = self._serve(route, call)
-                _note_result(call, result)
             except ApiError as e:
                 return self._error(e)
             except state.NotFound as e:
@@ -202,6 +205,7 @@ class Api(Registry):
             except Exception:
                 log.exception("unhandled error in %s %s", route.method, route.path)
                 return self._error(ApiError("internal error; see the API log"))
+            _note_result(call, result)
             return self._reply(route, result)
         endpoint.__name__ = f"{route.method} {route.path}"
         return endpoint
