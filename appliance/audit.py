@@ -39,7 +39,8 @@ def _time(name, text):
                          "2026-11-26T08:00:00Z") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.timezone.utc)
-    return moment
+    # in UTC: the entries' time text is compared with this one's
+    return moment.astimezone(datetime.timezone.utc)
 
 
 def _entry_time(item):

@@ -129,6 +129,12 @@ def test_filters_and_paging(server, admin):
     mine = entries(admin, project_id=project, kind="secret_secrets")
     assert len(mine) == 3 and all(e["method"] == "POST" for e in mine)
     since = mine[1]["created_at"]
+    # the same moment given in another zone
+    import datetime
+    moment = datetime.datetime.fromisoformat(since.replace("Z", "+00:00"))
+    elsewhere = moment.astimezone(datetime.timezone(datetime.timedelta(hours=2))).isoformat()
+    assert [e["uuid"] for e in entries(admin, project_id=project, since=elsewhere)] == \
+        [e["uuid"] for e in mine[1:]]
     assert [e["uuid"] for e in entries(admin, project_id=project, since=since)] == \
         [e["uuid"] for e in mine[1:]]
     assert entries(admin, project_id=project, until=mine[0]["created_at"]) == \
