@@ -162,3 +162,26 @@ def test_filters_and_paging(server, admin):
                 {"sort_key": "path"}, {"page_limit": 0}):
         resp = admin.get("/v1/audit/", query=bad)
         assert resp.status == 400 and resp.json["message"], resp
+
+
+def test_concurrent_writes_and_reads_lose_no_entry_and_never_fail(server, admin):
+    import concurrent.futures
+    project = make_project(admin)
+
+    def write(i):
+        resp = admin.post("/v1/secret/secrets/", {"name": f"busy-{i}", "project_id": project,
+                                                  "value": f"busy-value-{i}"})
+        return resp.status, resp.header("X-Request-Id")
+
+    def read(_):
+        resp = admin.get("/v1/audit/", query={"project_id": project, "page_limit": 20})
+        return resp.status, None
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        futures = [pool.submit(write, i) for i in range(40)]
+        futures += [pool.submit(read, i) for i in range(20)]
+        results = [f.result() for f in futures]
+    assert all(status in (200, 201) for status, _ in results), results
+    written = {rid for status, rid in results if status == 201}
+    assert len(written) == 40
+    assert written <= {e["request_id"] for e in entries(admin, project_id=project)}
