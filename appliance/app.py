@@ -6,7 +6,9 @@ import importlib
 from state import Store
 
 from appliance import metrics
+from appliance import audit
 from appliance.api import system
+from appliance.api.audit import open_trail
 from appliance.capability import load
 from appliance.migrations import latest
 from appliance.api.routing import Api
@@ -33,6 +35,9 @@ def build_api(settings, store=None):
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
     metrics.register(api)
+    api.trail = open_trail(settings)
+    api.closers.append(api.trail.close)
+    audit.register(api)
     for capability in capabilities():
         load(capability.register)(api)
     api.compile_routes()
@@ -41,4 +46,4 @@ def build_api(settings, store=None):
 
 def create_app(settings, store=None):
     api = build_api(settings, store)
-    return Middleware(metrics.instrument(api.app, api.store)), api
+    return Middleware(metrics.instrument(api.app, api.store), api.trail), api

@@ -79,6 +79,12 @@ DEFAULTS = {
     "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
     "backup_dir": None,                 # where they go (required with a schedule)
     "backup_keep": 7,                   # how many are kept; older ones are removed
+    # the audit trail (docs/audit.md): its segments together stay under audit_max_bytes,
+    # a segment's entries are kept audit_retention_days after its last one, and a new
+    # segment starts past audit_segment_bytes (the unit that pruning removes)
+    "audit_max_bytes": 256 * 1024 * 1024,
+    "audit_retention_days": 90.0,
+    "audit_segment_bytes": 8 * 1024 * 1024,
     # networks (docs/network.md): the admin project's default network, the pool that other
     # projects' default networks are cut from, and the routing of a new network
     "platform_network": "10.20.0.0/22",
@@ -192,6 +198,7 @@ def load(config_file=None, environ=None, overrides=None):
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
     _check_backup(settings)
     _check_capabilities(settings)
+    _check_audit(settings)
     _check_outside(settings)
     return settings
 
@@ -212,6 +219,18 @@ def _check_capabilities(settings):
             load_attribute(check)(settings)
         except ValueError as e:
             raise ConfigError(str(e)) from None
+
+
+def _check_audit(settings):
+    segment, total = settings["audit_segment_bytes"], settings["audit_max_bytes"]
+    if segment < 4096:
+        raise ConfigError(f"audit_segment_bytes must be 4096 or more, not {segment}")
+    if total < segment:
+        raise ConfigError(f"audit_max_bytes ({total}) must be at least audit_segment_bytes "
+                          f"({segment}): the trail keeps its current segment whole")
+    if not settings["audit_retention_days"] > 0:
+        raise ConfigError("audit_retention_days must be more than 0, not "
+                          f"{settings['audit_retention_days']}")
 
 
 def _check_backup(settings):

@@ -117,7 +117,7 @@ def serve(settings):
         log.error("%s", e)             # a state newer than the code: never serve it
         logs.stop()
         return 1
-    app, _ = create_app(settings)
+    app, api = create_app(settings)
     descriptors = raise_descriptor_limit()
     adjustments = waitress_settings(settings, descriptors)
     if adjustments["connection_limit"] < settings["api_connection_limit"]:
@@ -136,6 +136,7 @@ def serve(settings):
     finally:
         # SIGTERM's sys.exit() comes through here too; the supervisor's child leaves with
         # os._exit(), which runs no atexit handler
+        api.trail.close()           # the audit entries still queued are written
         metrics.process_dead(os.getpid())
         logs.stop()
     return 0

@@ -13,7 +13,7 @@ import uuid as uuidlib
 
 from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
 
-from . import links
+from . import audit, links
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
@@ -217,6 +217,9 @@ class Resource:
         if self.parent and call.params.get(self.parent[0]) not in (None, record.get(
                 self.parent[0])):
             raise NotFound(f"{self.name} {uuid} not found")
+        if call.request is not None:
+            # the project of a delete or an action's record, for its audit entry
+            audit.note(call.request.environ, project_id=record.get("project_id"))
         return record
 
     def parent_record(self, call, parent_uuid):

@@ -15,7 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
-from . import bodies, request_context
+from . import audit, bodies, request_context
 from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
@@ -106,6 +106,20 @@ class Route:
         return f"<Route {self.method} {self.path} {self.permission}>"
 
 
+def _note_result(call, result):
+    """The created or changed object names its project, and a created one its uuid (an
+    item route's uuid is the path's), for the audit entry."""
+    try:
+        body = result.body if isinstance(result, Reply) else result
+        if isinstance(body, dict) and isinstance(body.get("uuid"), str):
+            facts = {} if "uuid" in call.params else {"resource_uuid": body["uuid"]}
+            if "project_id" in body:
+                facts["project_id"] = body["project_id"]
+            audit.note(call.request.environ, **facts)
+    except Exception:              # noqa: BLE001 (the audit never fails a request)
+        log.exception("audit: the answer's resource could not be noted")
+
+
 class _Router(bottle.Router):
     """bottle's router, compiling a method's combined pattern once instead of after every
     route added: with ~150 routes that was O(n^2) regex compiles, a third of the API's
@@ -172,8 +186,12 @@ class Api(Registry):
     # ---- the wrapper -------------------------------------------------------------
 
     def _wrap(self, route):
+        kind = route.resource.kind if route.resource is not None else None
+
         def endpoint(**params):
             call = Call(self, route, bottle.request, params)
+            audit.note(call.request.environ, route=route.path, kind=kind,
+                       resource_uuid=params.get("uuid"))
             try:
                 result = self._serve(route, call)
             except ApiError as e:
@@ -187,6 +205,7 @@ class Api(Registry):
             except Exception:
                 log.exception("unhandled error in %s %s", route.method, route.path)
                 return self._error(ApiError("internal error; see the API log"))
+            _note_result(call, result)
             return self._reply(route, result)
         endpoint.__name__ = f"{route.method} {route.path}"
         return endpoint

@@ -1,16 +1,18 @@
-"""WSGI layer around the Bottle app: one path form, one access-log line per request."""
+"""WSGI layer around the Bottle app: one path form, one access-log line per request, one
+audit entry per state-changing request (appliance/api/audit.py)."""
 
 import logging
 import time
 
-from . import request_context
+from . import audit, request_context
 
 access_log = logging.getLogger("appliance.access")
 
 
 class Middleware:
-    def __init__(self, app):
+    def __init__(self, app, trail=None):
         self.app = app
+        self.trail = trail
 
     def __call__(self, environ, start_response):
         started = time.perf_counter()
@@ -26,9 +28,17 @@ class Middleware:
             return start_response(status, [*headers, (request_context.HEADER, request_id)],
                                   exc_info)
 
+        audited = self.trail is None or \
+            environ.get("REQUEST_METHOD") not in audit.STATE_CHANGING
         size = 0
         try:
-            for chunk in self.app(environ, recording_start_response):
+            body = self.app(environ, recording_start_response)
+            if not audited and "status" in seen:
+                # queued before the first byte leaves: a client that reads the trail once
+                # it has its answer finds the entry (the reader flushes the queue first)
+                audited = True
+                self._audit(environ, path, seen["status"], request_id)
+            for chunk in body:
                 size += len(chunk)
                 yield chunk
         finally:
@@ -37,4 +47,13 @@ class Middleware:
             access_log.info('%s "%s %s" %s %d %.1fms %s', environ.get("REMOTE_ADDR", "-"),
                             environ.get("REQUEST_METHOD"), path, seen.get("status", "-"),
                             size, (time.perf_counter() - started) * 1000, request_id)
+            if not audited:         # a body that failed, or set its status late
+                self._audit(environ, path, seen.get("status"), request_id)
             request_context.end()
+
+    def _audit(self, environ, path, status, request_id):
+        try:
+            self.trail.record(audit.entry(environ, path, status, request_id,
+                                          request_context.actor()))
+        except Exception:          # noqa: BLE001 (an entry never fails its request)
+            self.trail.count_lost(1, "its entry could not be made")

@@ -17,6 +17,8 @@ from appliance.api.fields import UUID_RE
 from appliance.api.routing import AUTHENTICATED, FORM, JSON, PUBLIC, Reply
 from state import format_time
 
+from appliance.api import audit
+
 from . import builtin, passwords
 from .permissions import Principal
 from .throttle import LoginThrottle, Throttled
@@ -203,12 +205,25 @@ class Authenticator:
         settings = self.api.settings
         ttl = _lifetime(body, "ttl", settings["token_ttl"])
         refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
+        environ = getattr(call.request, "environ", None)
         if grant in PASSWORD_GRANTS:
-            user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant],
-                                                    _source_address(call))
+            # the audit trail gets the username tried and the outcome, never the password
+            username = body.get(PASSWORD_GRANTS[grant])
+            try:
+                user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant],
+                                                        _source_address(call))
+            except OAuthError:
+                audit.note_login(environ, username, False)
+                raise
+            audit.note_login(environ, username, True, user)
             session = str(uuidlib.uuid4())
         elif grant == "refresh_token":
-            user, project_id, session = self._refresh_grant(body)
+            try:
+                user, project_id, session = self._refresh_grant(body)
+            except OAuthError:
+                audit.note_login(environ, None, False)
+                raise
+            audit.note_login(environ, user.get("username"), True, user)
         else:
             raise OAuthError("unsupported_grant_type", f"grant_type {grant} is not supported")
         version = password_version(user)

@@ -18,7 +18,9 @@ ROLES = {
     "admin": ("everything, everywhere", ["*.*.*"]),
     "owner": ("every resource of the project it is bound to, uploads included",
               [f"{s}.*.*" for s in PROJECT_SERVICES] + ["em.service.*",
-                                                        "repo.repository.upload"]),
+                                                        "repo.repository.upload",
+                                                        # its project's audit entries
+                                                        "audit.entry.read"]),
     "reader": ("reads every resource of the project it is bound to",
                [f"{s}.*.read" for s in PROJECT_SERVICES] + ["em.service.read"]),
     "newcomer": ("nothing until bound to a role that grants something", []),

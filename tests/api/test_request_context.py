@@ -40,7 +40,7 @@ def test_the_actor_of_a_principal():
         node = "6f1c0a52-0000-4000-8000-000000000001"
 
     class User:
-        user = {"uuid": "u-1", "name": "alice"}
+        user = {"uuid": "u-1", "username": "alice"}     # a user record names it so
         project_id = "p-1"
 
     assert request_context.actor_of(Agent()) == {
