@@ -77,6 +77,10 @@ DEFAULTS = {
     "backup_schedule": None,            # "daily at 03:00", "every 30 minutes", "every 6 hours"
     "backup_dir": None,                 # where they go (required with a schedule)
     "backup_keep": 7,                   # how many are kept; older ones are removed
+    # the store's change feed (docs/events.md): how many entries and how many seconds of
+    # writes it keeps at least; a reader further behind is told to resync
+    "feed_keep_entries": 100000,
+    "feed_keep_seconds": 604800.0,
     # networks (docs/network.md): the admin project's default network, the pool that other
     # projects' default networks are cut from, and the routing of a new network
     "platform_network": "10.20.0.0/22",
@@ -189,6 +193,7 @@ def load(config_file=None, environ=None, overrides=None):
     settings = {k: _coerce(k, v) for k, v in settings.items()}
     settings["state_dir"] = os.path.abspath(settings["state_dir"])
     _check_backup(settings)
+    _check_feed(settings)
     _check_network(settings)
     _check_outside(settings)
     return settings
@@ -209,6 +214,15 @@ def _check_network(settings):
         check_settings(settings)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+
+
+def _check_feed(settings):
+    if settings["feed_keep_entries"] < 100:
+        raise ConfigError("feed_keep_entries must be 100 or more (the change feed's "
+                          f"window), not {settings['feed_keep_entries']}")
+    if settings["feed_keep_seconds"] < 60:
+        raise ConfigError("feed_keep_seconds must be 60 or more (the change feed's "
+                          f"window), not {settings['feed_keep_seconds']}")
 
 
 def _check_backup(settings):

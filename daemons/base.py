@@ -33,6 +33,7 @@ import schedule
 from appliance import config, logs
 from appliance.backoff import Backoff
 from state import ChangeWatch, Store
+from state.feed import set_process_actor
 
 # not a store kind: the one name every change of a whole-pass daemon is coalesced under
 PASS = "pass"
@@ -51,6 +52,8 @@ class Daemon:
     def __init__(self, settings=None, store=None):
         self.settings = config.load() if settings is None else settings
         self.store = store if store is not None else Store(self.settings["state_dir"])
+        self.store.configure_feed(self.settings.get("feed_keep_entries"),
+                                  self.settings.get("feed_keep_seconds"))
         self.log = logging.getLogger(f"daemons.{self.name}")
         # Condition's default lock is reentrant: a tick job requests kinds while the
         # worker already holds it.
@@ -254,6 +257,7 @@ def run(daemon_cls):
         print(f"{daemon_cls.name}: {e}", file=sys.stderr)
         return 2
     logs.setup(daemon_cls.name, str(settings["log_level"]).upper())
+    set_process_actor(daemon_cls.name)     # its writes' actor in the change feed
     daemon = daemon_cls(settings)
     daemon.run_forever()
     # a daemon that stopped because it could not go on (failed) exits 1: restarted
