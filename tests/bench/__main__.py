@@ -9,7 +9,7 @@ from . import note
 
 BENCHES = ["store", "api", "iam", "secret", "em", "resolver", "repo", "dns", "memory", "fuzz",
            "backup", "image", "boot", "network", "compute", "compute_tcg",
-           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy"]
+           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "feed"]
 
 
 def main(argv):
