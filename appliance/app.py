@@ -5,7 +5,7 @@ import importlib
 
 from state import Store
 
-from appliance.api import system
+from appliance.api import events, system
 from appliance.capability import load
 from appliance.migrations import latest
 from appliance.api.routing import Api
@@ -33,6 +33,7 @@ def build_api(settings, store=None):
     system.register(api, {"schema_version": latest()})
     for capability in capabilities():
         load(capability.register)(api)
+    events.register(api)
     api.compile_routes()
     return api
 

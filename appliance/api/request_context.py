@@ -59,7 +59,8 @@ def actor_of(principal):
     if node is not None:
         return {"type": "agent", "id": node, "name": None, "project_id": None}
     user = getattr(principal, "user", None) or {}
-    return {"type": "user", "id": user.get("uuid"), "name": user.get("name"),
+    return {"type": "user", "id": user.get("uuid"),
+            "name": user.get("name") or user.get("username"),
             "project_id": getattr(principal, "project_id", None)}
 
 
