@@ -26,6 +26,7 @@ from .routing import Stream
 
 POLL_SECONDS = 0.2          # how often a stream looks at the feed's counter (no syscall)
 RECENT = 100                # entries a stream that does not follow starts back from
+MAX_WAIT = 60.0             # longest `wait` of a stream that does not follow
 
 TYPES = {"create": "created", "update": "updated", "delete": "deleted"}
 
@@ -188,6 +189,13 @@ def register(api):
                             "allowed for this token")
         one = (call.query.get("uuid") or "").lower() or None
         follow = _flag(call, "follow", True)
+        wait = call.query.get("wait") or "0"
+        try:
+            wait = float(wait)
+        except ValueError:
+            wait = -1
+        if not 0 <= wait <= MAX_WAIT:
+            raise BadRequest(f"wait: seconds from 0 to {MAX_WAIT}, not {call.query['wait']!r}")
         feed = api.store.feed
         after = _since(feed, call)
         if after is None:
@@ -196,7 +204,7 @@ def register(api):
         hub.enter()
         try:
             chunks = _stream(api, hub, call, Visibility(by_kind, call), feed, after,
-                             kinds, projects, one, follow)
+                             kinds, projects, one, follow, wait)
         except BaseException:
             hub.leave()
             raise
@@ -214,7 +222,11 @@ def register(api):
                   "$ref": "#/components/schemas/Error"}})
 
 
-def _stream(api, hub, call, visibility, feed, after, kinds, projects, one, follow):
+def _stream(api, hub, call, visibility, feed, after, kinds, projects, one, follow, wait):
+    """follow=false: what is there, then the end; with `wait`, the end comes only after
+    the first event sent or `wait` seconds (a long poll: the CLI's --follow)."""
+    until = time.monotonic() + wait
+    sent = False
     try:
         yield b": events of this appliance; id is the feed revision\nretry: 1000\n\n"
         try:
@@ -242,10 +254,13 @@ def _stream(api, hub, call, visibility, feed, after, kinds, projects, one, follo
                     continue
                 resource = visibility.resource(entry["kind"], entry.get("project_id"))
                 if resource is not None:
+                    sent = True
                     yield sse(entry["seq"], "lifecycle", event_of(entry, resource))
             if entries:
                 continue
-            if not follow:
+            if not follow and (sent or time.monotonic() >= until):
+                # where the reader is, even when nothing it may see came: it asks from here
+                yield f": end {cursor.after}\n\n".encode()
                 return
             now = time.monotonic()
             if now >= beat:
