@@ -169,6 +169,8 @@ def expand(kind, entry, note, first_seq=None):
 
 def _name(record):
     name = record.get("name")
+    if not isinstance(name, str):
+        name = record.get("username")       # a user's name
     return name if isinstance(name, str) else None
 
 

@@ -247,3 +247,25 @@ def test_a_rolled_back_change_sends_every_reader_to_resync(tmp_path):
     assert store.feed.read(2) == []
     things.insert({"name": "next"})
     assert [(e["seq"], e["name"]) for e in store.feed.read(2)] == [(3, "next")]
+
+
+def test_a_restore_leaves_the_feed_out_and_starts_a_new_window(tmp_path):
+    from state import backup
+    source, target = tmp_path / "source", tmp_path / "target"
+    store = Store(source)
+    store.collection("things").insert({"name": "backed-up"})
+    backup.create(str(source), str(tmp_path / "b.tar.gz"))
+    store.close()
+    live = Store(target)
+    things = live.collection("things")
+    for i in range(5):
+        things.insert({"name": f"old-{i}"})
+    live.close()
+    backup.restore(str(target), backup.read(str(tmp_path / "b.tar.gz"), 10 ** 6))
+    after = Store(target)
+    assert [r["name"] for r in after.collection("things").records()] == ["backed-up"]
+    with pytest.raises(FeedGone):
+        after.feed.read(2)          # a reader from before the restore resyncs
+    assert after.feed.read(5) == []
+    after.collection("things").insert({"name": "new"})
+    assert [(e["seq"], e["name"]) for e in after.feed.read(5)] == [(6, "new")]
