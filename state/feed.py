@@ -20,9 +20,9 @@ entries from it; if the line is torn or absent (the write was never acknowledged
 kind's next writer cuts it off), nothing. So a committed write always gets its entries, an
 uncommitted one never does, and sequence numbers have no gaps. A compaction of a kind takes
 the feed lock first (and fsyncs the segment), so the journal line a pending record points
-at is still there when it is resolved. What remains: a power loss can lose the last feed
-entries (the segment is not fsynced on every write) although their journal lines are on
-disk; the numbering then restarts from the counter that reached the disk.
+at is still there when it is resolved. A power loss can take the newest feed entries (the
+segment is not fsynced on every write) while their journal lines stay: the first writer
+after a reboot makes them again from the journals (`_after_reboot`).
 
 Files: `<state>/.feed/feed.lock` (the lock, and in its first bytes the counter, the
 current segment and the pending record) and `<state>/.feed/<first seq>.log`, one JSON line
@@ -45,6 +45,8 @@ from .errors import StoreError
 FEED_DIR = ".feed"
 JOURNAL_SUFFIX = ".journal"     # state/collection.py's, which imports this module
 LOCK_NAME = "feed.lock"
+BOOT_FILE = "boot"              # the boot id of the last reboot check (_after_reboot)
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 SEGMENT_SUFFIX = ".log"
 DEFAULT_KEEP_ENTRIES = 100_000
 DEFAULT_KEEP_SECONDS = 7 * 86400.0
@@ -188,6 +190,7 @@ class Feed:
         self._depth = 0
         self._view = None
         self._segment = None            # (first seq, fd) of the segment this process appends to
+        self._boot_checked = False
 
     def configure(self, keep_entries=None, keep_seconds=None):
         if keep_entries is not None:
@@ -272,13 +275,15 @@ class Feed:
         os.pwrite(self._fd, _HEAD.pack(entries[-1]["seq"], segment_first, size + len(data)), 0)
 
     def sync(self):
-        """(feed lock held) Make the current segment durable: before a compaction drops
-        journal lines that hold the only durable copy of its last entries."""
+        """(feed lock held) Make the current segment and the counter durable: before a
+        compaction drops journal lines that hold the only durable copy of its last
+        entries."""
         last, first, size = _HEAD.unpack_from(self._head(), 0)
         if first:
             fd = self._segment_fd(first)
             if fd is not None:
                 os.fdatasync(fd)
+        os.fdatasync(self._fd)
 
     def _current_segment(self, first, seq):
         """The segment to append `seq` to: the current one, or a new one once the current
@@ -335,7 +340,10 @@ class Feed:
 
     def _recover(self):
         """(feed lock just taken) Resolve what a writer killed inside left: see the
-        module docstring."""
+        module docstring. The first time after a reboot, also what a power loss left."""
+        if not self._boot_checked:
+            self._after_reboot()
+            self._boot_checked = True
         raw = self._head()
         last, first, size = _HEAD.unpack_from(raw, 0)
         if first:
@@ -350,6 +358,53 @@ class Feed:
         os.pwrite(self._fd, _PENDING.pack(0, 0, 0, 0, 0), _PENDING_AT)
         if entries:
             self.append(entries)
+
+    def _after_reboot(self):
+        """(feed lock held) A power loss can leave the counter and the segment behind the
+        journals, whose lines (fdatasynced: the commit) carry their entries' notes. So at
+        the first write after a reboot: cut the segment back to the counter's size, then
+        append every entry past the counter found in the journals, in order. Numbers are
+        handed out under this lock only after the previous line's fdatasync, so the
+        durable lines past the counter are a run without gaps."""
+        try:
+            with open(BOOT_ID) as f:
+                boot = f.read().strip()
+        except OSError:
+            return
+        marker = os.path.join(self.directory, BOOT_FILE)
+        try:
+            with open(marker) as f:
+                if f.read().strip() == boot:
+                    return
+        except FileNotFoundError:
+            pass
+        raw = self._head()
+        last, first, size = _HEAD.unpack_from(raw, 0)
+        if first:
+            fd = self._segment_fd(first)
+            if fd is not None and os.fstat(fd).st_size > size:
+                os.ftruncate(fd, size)
+        found = []
+        state_dir = os.path.dirname(self.directory)
+        for name in sorted(os.listdir(state_dir)):
+            if name.endswith(JOURNAL_SUFFIX):
+                found.extend(_entries_past(os.path.join(state_dir, name), last))
+        found.sort(key=lambda e: e["seq"])
+        run = []
+        for entry in found:
+            if entry["seq"] != last + len(run) + 1:
+                break
+            run.append(entry)
+        if run:
+            self.append(run)
+        os.pwrite(self._fd, _PENDING.pack(0, 0, 0, 0, 0), _PENDING_AT)
+        self.sync()
+        temp = marker + ".tmp"
+        with open(temp, "w") as f:
+            f.write(boot + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, marker)
 
     def _committed_line(self, journal_path, ino, offset, first_seq):
         """The feed entries of the complete journal line at `offset`, if it is there."""
@@ -502,6 +557,26 @@ class FeedCursor:
                     raise FeedGone(self.after, self.feed.oldest(), last)
                 break       # a writer moved the counter before its line is visible: later
         return out
+
+
+def _entries_past(journal_path, last):
+    """The feed entries of a journal's complete lines numbered past `last`."""
+    try:
+        with open(journal_path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    kind = os.path.basename(journal_path)[:-len(JOURNAL_SUFFIX)]
+    found = []
+    for line in data.split(b"\n")[1:-1]:        # the header, and a last line not ended
+        try:
+            entry = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        note = entry.get("feed") if isinstance(entry, dict) else None
+        if isinstance(note, list) and note and note[0] > last:
+            found.extend(expand(kind, entry, note[1:], note[0]))
+    return found
 
 
 def _pwrite_all(fd, data, offset):
