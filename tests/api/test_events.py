@@ -287,3 +287,23 @@ def test_stopping_the_api_ends_a_stream_cleanly(tmp_path):
     resp.close()
     conn.close()
     srv.stop()
+
+
+def test_a_real_api_stopped_with_sigterm_ends_its_streams_cleanly(tmp_path):
+    import signal
+    api = ApiProcess(tmp_path)
+    try:
+        token = api.login()
+        conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=30)
+        conn.request("GET", "/v1/events", headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        assert resp.status == 200
+        read_until(resp, lambda text: "retry:" in text)
+        api.proc.send_signal(signal.SIGTERM)
+        text = read_until(resp, lambda text: "Last-Event-ID" in text)
+        assert "event: end" in text
+        assert api.proc.wait(timeout=30) == 0
+        resp.close()
+        conn.close()
+    finally:
+        api.stop()
