@@ -400,10 +400,12 @@ class Feed:
         os.pwrite(self._fd, _PENDING.pack(0, 0, 0, 0, 0), _PENDING_AT)
         self.sync()
         temp = marker + ".tmp"
-        with open(temp, "w") as f:
-            f.write(boot + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, (boot + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(temp, marker)
 
     def _committed_line(self, journal_path, ino, offset, first_seq):

@@ -297,3 +297,12 @@ def test_after_a_power_loss_the_journals_give_back_the_lost_entries(tmp_path):
     entries = after.feed.read(0)
     _check_gap_free(entries)
     assert [e["name"] for e in entries] == names + ["after-reboot"]
+
+
+def test_the_feeds_files_are_private(tmp_path):
+    store = Store(tmp_path)
+    store.collection("things").insert({"name": "secret-holder"})
+    feed_dir = tmp_path / ".feed"
+    assert feed_dir.stat().st_mode & 0o777 == 0o700
+    for path in feed_dir.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path
