@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -306,3 +307,22 @@ def test_the_feeds_files_are_private(tmp_path):
     assert feed_dir.stat().st_mode & 0o777 == 0o700
     for path in feed_dir.iterdir():
         assert path.stat().st_mode & 0o777 == 0o600, path
+
+
+def test_a_cursor_follows_across_segments_while_another_process_writes(tmp_path):
+    store = Store(tmp_path)
+    store.configure_feed(keep_entries=100)      # segments of 12 entries
+    cursor = store.feed.cursor(0)
+    child = _child(_WRITE_KIND, tmp_path, "gamma", 400)
+    # this process writes too, starting segments of its window's size meanwhile
+    writer = threading.Thread(target=lambda: [store.collection("delta").insert({"n": i})
+                                              for i in range(200)])
+    writer.start()
+    seen = []
+    while child.poll() is None or writer.is_alive() or len(seen) < store.feed.last():
+        seen.extend(e["seq"] for e in cursor.read())
+    child.communicate(timeout=60)
+    writer.join()
+    assert child.returncode == 0
+    assert seen == list(range(1, 601))
+    assert len(store.feed.segments()) > 1
