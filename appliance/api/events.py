@@ -188,7 +188,11 @@ def register(api):
             raise Forbidden(f"filtering by project {sorted(projects - {scoped})[0]} is not "
                             "allowed for this token")
         one = (call.query.get("uuid") or "").lower() or None
-        follow = _flag(call, "follow", True)
+        # an EventSource (Accept: text/event-stream) follows; any other client gets what
+        # is there unless it asks follow=true: a generic client (a fuzzer, curl, a
+        # script) that reads a body to its end is not left hanging
+        accept = call.request.get_header("Accept", "") if call.request else ""
+        follow = _flag(call, "follow", "text/event-stream" in accept)
         wait = call.query.get("wait") or "0"
         try:
             wait = float(wait)

@@ -161,6 +161,14 @@ def test_filtering_by_another_project_is_forbidden(world):
     assert reply.status == 403 and reply.json["code"] == 403
 
 
+def test_a_client_that_does_not_ask_for_a_stream_gets_what_is_there(world):
+    """Without Accept: text/event-stream nor follow=true (curl, a script, a fuzzer) the
+    answer ends: nobody is left reading a body that never ends by surprise."""
+    reply = world["admin"].get("/v1/events")
+    assert reply.status == 200
+    assert reply.raw.rstrip().endswith(f"end {world['server'].store.feed.last()}".encode())
+
+
 def test_no_token_no_events(world):
     reply = world["server"].client().get("/v1/events")
     assert reply.status == 401
@@ -169,7 +177,8 @@ def test_no_token_no_events(world):
 def open_stream(srv, token, headers=None, query=""):
     conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=30)
     conn.request("GET", "/v1/events" + query,
-                 headers={"Authorization": f"Bearer {token}", **(headers or {})})
+                 headers={"Authorization": f"Bearer {token}", "Accept": "text/event-stream",
+                          **(headers or {})})
     return conn, conn.getresponse()
 
 
@@ -213,7 +222,7 @@ def test_streams_over_the_cap_get_503_with_retry_after(world):
     held = [open_stream(srv, admin.token) for _ in range(limit)]
     try:
         assert all(resp.status == 200 for _, resp in held)
-        over = admin.get("/v1/events")
+        over = admin.get("/v1/events", headers={"Accept": "text/event-stream"})
         assert over.status == 503
         assert over.json == {"type": "ServiceUnavailable", "code": 503,
                              "message": over.json["message"]}
@@ -295,7 +304,8 @@ def test_a_real_api_stopped_with_sigterm_ends_its_streams_cleanly(tmp_path):
     try:
         token = api.login()
         conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=30)
-        conn.request("GET", "/v1/events", headers={"Authorization": f"Bearer {token}"})
+        conn.request("GET", "/v1/events?follow=true",
+                     headers={"Authorization": f"Bearer {token}"})
         resp = conn.getresponse()
         assert resp.status == 200
         read_until(resp, lambda text: "retry:" in text)
