@@ -7,7 +7,7 @@ from state import Store
 
 from appliance import metrics
 from appliance import audit
-from appliance.api import system
+from appliance.api import events, system
 from appliance.api.audit import open_trail
 from appliance.capability import load
 from appliance.migrations import latest
@@ -40,6 +40,7 @@ def build_api(settings, store=None):
     audit.register(api)
     for capability in capabilities():
         load(capability.register)(api)
+    events.register(api)
     api.compile_routes()
     return api
 

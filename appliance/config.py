@@ -85,6 +85,15 @@ DEFAULTS = {
     "audit_max_bytes": 256 * 1024 * 1024,
     "audit_retention_days": 90.0,
     "audit_segment_bytes": 8 * 1024 * 1024,
+    # the store's change feed (docs/events.md): how many entries and how many seconds of
+    # writes it keeps at least; a reader further behind is told to resync
+    "feed_keep_entries": 100000,
+    "feed_keep_seconds": 604800.0,
+    # GET /v1/events (docs/events.md): each open stream holds an API thread, so at most
+    # this many at once (one more gets 503 + Retry-After; None: 4, at most api_threads - 1);
+    # a comment every heartbeat
+    "events_max_streams": None,
+    "events_heartbeat_seconds": 15.0,
     # networks (docs/network.md): the admin project's default network, the pool that other
     # projects' default networks are cut from, and the routing of a new network
     "platform_network": "10.20.0.0/22",
@@ -199,6 +208,7 @@ def load(config_file=None, environ=None, overrides=None):
     _check_backup(settings)
     _check_capabilities(settings)
     _check_audit(settings)
+    _check_feed(settings)
     _check_outside(settings)
     return settings
 
@@ -231,6 +241,29 @@ def _check_audit(settings):
     if not settings["audit_retention_days"] > 0:
         raise ConfigError("audit_retention_days must be more than 0, not "
                           f"{settings['audit_retention_days']}")
+
+
+def _check_feed(settings):
+    if settings["feed_keep_entries"] < 100:
+        raise ConfigError("feed_keep_entries must be 100 or more (the change feed's "
+                          f"window), not {settings['feed_keep_entries']}")
+    streams = settings["events_max_streams"]
+    if streams is not None:
+        try:
+            settings["events_max_streams"] = streams = int(streams)
+        except (TypeError, ValueError):
+            raise ConfigError(f"events_max_streams must be an integer, not {streams!r}") \
+                from None
+    if streams is not None and not 0 <= streams < settings["api_threads"]:
+        raise ConfigError(f"events_max_streams must be 0 or more and below api_threads "
+                          f"({settings['api_threads']}): each stream holds a thread, and "
+                          f"ordinary requests need at least one; not "
+                          f"{settings['events_max_streams']}")
+    if settings["events_heartbeat_seconds"] <= 0:
+        raise ConfigError("events_heartbeat_seconds must be above 0")
+    if settings["feed_keep_seconds"] < 60:
+        raise ConfigError("feed_keep_seconds must be 60 or more (the change feed's "
+                          f"window), not {settings['feed_keep_seconds']}")
 
 
 def _check_backup(settings):

@@ -5,6 +5,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 
 import waitress
@@ -98,6 +99,25 @@ def _exists(path):
     return True
 
 
+def stop_streams_then_exit(api, server, drain=1.0):
+    """SIGTERM: event streams end with their `end` event (docs/events.md), which only this
+    thread's loop can send, so the exit (SIGUSR1, handled here) comes from a thread once
+    they are done, or after `drain` seconds."""
+    events = getattr(api, "events", None)
+    if events is None or not events.open:
+        server.close()
+        sys.exit(0)
+    events.stop()
+
+    def exit_when_drained():
+        deadline = time.monotonic() + drain
+        while events.open and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.1)     # the loop flushes what the streams wrote last
+        os.kill(os.getpid(), signal.SIGUSR1)
+    threading.Thread(target=exit_when_drained, daemon=True).start()
+
+
 def serve(settings):
     # queued: request threads only enqueue their access lines (appliance/logs.py)
     log = logs.setup("api", settings["log_level"], queued=True)
@@ -126,7 +146,8 @@ def serve(settings):
     server = waitress.create_server(app, **adjustments)
     json_errors(server)
     guard_connections(server, settings)
-    signal.signal(signal.SIGTERM, lambda *_: server.close() or sys.exit(0))
+    signal.signal(signal.SIGTERM, lambda *_: stop_streams_then_exit(api, server))
+    signal.signal(signal.SIGUSR1, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
     try:

@@ -34,6 +34,7 @@ import schedule
 from appliance import config, logs, metrics
 from appliance.backoff import Backoff
 from state import ChangeWatch, Store
+from state.feed import set_process_actor
 
 # not a store kind: the one name every change of a whole-pass daemon is coalesced under
 PASS = "pass"
@@ -52,6 +53,8 @@ class Daemon:
     def __init__(self, settings=None, store=None):
         self.settings = config.load() if settings is None else settings
         self.store = store if store is not None else Store(self.settings["state_dir"])
+        self.store.configure_feed(self.settings.get("feed_keep_entries"),
+                                  self.settings.get("feed_keep_seconds"))
         self.log = logging.getLogger(f"daemons.{self.name}")
         # Condition's default lock is reentrant: a tick job requests kinds while the
         # worker already holds it.
@@ -278,6 +281,7 @@ def run(daemon_cls):
     logs.setup(daemon_cls.name, str(settings["log_level"]).upper())
     # before the daemon makes any metric: its values go to the files the API reads
     metrics.enable(settings["state_dir"])
+    set_process_actor(daemon_cls.name)     # its writes' actor in the change feed
     try:
         daemon = daemon_cls(settings)
         daemon.run_forever()

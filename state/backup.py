@@ -297,6 +297,8 @@ def restore(directory, backup, progress=_quiet):
             for i, (name, data) in enumerate(sorted(private.items()), len(kinds) + 1):
                 store.write_private(name, data)
                 progress(i, total, PRIVATE + name)
+            # the feed's entries describe the replaced state: its readers resync
+            store.feed.reset()
     finally:
         store.close()
 

@@ -24,6 +24,7 @@ import time
 import orjson
 
 from .errors import DuplicateKey, NotFound, RevisionConflict, StoreError
+from .feed import describe, origin
 from .lock import KindLock
 from .storage import AtomicJSONStorage
 
@@ -178,10 +179,13 @@ class Collection:
     # replays more than about the base's size
     COMPACT_MIN_BYTES = 1 << 20
 
-    def __init__(self, directory, kind, unique=(), mode=0o600):
+    def __init__(self, directory, kind, unique=(), mode=0o600, feed=None):
         if not _KIND.match(kind):
             raise ValueError(f"invalid kind name {kind!r}")
         self.kind = kind
+        # the change feed (state/feed.py) every committed write is numbered in; None for
+        # a Collection opened on its own (tests of the journal alone)
+        self.feed = feed
         self.unique = [("uuid",)] + [tuple(u) for u in unique if tuple(u) != ("uuid",)]
         self.storage = AtomicJSONStorage(os.path.join(directory, f"{kind}.json"), mode)
         self.journal = AtomicJSONStorage(os.path.join(directory, kind + JOURNAL_SUFFIX), mode)
@@ -661,12 +665,15 @@ class Collection:
             entry, result = plan()
             if entry is None:
                 return result, None
-            line = orjson.dumps(entry) + b"\n"
             start = self._offset
-            _pwrite_all(self._fd, line, start)
-            synced = time.perf_counter()
-            os.fdatasync(self._fd)
-            fsync_seconds = time.perf_counter() - synced
+            if self.feed is None:
+                line = orjson.dumps(entry) + b"\n"
+                _pwrite_all(self._fd, line, start)
+                synced = time.perf_counter()
+                os.fdatasync(self._fd)
+                fsync_seconds = time.perf_counter() - synced
+            else:
+                line, fsync_seconds = self._commit_with_feed(entry, start)
             _written.count = writes_in_thread() + 1
             with self._mutex:
                 if self._offset == start:       # else another thread read the line already
@@ -676,6 +683,30 @@ class Collection:
             if self._offset > max(self.COMPACT_MIN_BYTES, self._base_size):
                 self._compact()
             return result, fsync_seconds
+
+    def _commit_with_feed(self, entry, start):
+        """(kind lock held) Append the journal line carrying its feed entries, under the
+        feed's lock, in the order that state/feed.py's recovery relies on; returns the line
+        and its fdatasync's seconds."""
+        with self.feed:
+            described, note = describe(self.kind, entry, self._table,
+                                       format_time(utcnow()), origin())
+            if described:
+                first = self.feed.next_seq()
+                for i, item in enumerate(described):
+                    item["seq"] = first + i
+                self.feed.mark_pending(self.journal.path, self._ino, start, first,
+                                       len(described))
+                line = orjson.dumps({**entry, "feed": [first, *note]}) + b"\n"
+            else:
+                line = orjson.dumps(entry) + b"\n"
+            _pwrite_all(self._fd, line, start)
+            synced = time.perf_counter()
+            os.fdatasync(self._fd)
+            fsync_seconds = time.perf_counter() - synced
+            if described:
+                self.feed.append(described)
+        return line, fsync_seconds
 
     def _start_journal(self):
         """(lock and mutex held) Atomically put an empty journal in place, whose header
@@ -690,6 +721,17 @@ class Collection:
     def _compact(self):
         """(lock held, state current) Base first, then the new journal: a crash between
         the two leaves the new base with the old journal, whose lines it already holds."""
+        if self.feed is not None:
+            # the journal lines are the only durable copy of the feed's newest entries,
+            # and a pending record may point into this journal: both settled first
+            with self.feed:
+                self.feed.sync()
+                self._replace_journal()
+        else:
+            self._replace_journal()
+        self._probed = (self.lock.bump_generation(), (self._ino, self._offset))
+
+    def _replace_journal(self):
         with self._mutex:
             records = self._ordered_records()
         payload = base_payload(self.kind, records)
@@ -697,7 +739,6 @@ class Collection:
         with self._mutex:
             self._start_journal()
             self._base_size = len(payload)
-        self._probed = (self.lock.bump_generation(), (self._ino, self._offset))
 
     def _current(self, uuid, expect_revision):
         """The record as it is under the lock, checked against an expected revision."""

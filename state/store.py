@@ -8,6 +8,7 @@ import threading
 from . import rollback
 from .collection import JOURNAL_SUFFIX, LOCK_DIR, Collection, valid_kind
 from .errors import StateInUse, StoreError
+from .feed import Feed
 from .lock import KindLock, acquire_all, release_all
 from .storage import AtomicJSONStorage
 
@@ -29,7 +30,29 @@ class Store:
         self._lock = threading.Lock()
         self.exclusive = exclusive
         self._in_use = None
+        self._feed = None
+        self._feed_settings = {}
         self._use()
+
+    @property
+    def feed(self):
+        """The change feed of the state (state/feed.py): every committed write, numbered."""
+        with self._lock:
+            return self._open_feed()
+
+    def _open_feed(self):
+        if self._feed is None:
+            self._feed = Feed(self.directory)
+            self._feed.configure(**self._feed_settings)
+        return self._feed
+
+    def configure_feed(self, keep_entries=None, keep_seconds=None):
+        """The feed's window (settings feed_keep_entries, feed_keep_seconds)."""
+        with self._lock:
+            self._feed_settings = {"keep_entries": keep_entries,
+                                   "keep_seconds": keep_seconds}
+            if self._feed is not None:
+                self._feed.configure(keep_entries, keep_seconds)
 
     def _use(self):
         path = os.path.join(self.directory, LOCK_DIR, IN_USE_LOCK)
@@ -53,7 +76,7 @@ class Store:
                 self._use()
             coll = self._collections.get(kind)
             if coll is None:
-                coll = Collection(self.directory, kind, unique)
+                coll = Collection(self.directory, kind, unique, feed=self._open_feed())
                 self._collections[kind] = coll
             else:
                 for fields in unique:
@@ -81,6 +104,9 @@ class Store:
             for lock in self._named_locks.values():
                 lock.close()
             self._named_locks.clear()
+            if self._feed is not None:
+                self._feed.close()
+                self._feed = None
             if self._in_use is not None:
                 os.close(self._in_use)
                 self._in_use = None
@@ -188,6 +214,8 @@ class Store:
         for coll in collections:
             with coll.lock:
                 coll.lock.bump_generation()
+        # entries of the writes undone stay numbered: their readers start again
+        self.feed.reset()
 
     def _data_files(self):
         names = self.private_names()

@@ -16,6 +16,8 @@ class Registry:
     def __init__(self, settings, store):
         self.settings = settings
         self.store = store
+        store.configure_feed(settings.get("feed_keep_entries"),
+                             settings.get("feed_keep_seconds"))
         self.resources = {}         # collection path -> Resource, for in-process use
         self.routes = ()            # what a capability may read back of its routes: none
         self.authenticate = None    # installed by IAM: request -> Principal, or raises 401

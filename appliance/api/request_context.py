@@ -11,6 +11,8 @@ import contextvars
 import re
 import uuid
 
+from state import feed
+
 # a client may name its request (X-Request-Id) so that its own logs and ours join up;
 # anything else is replaced, never echoed (it would land in logs and events)
 _CLIENT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
@@ -19,6 +21,9 @@ WSGI_KEY = "HTTP_X_REQUEST_ID"
 
 _request_id = contextvars.ContextVar("request_id", default=None)
 _actor = contextvars.ContextVar("actor", default=None)
+_action = contextvars.ContextVar("action", default=None)
+# .../<uuid>/actions/<name>/invoke: the change feed names the action behind its writes
+_INVOKE = re.compile(r"/([0-9a-fA-F-]{36})/actions/([A-Za-z0-9_-]+)/invoke/?\Z")
 
 
 def begin(environ):
@@ -28,12 +33,17 @@ def begin(environ):
     request_id = asked if _CLIENT_ID.match(asked) else uuid.uuid4().hex
     _request_id.set(request_id)
     _actor.set(None)
+    invoked = (_INVOKE.search(environ.get("PATH_INFO", ""))
+               if environ.get("REQUEST_METHOD") == "POST" else None)
+    _action.set({"name": invoked.group(2), "uuid": invoked.group(1).lower()}
+                if invoked else None)
     return request_id
 
 
 def end():
     _request_id.set(None)
     _actor.set(None)
+    _action.set(None)
 
 
 def set_actor(actor):
@@ -49,7 +59,8 @@ def actor_of(principal):
     if node is not None:
         return {"type": "agent", "id": node, "name": None, "project_id": None}
     user = getattr(principal, "user", None) or {}
-    return {"type": "user", "id": user.get("uuid"), "name": user.get("username"),
+    return {"type": "user", "id": user.get("uuid"),
+            "name": user.get("name") or user.get("username"),
             "project_id": getattr(principal, "project_id", None)}
 
 
@@ -65,3 +76,21 @@ def request_id():
 def actor():
     """The current request's actor; None outside a request (the writer is the platform)."""
     return _actor.get()
+
+
+def action():
+    """The action the current request invokes ({"name", "uuid"}), or None."""
+    return _action.get()
+
+
+def _origin():
+    request = _request_id.get()
+    if request is None:
+        return None, None, None
+    actor_now = _actor.get()
+    # a request not (yet) authenticated writes as the API itself (login throttling)
+    return request, actor_now or platform("api"), _action.get()
+
+
+# the store names the request and actor of each write in its change feed (state/feed.py)
+feed.set_origin_source(_origin)

@@ -38,6 +38,14 @@ class Reply:
         self.body, self.status, self.headers = body, status, headers or {}
 
 
+class Stream(Reply):
+    """A reply whose body is an iterable of bytes, sent as it comes (an event stream)."""
+
+    def __init__(self, chunks, content_type, headers=None):
+        super().__init__(chunks, 200, headers)
+        self.content_type = content_type
+
+
 class Call:
     """What a handler gets: the request, the caller, the parsed body."""
 
@@ -273,6 +281,9 @@ class Api(Registry):
             response.set_header(k, v)
         if result.body is None and result.status == 204:
             return b""
+        if isinstance(result, Stream):
+            response.content_type = result.content_type
+            return result.body
         if isinstance(result.body, bytes):      # already encoded; its type in the headers
             return result.body
         response.content_type = "application/json"

@@ -20,8 +20,8 @@ from typing import Sequence
 
 from appliance import __version__
 from appliance.cli import EXIT_CODES_HELP, CliError, ExitStatus, NotLoggedIn, UsageError
-from appliance.cli import (agent, audit, backup, certificates, compute, configs, em, groups, lb,
-                           output, repo, services, sqldb)
+from appliance.cli import (agent, audit, backup, certificates, compute, configs, em, events,
+                           groups, lb, output, repo, services, sqldb)
 from appliance.cli.client import (
     ApiError,
     INTROSPECT_PATH,
@@ -283,6 +283,7 @@ def build_parser(env: Environment) -> ArgumentParser:
     backup.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
     agent.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
     audit.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
+    events.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
 
     up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
                              description="Start the appliance; arguments go to the supervisor. "

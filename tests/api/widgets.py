@@ -14,6 +14,12 @@ def peek_action(call, record):
     return {"name": record["name"]}
 
 
+def activate_action(call, record):
+    """Writes the widget from the request's own thread: an action with an effect (the
+    change feed names the action behind the write, tests/api/test_events.py)."""
+    return call.store.collection("test_widgets").update(record["uuid"], {"status": "ACTIVE"})
+
+
 def contend_action(call, record):
     """Loses every compare-and-set to another writer: contention that never ends."""
     coll = call.store.collection("test_widgets")
@@ -43,7 +49,7 @@ class Widgets(Resource):
                 Field("serial", Integer(), create_only=True),
             ],
             actions=[Action("echo", echo_action), Action("peek", peek_action, method="GET"),
-                     Action("contend", contend_action)])
+                     Action("contend", contend_action), Action("activate", activate_action)])
 
     def prepare_create(self, call, record):
         record["status"] = "NEW"

@@ -10,7 +10,7 @@ from . import note
 BENCHES = ["store", "api", "metrics", "iam", "secret", "em", "resolver", "repo", "dns", "memory",
            "fuzz",
            "backup", "image", "boot", "network", "compute", "compute_tcg",
-           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit"]
+           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit", "feed"]
 
 
 def main(argv):
