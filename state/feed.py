@@ -78,9 +78,11 @@ _origin_source = None
 
 def set_origin_source(source):
     """`source() -> (request_id, actor or None, action or None)`: the API installs it (request_context),
-    so that the store, which must not import the API, names the request behind a write."""
+    so that the store, which must not import the API, names the request behind a write.
+    Returns the source it replaces (a test puts it back)."""
     global _origin_source
-    _origin_source = source
+    previous, _origin_source = _origin_source, source
+    return previous
 
 
 def _process_name():
