@@ -286,21 +286,13 @@ class Trail:
         tail of a write cut short by a crash). `needles`: groups of bytes; a line that
         lacks every needle of a group is skipped unparsed (a reader's filter narrowed
         before parsing: see `needle`)."""
-        for path in self.segments():
+        for line in self.lines(needles):
             try:
-                with open(path, "rb") as f:
-                    lines = f.read().splitlines()
-            except FileNotFoundError:
+                item = orjson.loads(line)
+            except orjson.JSONDecodeError:
                 continue
-            for line in lines:
-                if needles and not all(any(n in line for n in group) for group in needles):
-                    continue
-                try:
-                    item = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    continue
-                if isinstance(item, dict):
-                    yield item
+            if isinstance(item, dict):
+                yield item
 
 
 _UUID_AT, _TIME_AT = slice(9, 45), slice(61, 88)
