@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from appliance.cli import ExitStatus
-from appliance.cli.common import (DEFAULT_PAGE_SIZE, emit, option, positive_int, resolve_uuid,
-                                  session_client)
-from appliance.cli.client import MARKER_HEADER
+from appliance.cli.common import (DEFAULT_PAGE_SIZE, emit, fetch_listing, option, positive_int,
+                                  resolve_uuid, session_client)
 
 PATH = "/v1/audit/"
 EPILOG = """\
@@ -71,20 +70,7 @@ def cmd_list(args: argparse.Namespace, env) -> int:
     query += [("kind", k) for k in args.kind]
     query += [(name, value) for name, value in (("since", args.since), ("until", args.until))
               if value]
-    next_marker = None
-    if args.all:
-        items = []
-        for page in client.iter_pages(PATH, query, args.limit or DEFAULT_PAGE_SIZE,
-                                      args.marker):
-            items.extend(page)
-    else:
-        if args.limit or args.marker:
-            query.append(("page_limit", str(args.limit or DEFAULT_PAGE_SIZE)))
-        if args.marker:
-            query.append(("page_marker", args.marker))
-        response = client.request("GET", PATH, query=query)
-        items = response.payload()
-        next_marker = response.headers.get(MARKER_HEADER)
+    items, next_marker = fetch_listing(client, PATH, query, args)
     emit(args, env, items if option(args, "json") else [row(e) for e in items], PATH)
     if next_marker:
         env.stderr.write(f"more entries follow: add --all, or --limit "

@@ -20,7 +20,8 @@ from typing import Callable, Mapping, Sequence, TextIO
 import re
 
 from appliance.cli import CliError, NotLoggedIn, UsageError, output, schema
-from appliance.cli.client import ApiClient, ApiError, Transport, UrllibTransport, normalize_endpoint
+from appliance.cli.client import (MARKER_HEADER, ApiClient, ApiError, Transport, UrllibTransport,
+                                  normalize_endpoint)
 from appliance.cli.session import SessionStore, config_dir_from_environ
 from appliance.cli.trust import ask_on_terminal
 from appliance.kinds import ADMIN_PROJECT
@@ -402,3 +403,21 @@ def build_body(args: argparse.Namespace, env: Environment):
     if not isinstance(data, dict):
         raise UsageError("key=value fields can only be combined with a --data JSON object")
     return {**data, **fields}
+
+
+def fetch_listing(client, path, query, args):
+    """(items, marker of the next page or None) of a list command: every page with
+    `--all`, else one page (`--limit`, `--marker`) or the server's default listing."""
+    if args.all:
+        items = []
+        for page in client.iter_pages(path, query, args.limit or DEFAULT_PAGE_SIZE, args.marker):
+            items.extend(page)
+        return items, None
+    query = list(query)
+    if args.limit or args.marker:
+        # the API pages only with a page size; a marker alone would be refused
+        query.append(("page_limit", str(args.limit or DEFAULT_PAGE_SIZE)))
+    if args.marker:
+        query.append(("page_marker", args.marker))
+    response = client.request("GET", path, query=query)
+    return response.payload(), response.headers.get(MARKER_HEADER)

@@ -26,7 +26,6 @@ from appliance.cli.client import (
     ApiError,
     INTROSPECT_PATH,
     LOGOUT_PATH,
-    MARKER_HEADER,
     ApiClient,
     Unreachable,
     describe_unreachable,
@@ -37,6 +36,7 @@ from appliance.cli.common import (
     PROJECTS,
     resolve_uuid,
     DEFAULT_PAGE_SIZE,
+    fetch_listing,
     DEFAULT_TIMEOUT_SECONDS,
     add_list_arguments,
     Environment,
@@ -539,21 +539,7 @@ def cmd_list(args: argparse.Namespace, env: Environment) -> int:
     if args.sort or args.desc:
         query.append(("sort_dir", "desc" if args.desc else "asc"))
 
-    client = session_client(args, env)
-    next_marker = None
-    if args.all:
-        items = []
-        for page in client.iter_pages(path, query, args.limit or DEFAULT_PAGE_SIZE, args.marker):
-            items.extend(page)
-    else:
-        if args.limit or args.marker:
-            # the API pages only with a page size; a marker alone would be refused
-            query.append(("page_limit", str(args.limit or DEFAULT_PAGE_SIZE)))
-        if args.marker:
-            query.append(("page_marker", args.marker))
-        response = client.request("GET", path, query=query)
-        items = response.payload()
-        next_marker = response.headers.get(MARKER_HEADER)
+    items, next_marker = fetch_listing(session_client(args, env), path, query, args)
 
     emit(args, env, items, path)
     if next_marker:
