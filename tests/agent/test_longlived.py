@@ -1,0 +1,144 @@
+"""Many long-lived connections on the API's event loop (docs/long-lived.md): 200 payload
+long polls and 100 event streams wait at once on an API of 4 Waitress threads, while
+ordinary GETs are answered; a change then reaches every poll, an event every stream."""
+
+import selectors
+import socket
+import threading
+import time
+
+import pytest
+
+from tests.agent import testcap
+from tests.agent.conftest import add_file, agent_token, enroll, hw_node, refused
+from tests.apiserver import ApiServer
+from tests.conftest import ADMIN_PASSWORD
+
+POLLS, STREAMS = 200, 100
+
+
+@pytest.fixture(scope="module")
+def wide(tmp_path_factory):
+    """4 threads, and the loop's caps well above what the test opens."""
+    testcap.install()
+    srv = ApiServer(str(tmp_path_factory.mktemp("state")), ADMIN_PASSWORD, api_threads=4,
+                    agent_max_polls=1000, events_max_streams=1000).start()
+    yield srv
+    srv.stop()
+    testcap.uninstall()
+
+
+def opened(port, path, token, accept="application/json"):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}"
+                 f"\r\nAccept: {accept}\r\n\r\n".encode())
+    return sock
+
+
+def read_all_until(socks, done, timeout=60):
+    """Read every socket until done(bytes so far) holds for each; returns their bytes."""
+    got = {s: b"" for s in socks}
+    left = set(socks)
+    selector = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while left and time.monotonic() < deadline:
+        for key, _ in selector.select(0.5):
+            s = key.fileobj
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                continue
+            got[s] += data
+            if not data or done(got[s]):
+                left.discard(s)
+                selector.unregister(s)
+    selector.close()
+    return got
+
+
+def test_hundreds_of_waits_cost_no_thread(wide):
+    admin = wide.client(wide.login("admin", ADMIN_PASSWORD))
+    node = hw_node(admin)
+    cred = enroll(wide, admin, node["uuid"])
+    token = agent_token(wide, cred)
+    payload = f"/v1/ua/agents/{cred['agent']}/payload"
+    current = wide.client(token).get(payload).json["hash"]
+    hub = wide.api.resources["/v1/ua/agents"].hub
+    polls = [opened(wide.port, f"{payload}?hash={current}&wait=30", token)
+             for _ in range(POLLS)]
+    streams = [opened(wide.port, "/v1/events", admin.token, "text/event-stream")
+               for _ in range(STREAMS)]
+    socks = polls + streams
+    try:
+        deadline = time.monotonic() + 30
+        while (hub.waiting < POLLS or wide.api.events.open < STREAMS) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.waiting == POLLS and wide.api.events.open == STREAMS
+        # 300 connections wait, and the 4 threads still answer ordinary requests, many
+        # at once, every one of them
+        answers = []
+
+        def ordinary():
+            for _ in range(5):
+                answers.append(admin.get("/v1/compute/nodes").status)
+        workers = [threading.Thread(target=ordinary) for _ in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(60)
+        assert answers == [200] * 40
+        # an event to come, and the error body of the ordinary path meanwhile
+        stranger = hw_node(admin)
+        refused(wide.client(token).get(f"/v1/ua/agents/{'0' * 8}-0000-4000-8000-"
+                                       f"{'0' * 12}/payload"), 404)
+        # one change reaches every poll; one event reaches every stream
+        add_file(wide.store, {"kind": "node", "node": node["uuid"]}, "/etc/wide", "w")
+        got = read_all_until(polls, lambda b: b.endswith(b"}") and b"\r\n\r\n" in b)
+        for raw in got.values():
+            head, _, body = raw.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200"), raw[:200]
+            assert b"X-Request-Id" in head or b"x-request-id" in head.lower()
+            assert b'"hash"' in body and current.encode() not in body
+        got = read_all_until(streams, lambda b: stranger["uuid"].encode() in b)
+        for raw in got.values():
+            assert raw.startswith(b"HTTP/1.1 200") and b"text/event-stream" in raw
+            assert b"event: lifecycle" in raw and stranger["uuid"].encode() in raw
+    finally:
+        for s in socks:
+            s.close()
+    deadline = time.monotonic() + 10
+    while (hub.waiting or wide.api.events.open) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert hub.waiting == 0
+
+
+def test_a_poll_past_the_loops_cap_answers_at_once(tmp_path):
+    testcap.install()
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, api_threads=4,
+                    agent_max_polls=5).start()
+    try:
+        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+        node = hw_node(admin)
+        cred = enroll(srv, admin, node["uuid"])
+        token = agent_token(srv, cred)
+        payload = f"/v1/ua/agents/{cred['agent']}/payload"
+        current = srv.client(token).get(payload).json["hash"]
+        # more than the threads, up to the loop's cap
+        held = [opened(srv.port, f"{payload}?hash={current}&wait=30", token)
+                for _ in range(5)]
+        hub = srv.api.resources["/v1/ua/agents"].hub
+        deadline = time.monotonic() + 20
+        while hub.waiting < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.waiting == 5
+        over = srv.client(token).get(payload, query={"hash": current, "wait": 30})
+        assert over.status == 200 and over.header("Retry-After") == "1"
+        for s in held:
+            s.close()
+    finally:
+        srv.stop()
+        testcap.uninstall()
