@@ -212,7 +212,7 @@ class Agents(Resource):
         self.hub = PayloadHub(api.store, lambda: watched_kinds(api),
                               poll_limit(api.settings),
                               loop_limit=api.settings["agent_max_polls"],
-                              eventloop=api.eventloop)
+                              eventloop=getattr(api, "eventloop", None))
         api.closers.append(self.hub.stop)
         api.route("GET", f"{self.path}/<uuid>/payload", self._admitted(self.payload),
                   permission="ua.agent.payload", tag="ua", resource=self,

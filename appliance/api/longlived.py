@@ -204,7 +204,13 @@ def reply(eventloop, parked, response):
     """From Api._reply: hand the connection over when the server allows it, else relay."""
     channel = getattr(_current, "channel", None)
     if channel is not None and channel.handover is None:
-        channel.handover = (eventloop, parked, [])
+        try:
+            # now, while the request is in hand: once it is answered, Waitress may close
+            # its descriptor at any moment (a client that sent Connection: close)
+            sock = channel.socket.dup()
+        except OSError:
+            return _relay(eventloop, parked, response)
+        channel.handover = (eventloop, parked, [], sock)
         return b""
     return _relay(eventloop, parked, response)
 
@@ -242,7 +248,7 @@ def _relay(eventloop, parked, response):
 
 class HandoverChannel:
     """Mixed into Waitress's channel class by `install`."""
-    handover = None                 # (eventloop, parked, captured head) once parked
+    handover = None     # (eventloop, parked, captured head, socket's duplicate) once parked
 
     def service(self):
         _current.channel = self
@@ -261,20 +267,22 @@ class HandoverChannel:
         return super().write_soon(data)
 
     def _hand_over(self):
-        eventloop, parked, captured = self.handover
-        try:
-            sock = self.socket.dup()    # Waitress closes its own descriptor, not the link
-        except OSError:
-            sock = None
+        # Waitress closes its own descriptor; the duplicate keeps the connection
+        eventloop, parked, captured, sock = self.handover
         with self.requests_lock:
             self.close_when_flushed = True
             for request in self.requests:
                 request.close()
             self.requests = []
         self.server.pull_trigger()
-        if sock is not None:
-            sock.setblocking(False)
-            eventloop.submit(_serve_socket(sock, b"".join(captured), parked))
+        sock.setblocking(False)
+        eventloop.submit(_serve_socket(sock, b"".join(captured), parked)) \
+            .add_done_callback(_log_failure)
+
+
+def _log_failure(future):
+    if not future.cancelled() and future.exception() is not None:
+        log.error("a handed-over connection failed", exc_info=future.exception())
 
 
 def install(server):
