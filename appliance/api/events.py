@@ -17,6 +17,7 @@ looks at the feed on its own clock.
 """
 
 import asyncio
+import contextlib
 import datetime
 import threading
 import time
@@ -34,6 +35,7 @@ WATCH_SECONDS = 0.02        # how often the one watcher looks at the feed's coun
 RECENT = 100                # entries a stream that does not follow starts back from
 MAX_WAIT = 60.0             # longest `wait` of a stream that does not follow
 LOOP_STREAMS = 1000         # events_max_streams when unset, on the event loop
+EVENT_STREAM = "event_stream"   # its kind among the long-lived connections (docs/metrics.md)
 
 TYPES = {"create": "created", "update": "updated", "delete": "deleted"}
 
@@ -71,6 +73,12 @@ class EventHub:
         self.stopping = threading.Event()
         self._moved = None              # asyncio.Event of the waiting streams (loop thread)
         self._watcher = None
+        # (kind) -> context manager around an open stream: the composition root sets
+        # metrics.long_lived here (this floor does not import the metrics)
+        self.gauge = None
+
+    def counted(self):
+        return self.gauge(EVENT_STREAM) if self.gauge else contextlib.nullcontext()
 
     def enter(self, on_loop):
         with self._lock:
@@ -274,12 +282,16 @@ def register(api):
 
         async def serve(exchange):
             try:
-                await exchange.head(200, {"Cache-Control": "no-cache",
-                                          "X-Accel-Buffering": "no"}, "text/event-stream")
-                await _stream(api, hub, call.principal, request, exchange, visibility,
-                              feed, after, kinds, projects, one, follow, wait)
+                with hub.counted():
+                    await _serve(exchange)
             finally:
                 hub.leave(on_loop)
+
+        async def _serve(exchange):
+            await exchange.head(200, {"Cache-Control": "no-cache",
+                                      "X-Accel-Buffering": "no"}, "text/event-stream")
+            await _stream(api, hub, call.principal, request, exchange, visibility,
+                          feed, after, kinds, projects, one, follow, wait)
         return Parked(serve)
 
     api.route("GET", "/v1/events", events, permission="authenticated",

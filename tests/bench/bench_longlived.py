@@ -132,10 +132,10 @@ def main():
         probe = f"/v1/compute/nodes/{agents[0][1]}"
         masters = store.collection(testcap.MASTER_KIND)
         none_rows, open_rows, ratios, fanout_polls, fanout_events = [], [], [], [], []
-        rss_none = rss_open = None
+        rss_none, rss_open = [], []
         for n in range(ROUNDS):
             none_rows.append(gets(port, probe, admin_token))
-            rss_none = memory_of(api.pid)[0]
+            rss_none.append(memory_of(api.pid)[0])
             hashes = {}
             for agent, _, token in agents:
                 hashes[agent] = client.with_token(token).get(
@@ -150,7 +150,7 @@ def main():
                 time.sleep(0.2)
             time.sleep(0.5)
             open_rows.append(gets(port, probe, admin_token))
-            rss_open = memory_of(api.pid)[0]
+            rss_open.append(memory_of(api.pid)[0])
             ratios.append(open_rows[-1][1] / none_rows[-1][1])
             # a config change for every agent
             t0 = time.perf_counter()
@@ -179,8 +179,10 @@ def main():
         table(["fan-out (s)", "min / median / max"], [
             [f"a config change to all {AGENTS} polls", spread(fanout_polls, "{:.3f}")],
             [f"an event to all {STREAMS} streams", spread(fanout_events, "{:.3f}")]])
-        note(f"API RSS: {rss_none / 1024:.1f} MB with nothing open, {rss_open / 1024:.1f} MB "
-             f"with {AGENTS + STREAMS} long-lived connections open (last round)")
+        # the first round's "none" is before any long-lived connection was ever opened
+        note(f"API RSS (MB), by round: nothing open {' / '.join(f'{v / 1024:.1f}' for v in rss_none)}"
+             f"; {AGENTS + STREAMS} long-lived connections open "
+             f"{' / '.join(f'{v / 1024:.1f}' for v in rss_open)}")
     finally:
         store.close()
         api.terminate()
