@@ -167,8 +167,28 @@ async def _run(parked, exchange):
             await exchange.reply_error(ApiError("internal error; see the API log"))
 
 
+class GoneExchange(_Exchange):
+    """A connection that could not be taken over: the reply's coroutine still runs (its
+    counts are given back), sees its client gone, and writes nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.gone.set()
+
+    async def head(self, status, headers, content_type):
+        self.started = True
+
+    async def write(self, data):
+        pass
+
+
 async def _serve_socket(sock, captured, parked):
-    reader, writer = await asyncio.open_connection(sock=sock)
+    try:
+        reader, writer = await asyncio.open_connection(sock=sock)
+    except OSError:
+        sock.close()
+        await _run(parked, GoneExchange())
+        return
     exchange = SocketExchange(writer, captured)
 
     async def watch_close():
