@@ -260,6 +260,8 @@ def _check_feed(settings):
                 from None
     if streams is not None and not streams >= 0:
         raise ConfigError(f"events_max_streams must be 0 or more, not {streams}")
+    if settings["agent_max_polls"] < 0:
+        raise ConfigError(f"agent_max_polls must be 0 or more, not {settings['agent_max_polls']}")
     if settings["events_heartbeat_seconds"] <= 0:
         raise ConfigError("events_heartbeat_seconds must be above 0")
     if settings["feed_keep_seconds"] < 60:

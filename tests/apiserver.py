@@ -105,8 +105,11 @@ TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
 
 
 class ApiServer:
-    def __init__(self, state_dir, admin_password, extra=None, **overrides):
+    def __init__(self, state_dir, admin_password, extra=None, handover=True, **overrides):
+        """handover=False: a Waitress server without the hand-over of long-lived
+        connections, where their waits hold a thread (appliance/api/longlived.py)."""
         self.extra = extra
+        self.handover = handover
         self.settings = config.load(environ={}, overrides={
             "state_dir": state_dir, "admin_password": admin_password,
             "api_port": free_port(), "api_threads": 4,
@@ -125,7 +128,8 @@ class ApiServer:
                                    max_request_body_size=body_limit(self.settings))
         json_errors(self.loop.server)
         # long polls and event streams on the event loop, as in appliance/server.py
-        longlived.install(self.loop.server)
+        if self.handover:
+            longlived.install(self.loop.server)
         self.loop.start()
         self.port = self.loop.port
         return self

@@ -142,3 +142,50 @@ def test_a_poll_past_the_loops_cap_answers_at_once(tmp_path):
     finally:
         srv.stop()
         testcap.uninstall()
+
+
+def test_without_the_hand_over_the_same_waits_hold_threads(tmp_path):
+    """A WSGI server without longlived.install: the same coroutines answer, relayed by
+    the request's thread, and the thread caps of before apply (3 of 4 threads)."""
+    testcap.install()
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, api_threads=4, handover=False,
+                    agent_max_polls=1000, events_max_streams=1000).start()
+    try:
+        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+        node = hw_node(admin)
+        cred = enroll(srv, admin, node["uuid"])
+        token = agent_token(srv, cred)
+        payload = f"/v1/ua/agents/{cred['agent']}/payload"
+        current = srv.client(token).get(payload).json["hash"]
+        hub = srv.api.resources["/v1/ua/agents"].hub
+        assert hub.limit == 3
+        held = [opened(srv.port, f"{payload}?hash={current}&wait=30", token)
+                for _ in range(3)]
+        deadline = time.monotonic() + 20
+        while hub.waiting < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.waiting == 3
+        # three of the four threads are held: the next poll is answered at once
+        over = srv.client(token).get(payload, query={"hash": current, "wait": 30})
+        assert over.status == 200 and over.header("Retry-After") == "1"
+        # the fourth thread serves the rest
+        assert admin.get("/v1/compute/nodes").status == 200
+        add_file(srv.store, {"kind": "node", "node": node["uuid"]}, "/etc/relay", "r")
+        got = read_all_until(held, lambda b: b.rstrip().endswith(b"}"))
+        for raw in got.values():
+            head, _, body = raw.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200") and current.encode() not in body
+        for s in held:
+            s.close()
+        # a stream, relayed by its thread
+        stream = opened(srv.port, "/v1/events", admin.token, "text/event-stream")
+        while srv.api.events.open < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert srv.api.events.open == 1
+        other = hw_node(admin)
+        seen = read_all_until([stream], lambda b: other["uuid"].encode() in b)[stream]
+        assert b"event: lifecycle" in seen and other["uuid"].encode() in seen
+        stream.close()
+    finally:
+        srv.stop()
+        testcap.uninstall()
