@@ -220,10 +220,11 @@ def can_hand_over():
     return channel is not None and channel.handover is None
 
 
-def reply(eventloop, parked, response):
-    """From Api._reply: hand the connection over when the server allows it, else relay."""
+def reply(eventloop, parked, response, method="GET"):
+    """From Api._reply: hand the connection over when the server allows it, else relay
+    (a HEAD too: Waitress leaves its body out)."""
     channel = getattr(_current, "channel", None)
-    if channel is not None and channel.handover is None:
+    if channel is not None and channel.handover is None and method != "HEAD":
         try:
             # now, while the request is in hand: once it is answered, Waitress may close
             # its descriptor at any moment (a client that sent Connection: close)

@@ -277,7 +277,7 @@ class Api(Registry):
     def _reply(self, route, result):
         response = bottle.response
         if isinstance(result, longlived.Parked):
-            return longlived.reply(self.eventloop, result, response)
+            return longlived.reply(self.eventloop, result, response, bottle.request.method)
         if not isinstance(result, Reply):
             result = Reply(result, route.status)
         response.status = result.status
