@@ -22,6 +22,8 @@ import logging
 import queue
 import threading
 
+from .errors import ApiError
+
 log = logging.getLogger("appliance.longlived")
 
 _current = threading.local()        # the Waitress channel a worker thread is serving
@@ -153,13 +155,12 @@ class RelayExchange(_Exchange):
 
 
 async def _run(parked, exchange):
-    from .errors import ApiError  # noqa: PLC0415 (errors imports nothing of ours)
     try:
         await parked.serve(exchange)
     except ApiError as error:
         if not exchange.started:
             await exchange.reply_error(error)
-    except (ConnectionError, asyncio.CancelledError):
+    except ConnectionError:         # the client left while we wrote
         pass
     except Exception:               # noqa: BLE001 (logged; the client gets an error)
         log.exception("long-lived reply failed")

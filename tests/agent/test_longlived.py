@@ -2,6 +2,7 @@
 long polls and 100 event streams wait at once on an API of 4 Waitress threads, while
 ordinary GETs are answered; a change then reaches every poll, an event every stream."""
 
+import json
 import selectors
 import socket
 import threading
@@ -189,3 +190,31 @@ def test_without_the_hand_over_the_same_waits_hold_threads(tmp_path):
     finally:
         srv.stop()
         testcap.uninstall()
+
+
+def test_an_error_during_a_parked_wait_is_the_conventions_body(wide):
+    """The node goes away while its agent's poll waits on the loop: the poll answers 409
+    with the error body of the ordinary path, and its own request id."""
+    admin = wide.client(wide.login("admin", ADMIN_PASSWORD))
+    node = hw_node(admin)
+    cred = enroll(wide, admin, node["uuid"])
+    token = agent_token(wide, cred)
+    payload = f"/v1/ua/agents/{cred['agent']}/payload"
+    current = wide.client(token).get(payload).json["hash"]
+    hub = wide.api.resources["/v1/ua/agents"].hub
+    waiting = hub.waiting
+    sock = opened(wide.port, f"{payload}?hash={current}&wait=30", token)
+    try:
+        deadline = time.monotonic() + 20
+        while hub.waiting <= waiting and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.waiting == waiting + 1
+        assert admin.delete(f"/v1/compute/nodes/{node['uuid']}").status == 204
+        raw = read_all_until([sock], lambda b: b.rstrip().endswith(b"}"))[sock]
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 409") and b"X-Request-Id: " in head
+        error = json.loads(body)
+        assert set(error) == {"type", "code", "message"} and error["code"] == 409
+        assert "no longer exists" in error["message"]
+    finally:
+        sock.close()
