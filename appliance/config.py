@@ -19,7 +19,8 @@ DEFAULTS = {
     "state_dir": "./var",
     "api_host": "127.0.0.1",
     "api_port": 11010,
-    # long polls of node agents hold threads (agent_poll_share of them at most; docs/agent.md)
+    # request threads; agents' long polls and event streams wait on the API's event loop,
+    # not in one of these (docs/long-lived.md)
     "api_threads": 32,
     # connections held open at once, idle ones included; past it new ones wait in the
     # listen backlog (docs/server.md: why 1000, and the descriptor limit)
@@ -102,8 +103,9 @@ DEFAULTS = {
     "project_network_prefix": 24,
     "network_routing": "nat",           # nat | isolated (tests use isolated)
     # ---- node agents (docs/agent.md); the agent part of issue 14 ----
-    # API side: the share of api_threads that payload long polls may hold at once (a poll
-    # over it is answered at once with Retry-After), and an enrollment token's lifetime
+    # API side: the share of api_threads that payload long polls may hold at once where
+    # they hold one (a WSGI server without the hand-over, docs/long-lived.md; a poll over
+    # it is answered at once with Retry-After), and an enrollment token's lifetime
     "agent_poll_share": 0.75,
     # payload long polls waiting at once on the API's event loop (no thread each;
     # docs/long-lived.md); one more is answered at once with Retry-After
