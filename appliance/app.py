@@ -41,6 +41,10 @@ def build_api(settings, store=None):
     for capability in capabilities():
         load(capability.register)(api)
     events.register(api)
+    metrics.declare_long_lived(events.EVENT_STREAM)
+    api.events.gauge = metrics.long_lived
+    # last: the hubs above end their waits first, then the loop they wait on stops
+    api.closers.append(api.eventloop.stop)
     api.compile_routes()
     return api
 

@@ -19,7 +19,8 @@ DEFAULTS = {
     "state_dir": "./var",
     "api_host": "127.0.0.1",
     "api_port": 11010,
-    # long polls of node agents hold threads (agent_poll_share of them at most; docs/agent.md)
+    # request threads; agents' long polls and event streams wait on the API's event loop,
+    # not in one of these (docs/long-lived.md)
     "api_threads": 32,
     # connections held open at once, idle ones included; past it new ones wait in the
     # listen backlog (docs/server.md: why 1000, and the descriptor limit)
@@ -89,9 +90,10 @@ DEFAULTS = {
     # writes it keeps at least; a reader further behind is told to resync
     "feed_keep_entries": 100000,
     "feed_keep_seconds": 604800.0,
-    # GET /v1/events (docs/events.md): each open stream holds an API thread, so at most
-    # this many at once (one more gets 503 + Retry-After; None: 4, at most api_threads - 1);
-    # a comment every heartbeat
+    # GET /v1/events (docs/events.md, docs/long-lived.md): at most this many streams at
+    # once (one more gets 503 + Retry-After). On the API's event loop a stream holds no
+    # thread (None: 1000); on a server without the hand-over each holds one (None: 4, and
+    # never more than api_threads - 1); a comment every heartbeat
     "events_max_streams": None,
     "events_heartbeat_seconds": 15.0,
     # networks (docs/network.md): the admin project's default network, the pool that other
@@ -101,9 +103,13 @@ DEFAULTS = {
     "project_network_prefix": 24,
     "network_routing": "nat",           # nat | isolated (tests use isolated)
     # ---- node agents (docs/agent.md); the agent part of issue 14 ----
-    # API side: the share of api_threads that payload long polls may hold at once (a poll
-    # over it is answered at once with Retry-After), and an enrollment token's lifetime
+    # API side: the share of api_threads that payload long polls may hold at once where
+    # they hold one (a WSGI server without the hand-over, docs/long-lived.md; a poll over
+    # it is answered at once with Retry-After), and an enrollment token's lifetime
     "agent_poll_share": 0.75,
+    # payload long polls waiting at once on the API's event loop (no thread each;
+    # docs/long-lived.md); one more is answered at once with Retry-After
+    "agent_max_polls": 10000,
     "agent_enroll_ttl": 3600,
     # the API's URL as a VM node sees it, written into its seed (None: the node's network
     # gateway on api_port, docs/agent.md)
@@ -254,11 +260,10 @@ def _check_feed(settings):
         except (TypeError, ValueError):
             raise ConfigError(f"events_max_streams must be an integer, not {streams!r}") \
                 from None
-    if streams is not None and not 0 <= streams < settings["api_threads"]:
-        raise ConfigError(f"events_max_streams must be 0 or more and below api_threads "
-                          f"({settings['api_threads']}): each stream holds a thread, and "
-                          f"ordinary requests need at least one; not "
-                          f"{settings['events_max_streams']}")
+    if streams is not None and not streams >= 0:
+        raise ConfigError(f"events_max_streams must be 0 or more, not {streams}")
+    if settings["agent_max_polls"] < 0:
+        raise ConfigError(f"agent_max_polls must be 0 or more, not {settings['agent_max_polls']}")
     if settings["events_heartbeat_seconds"] <= 0:
         raise ConfigError("events_heartbeat_seconds must be above 0")
     if settings["feed_keep_seconds"] < 60:

@@ -7,6 +7,7 @@ import urllib.parse
 
 from appliance import config
 from appliance.app import create_app
+from appliance.api import longlived
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
@@ -104,11 +105,17 @@ TOKEN_PATH = "/v1/iam/clients/default/actions/get_token/invoke"
 
 
 class ApiServer:
-    def __init__(self, state_dir, admin_password, extra=None, **overrides):
+    def __init__(self, state_dir, admin_password, extra=None, handover=True, **overrides):
+        """handover=False: a Waitress server without the hand-over of long-lived
+        connections, where their waits hold a thread (appliance/api/longlived.py)."""
         self.extra = extra
+        self.handover = handover
         self.settings = config.load(environ={}, overrides={
             "state_dir": state_dir, "admin_password": admin_password,
-            "api_port": free_port(), "api_threads": 4, **overrides})
+            "api_port": free_port(), "api_threads": 4,
+            # today's small caps on long-lived connections, so that the tests of what
+            # happens past a cap need open only a few (tests/api/test_longlived.py lifts them)
+            "agent_max_polls": 3, "events_max_streams": 3, **overrides})
         self.host = "127.0.0.1"
 
     def start(self):
@@ -120,6 +127,9 @@ class ApiServer:
         self.loop = LoopbackServer(self.app, port=self.settings["api_port"], threads=self.settings["api_threads"],
                                    max_request_body_size=body_limit(self.settings))
         json_errors(self.loop.server)
+        # long polls and event streams on the event loop, as in appliance/server.py
+        if self.handover:
+            longlived.install(self.loop.server)
         self.loop.start()
         self.port = self.loop.port
         return self

@@ -3,12 +3,16 @@ its payload differ from the hash it has (docs/agent.md, "Long poll").
 
 One change watch per API process (state.ChangeWatch: inotify on the kinds' lock files, so
 a write by any process wakes the waiters within milliseconds) bumps a generation counter;
-each waiter recomputes its own payload when the generation moves. A waiting poll holds a
-Waitress thread, so at most `limit` polls wait at once: a poll over the limit is answered
-at once with `Retry-After`, and the agent polls again a moment later. The rest of the
-API always keeps `api_threads - limit` threads.
+each waiter recomputes its own payload when the generation moves.
+
+A poll handed to the API's event loop (appliance/api/longlived.py, the API's own Waitress
+server) holds no thread: at most `loop_limit` (agent_max_polls) of those wait at once. A
+poll on a server without the hand-over holds its thread, so at most `limit` of those wait:
+the rest of the API always keeps `api_threads - limit` threads. A poll over its cap is
+answered at once with `Retry-After`, and the agent polls again a moment later.
 """
 
+import asyncio
 import threading
 import time
 
@@ -29,10 +33,14 @@ def poll_limit(settings):
 
 
 class PayloadHub:
-    def __init__(self, store, kinds, limit, rescan_seconds=5.0):
+    def __init__(self, store, kinds, limit, rescan_seconds=5.0, loop_limit=10000,
+                 eventloop=None):
         self.store = store
         self._kinds = kinds                 # () -> the kinds to watch (asked at first use)
         self.limit = limit
+        self.loop_limit = loop_limit
+        self.eventloop = eventloop
+        self._changed_event = None          # the loop's waiters wait on it (loop thread only)
         self.rescan_seconds = rescan_seconds
         self.generation = 0
         self.waiting = 0
@@ -44,6 +52,18 @@ class PayloadHub:
         with self._cond:
             self.generation += 1
             self._cond.notify_all()
+        if self.eventloop is not None:
+            self.eventloop.call_soon(self._wake_loop)
+
+    def _wake_loop(self):
+        event, self._changed_event = self._changed_event, None
+        if event is not None:
+            event.set()
+
+    def _loop_event(self):
+        if self._changed_event is None:
+            self._changed_event = asyncio.Event()
+        return self._changed_event
 
     def _started(self):
         # started on the first poll that waits, not with the API: a process that never
@@ -64,6 +84,57 @@ class PayloadHub:
                 self._watch = None
         with self._cond:
             self._cond.notify_all()
+        if self.eventloop is not None:
+            self.eventloop.call_soon(self._wake_loop)
+
+    def park(self, compute, known_hash, seconds):
+        """On a request thread that may hand over: compute once; when the payload already
+        differs, or there is no wait, or the loop's cap is reached, return (body, waited)
+        to answer at once, else (None, wait) where wait(gone) is the coroutine that waits
+        on the loop and returns the body."""
+        if seconds > 0:
+            self._started()
+        generation = self.generation
+        current, body = compute()
+        if current != known_hash or seconds <= 0:
+            return (body, True), None
+        with self._cond:
+            if self.waiting >= self.loop_limit:
+                return (body, False), None
+            self.waiting += 1
+
+        async def wait(gone):
+            try:
+                return await self._wait_on_loop(compute, known_hash, seconds, generation,
+                                                body, gone)
+            finally:
+                with self._cond:
+                    self.waiting -= 1
+        return None, wait
+
+    async def _wait_on_loop(self, compute, known_hash, seconds, generation, body, gone):
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            while self.generation == generation and self._watch is not None:
+                left = deadline - loop.time()
+                if left <= 0 or gone.is_set():
+                    return body
+                changed = asyncio.ensure_future(self._loop_event().wait())
+                closed = asyncio.ensure_future(gone.wait())
+                try:
+                    await asyncio.wait((changed, closed), timeout=left,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    changed.cancel()
+                    closed.cancel()
+            if self._watch is None:             # stopped: answer what we have
+                return body
+            generation = self.generation
+            # the store's reads, off the loop: it keeps serving the other connections
+            current, body = await loop.run_in_executor(None, compute)
+            if current != known_hash:
+                return body
 
     def wait_for(self, compute, known_hash, seconds):
         """compute() -> (hash, body). Returns (body, waited): at once when the hash differs

@@ -5,8 +5,11 @@ the report action and enrollment.
 
 import logging
 
+import orjson
+
 from appliance import metrics
 from appliance.api.errors import ApiError, BadRequest, Conflict, Forbidden
+from appliance.api.longlived import Parked, can_hand_over
 from appliance.api.fields import DateTime, Enum, Field, Object, String, UUID
 from appliance.api.resource import Action, Resource
 from appliance.api.routing import PUBLIC, Reply
@@ -147,7 +150,13 @@ class Agents(Resource):
                                "ServiceUnavailable", {"Retry-After": "1"}) from None
             return digest, {"hash": digest, "resources": items}
 
-        if wait:
+        if wait and can_hand_over():
+            # the wait goes to the API's event loop and frees this thread (docs/long-lived.md)
+            answer, wait_on_loop = self.hub.park(compute, known, wait)
+            if wait_on_loop is not None:
+                return Parked(lambda exchange: _answer_on_loop(wait_on_loop, exchange))
+            body, waited = answer
+        elif wait:
             with metrics.long_lived(LONG_POLL):
                 body, waited = self.hub.wait_for(compute, known, wait)
         else:
@@ -201,7 +210,9 @@ class Agents(Resource):
         from appliance.secret.crypto import SecretBox
         self.box = SecretBox(api.store)
         self.hub = PayloadHub(api.store, lambda: watched_kinds(api),
-                              poll_limit(api.settings))
+                              poll_limit(api.settings),
+                              loop_limit=api.settings["agent_max_polls"],
+                              eventloop=getattr(api, "eventloop", None))
         api.closers.append(self.hub.stop)
         api.route("GET", f"{self.path}/<uuid>/payload", self._admitted(self.payload),
                   permission="ua.agent.payload", tag="ua", resource=self,
@@ -218,6 +229,14 @@ class Agents(Resource):
                           "callers only (docs/agent.md)",
                   response_schema={"type": "object", "required": ["key"],
                                    "properties": {"key": {"type": "string"}}})
+
+
+async def _answer_on_loop(wait_on_loop, exchange):
+    with metrics.long_lived(LONG_POLL):
+        body = await wait_on_loop(exchange.gone)
+    if not exchange.gone.is_set():
+        await exchange.head(200, {}, "application/json")
+        await exchange.write(orjson.dumps(body))
 
 
 def _wait_seconds(text):

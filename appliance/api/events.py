@@ -8,25 +8,34 @@ API restart. Who may see an event is decided by the resource's own read rule (it
 permission, its `admit`, its visible projects: appliance/api/resource.py), never by a
 rule of this module.
 
-Each open stream holds one Waitress thread until the event-loop serving of issue 29
-comes: `events_max_streams` caps them, and one more gets 503 with Retry-After.
+A stream waits on the API's event loop (longlived.py): on the API's own Waitress server
+it holds no thread, and `events_max_streams` (1000 by default) caps the streams; one more
+gets 503 with Retry-After. On a server without the hand-over each stream holds a thread and
+the cap is also `api_threads - 1`. One watcher thread per process reads the feed's counter
+(a shared mapping, no syscall) and wakes every waiting stream when it moves: no stream
+looks at the feed on its own clock.
 """
 
+import asyncio
+import contextlib
 import datetime
 import threading
 import time
 
+import bottle
 import orjson
 
 from state import format_time
 from state.feed import FeedGone
 
 from .errors import ApiError, BadRequest, Forbidden
-from .routing import Stream
+from .longlived import Parked, can_hand_over
 
-POLL_SECONDS = 0.2          # how often a stream looks at the feed's counter (no syscall)
+WATCH_SECONDS = 0.02        # how often the one watcher looks at the feed's counter
 RECENT = 100                # entries a stream that does not follow starts back from
 MAX_WAIT = 60.0             # longest `wait` of a stream that does not follow
+LOOP_STREAMS = 1000         # events_max_streams when unset, on the event loop
+EVENT_STREAM = "event_stream"   # its kind among the long-lived connections (docs/metrics.md)
 
 TYPES = {"create": "created", "update": "updated", "delete": "deleted"}
 
@@ -40,36 +49,95 @@ class TooManyStreams(ApiError):
                          "Retry-After", headers={"Retry-After": "5"})
 
 
-def stream_limit(settings):
-    """events_max_streams, else 4, always leaving a thread for ordinary requests."""
-    if settings.get("events_max_streams") is not None:
-        return int(settings["events_max_streams"])
-    return max(0, min(4, int(settings.get("api_threads", 32)) - 1))
+def stream_limit(settings, on_loop=True):
+    """events_max_streams, else 1000 on the loop; a stream that holds a thread (no
+    hand-over) always leaves one for ordinary requests."""
+    configured = settings.get("events_max_streams")
+    if on_loop:
+        return LOOP_STREAMS if configured is None else int(configured)
+    threads = int(settings.get("api_threads", 32)) - 1
+    return max(0, min(4 if configured is None else int(configured), threads))
 
 
 class EventHub:
-    """The streams of one API process: how many are open, and when to stop them."""
+    """The streams of one API process: how many are open, what wakes them, when to stop."""
 
     def __init__(self, api):
         self.api = api
         self.limit = stream_limit(api.settings)
+        self.thread_limit = stream_limit(api.settings, on_loop=False)
         self.heartbeat = float(api.settings.get("events_heartbeat_seconds", 15.0))
         self.open = 0
+        self.on_threads = 0
         self._lock = threading.Lock()
         self.stopping = threading.Event()
+        self._moved = None              # asyncio.Event of the waiting streams (loop thread)
+        self._watcher = None
+        # (kind) -> context manager around an open stream: the composition root sets
+        # metrics.long_lived here (this floor does not import the metrics)
+        self.gauge = None
 
-    def enter(self):
+    def counted(self):
+        return self.gauge(EVENT_STREAM) if self.gauge else contextlib.nullcontext()
+
+    def enter(self, on_loop):
         with self._lock:
             if self.open >= self.limit:
                 raise TooManyStreams(self.limit)
+            if not on_loop and self.on_threads >= self.thread_limit:
+                raise TooManyStreams(self.thread_limit)
             self.open += 1
+            self.on_threads += not on_loop
+        self._start_watch()
 
-    def leave(self):
+    def leave(self, on_loop):
         with self._lock:
             self.open -= 1
+            self.on_threads -= not on_loop
 
     def stop(self):
         self.stopping.set()
+        self.api.eventloop.call_soon(self._wake)
+
+    # ---- wake-ups: one watcher of the feed's counter for every stream ---------------
+
+    def _start_watch(self):
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(target=self._watch, daemon=True,
+                                             name="events-feed-watch")
+        self._watcher.start()
+
+    def _watch(self):
+        feed = self.api.store.feed
+        seen = feed.last()
+        while not self.stopping.wait(WATCH_SECONDS):
+            try:
+                last = feed.last()
+            except (OSError, ValueError):          # the store closed under a stopping API
+                return
+            if last != seen:
+                seen = last
+                self.api.eventloop.call_soon(self._wake)
+
+    def _wake(self):
+        moved, self._moved = self._moved, None
+        if moved is not None:
+            moved.set()
+
+    async def moved(self, seconds, gone):
+        """Until the feed moves, the stream's client leaves, the API stops, or `seconds`."""
+        if self._moved is None:
+            self._moved = asyncio.Event()
+        waits = [asyncio.ensure_future(self._moved.wait()),
+                 asyncio.ensure_future(gone.wait())]
+        try:
+            await asyncio.wait(waits, timeout=max(0.0, seconds),
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
 
 
 # ---- who may see an event -----------------------------------------------------------------
@@ -205,15 +273,26 @@ def register(api):
         if after is None:
             last = feed.last()
             after = last if follow else max(feed.oldest() - 1, last - RECENT)
-        hub.enter()
-        try:
-            chunks = _stream(api, hub, call, Visibility(by_kind, call), feed, after,
-                             kinds, projects, one, follow, wait)
-        except BaseException:
-            hub.leave()
-            raise
-        return Stream(chunks, "text/event-stream",
-                      {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        on_loop = can_hand_over()
+        hub.enter(on_loop)
+        # the caller's request outlives this thread: its own copy, for re-authentication
+        request = bottle.BaseRequest(dict(call.request.environ)) if call.request else None
+        call.request = request
+        visibility = Visibility(by_kind, call)
+
+        async def serve(exchange):
+            try:
+                with hub.counted():
+                    await _serve(exchange)
+            finally:
+                hub.leave(on_loop)
+
+        async def _serve(exchange):
+            await exchange.head(200, {"Cache-Control": "no-cache",
+                                      "X-Accel-Buffering": "no"}, "text/event-stream")
+            await _stream(api, hub, call.principal, request, exchange, visibility,
+                          feed, after, kinds, projects, one, follow, wait)
+        return Parked(serve)
 
     api.route("GET", "/v1/events", events, permission="authenticated",
               summary="Lifecycle events as Server-Sent Events (docs/events.md)",
@@ -226,59 +305,60 @@ def register(api):
                   "$ref": "#/components/schemas/Error"}})
 
 
-def _stream(api, hub, call, visibility, feed, after, kinds, projects, one, follow, wait):
+async def _stream(api, hub, principal, request, exchange, visibility, feed, after, kinds,
+                  projects, one, follow, wait):
     """follow=false: what is there, then the end; with `wait`, the end comes only after
     the first event sent or `wait` seconds (a long poll: the CLI's --follow)."""
     until = time.monotonic() + wait
     sent = False
+    write = exchange.write
+    await write(b": events of this appliance; id is the feed revision\nretry: 1000\n\n")
     try:
-        yield b": events of this appliance; id is the feed revision\nretry: 1000\n\n"
+        cursor = feed.cursor(after)
+    except FeedGone as gone:
+        await write(sse(gone.last, "resync", {"revision": gone.last, "asked": after,
+                                              "message": str(gone)}))
+        cursor = feed.cursor(gone.last)
+    beat = time.monotonic() + hub.heartbeat
+    while not hub.stopping.is_set() and not exchange.gone.is_set():
         try:
-            cursor = feed.cursor(after)
+            entries = cursor.read(500)
         except FeedGone as gone:
-            yield sse(gone.last, "resync", {"revision": gone.last, "asked": after,
-                                            "message": str(gone)})
+            await write(sse(gone.last, "resync", {"revision": gone.last,
+                                                  "asked": cursor.after,
+                                                  "message": str(gone)}))
             cursor = feed.cursor(gone.last)
-        beat = time.monotonic() + hub.heartbeat
-        while not hub.stopping.is_set():
-            try:
-                entries = cursor.read(500)
-            except FeedGone as gone:
-                yield sse(gone.last, "resync", {"revision": gone.last,
-                                                "asked": cursor.after,
-                                                "message": str(gone)})
-                cursor = feed.cursor(gone.last)
+            continue
+        for entry in entries:
+            if kinds and entry["kind"] not in kinds:
                 continue
-            for entry in entries:
-                if kinds and entry["kind"] not in kinds:
-                    continue
-                if projects and entry.get("project_id") not in projects:
-                    continue
-                if one is not None and entry["uuid"] != one:
-                    continue
-                resource = visibility.resource(entry["kind"], entry.get("project_id"))
-                if resource is not None:
-                    sent = True
-                    yield sse(entry["seq"], "lifecycle", event_of(entry, resource))
-            if entries:
+            if projects and entry.get("project_id") not in projects:
                 continue
-            if not follow and (sent or time.monotonic() >= until):
-                # where the reader is, even when nothing it may see came: it asks from here
-                yield f": end {cursor.after}\n\n".encode()
-                return
-            now = time.monotonic()
-            if now >= beat:
-                # a token revoked or expired during the stream ends it
-                if call.principal is not None and api.authenticate is not None:
-                    try:
-                        api.authenticate(call.request)
-                    except ApiError as e:
-                        yield sse(cursor.after, "end", {"message": e.message})
-                        return
-                yield f": heartbeat {cursor.after}\n\n".encode()
-                beat = now + hub.heartbeat
-            hub.stopping.wait(POLL_SECONDS)
-        yield sse(cursor.after, "end", {"message": "the server is stopping; reconnect "
-                                                   "with Last-Event-ID"})
-    finally:
-        hub.leave()
+            if one is not None and entry["uuid"] != one:
+                continue
+            resource = visibility.resource(entry["kind"], entry.get("project_id"))
+            if resource is not None:
+                sent = True
+                await write(sse(entry["seq"], "lifecycle", event_of(entry, resource)))
+        if entries:
+            continue
+        if not follow and (sent or time.monotonic() >= until):
+            # where the reader is, even when nothing it may see came: it asks from here
+            await write(f": end {cursor.after}\n\n".encode())
+            return
+        now = time.monotonic()
+        if now >= beat:
+            # a token revoked or expired during the stream ends it
+            if principal is not None and api.authenticate is not None:
+                try:
+                    api.authenticate(request)
+                except ApiError as e:
+                    await write(sse(cursor.after, "end", {"message": e.message}))
+                    return
+            await write(f": heartbeat {cursor.after}\n\n".encode())
+            beat = now + hub.heartbeat
+        next_stop = beat if follow else min(beat, until)
+        await hub.moved(next_stop - time.monotonic(), exchange.gone)
+    if not exchange.gone.is_set():
+        await write(sse(cursor.after, "end", {"message": "the server is stopping; "
+                                                         "reconnect with Last-Event-ID"}))

@@ -15,7 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
-from . import audit, bodies, request_context
+from . import audit, bodies, longlived, request_context
 from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
@@ -165,6 +165,8 @@ class Api(Registry):
         self.app.__dict__["router"] = _Router()
         self.app.default_error_handler = self._bottle_error
         self.routes = []
+        # long polls and event streams wait here, not in a Waitress thread (longlived.py)
+        self.eventloop = longlived.EventLoop()
 
     # ---- registration ------------------------------------------------------------
 
@@ -274,6 +276,8 @@ class Api(Registry):
 
     def _reply(self, route, result):
         response = bottle.response
+        if isinstance(result, longlived.Parked):
+            return longlived.reply(self.eventloop, result, response, bottle.request.method)
         if not isinstance(result, Reply):
             result = Reply(result, route.status)
         response.status = result.status

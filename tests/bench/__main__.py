@@ -10,7 +10,8 @@ from . import note
 BENCHES = ["store", "api", "metrics", "iam", "secret", "em", "resolver", "repo", "dns", "memory",
            "fuzz",
            "backup", "image", "boot", "network", "compute", "compute_tcg",
-           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit", "feed"]
+           "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit", "feed",
+           "longlived"]
 
 
 def main(argv):

@@ -1,0 +1,196 @@
+"""Long-lived connections on the API's event loop (docs/long-lived.md, issue 29).
+
+    python -m tests.bench longlived
+
+The API runs in its own process (the production server, appliance/server.py, with the
+test capability of tests/agent/testcap.py and the shipped thread count). Printed:
+- an authenticated GET (one node by uuid, one keep-alive connection, GETS in a row):
+  its p50 and p99 with no long-lived connection open, and with AGENTS payload long polls
+  (one per agent, each with its own token) and STREAMS event-stream clients open; the
+  sides alternate ROUNDS times (none, open, none, open, ...), min / median / max of the
+  per-round figures, and the ratio open / none of each pair's p99 (goal <= 1.5x);
+- a config change (one record that targets every agent's node) until all AGENTS polls
+  have answered with the new payload, and an event (a project created) until all STREAMS
+  clients have it: min / median / max over the rounds;
+- the API's RSS with nothing open and with every connection open.
+Figures are printed, never asserted.
+"""
+
+import http.client
+import os
+import selectors
+import socket
+import statistics
+import time
+
+from . import note, remove, settings_for, spread, table, temp_dir, title
+from .bench_agent import start_api
+from .bench_memory import memory_of
+
+AGENTS = int(os.environ.get("BENCH_LONGLIVED_AGENTS", "1000"))
+STREAMS = int(os.environ.get("BENCH_LONGLIVED_STREAMS", "100"))
+ROUNDS = int(os.environ.get("BENCH_LONGLIVED_ROUNDS", "3"))
+GETS = int(os.environ.get("BENCH_LONGLIVED_GETS", "400"))
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+
+
+def pct(values, p):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def gets(port, path, token):
+    """(p50, p99) in ms of GETS authenticated GETs on one keep-alive connection."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    times = []
+    try:
+        for _ in range(GETS):
+            t0 = time.perf_counter()
+            conn.request("GET", path, headers={"Authorization": f"Bearer {token}"})
+            resp = conn.getresponse()
+            resp.read()
+            times.append(time.perf_counter() - t0)
+            if resp.status != 200:
+                raise RuntimeError(f"GET {path}: {resp.status}")
+    finally:
+        conn.close()
+    return pct(times, 50) * 1000, pct(times, 99) * 1000
+
+
+def opened(port, path, token, accept="application/json"):
+    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}"
+                 f"\r\nAccept: {accept}\r\n\r\n".encode())
+    return sock
+
+
+def until_all(socks, done, timeout=300):
+    """Read every socket until done(its bytes) holds; returns when the last one does."""
+    got = {s: b"" for s in socks}
+    left = set(socks)
+    selector = selectors.DefaultSelector()
+    for s in socks:
+        s.setblocking(False)
+        selector.register(s, selectors.EVENT_READ)
+    deadline = time.perf_counter() + timeout
+    while left:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"{len(left)} connections got nothing in {timeout} s")
+        for key, _ in selector.select(0.5):
+            s = key.fileobj
+            try:
+                data = s.recv(65536)
+            except BlockingIOError:
+                continue
+            got[s] += data
+            if not data or done(got[s]):
+                left.discard(s)
+                selector.unregister(s)
+    selector.close()
+    return got
+
+
+def long_lived_open(port, token):
+    """The API's own count of its open long-lived connections (GET /metrics)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"})
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("appliance_api_long_lived_connections{"))
+
+
+def main():
+    from appliance.agent.credentials import issue_credential
+    from state import Store
+    from tests.agent import testcap
+    from tests.apiserver import Client
+    from . import login
+    title(f"long-lived connections: {AGENTS} payload long polls, {STREAMS} event streams")
+    state_dir = temp_dir("bench-longlived")
+    # every connection comes from 127.0.0.1, as in the image, where nginx is the API's only
+    # address and the per-address cap is off (docs/server.md)
+    settings = settings_for(state_dir, log_level="WARNING", api_connections_per_address=0)
+    api, log = start_api(settings)
+    port = settings["api_port"]
+    store = Store(state_dir)
+    try:
+        admin_token = login(port, "admin", settings["admin_password"])
+        client = Client("127.0.0.1", port)
+        nodes = store.collection("compute_nodes")
+        agents = []
+        for i in range(AGENTS):
+            node = nodes.insert({"name": f"bench-ll-{i}", "node_type": "HW",
+                                 "project_id": ADMIN_PROJECT, "status": "ACTIVE"})
+            cred = issue_credential(store, node["uuid"])
+            token = client.post("/v1/iam/clients/default/actions/get_token/invoke", {
+                "grant_type": "client_credentials", "client_id": cred["agent"],
+                "client_secret": cred["secret"]}).json["access_token"]
+            agents.append((cred["agent"], node["uuid"], token))
+        probe = f"/v1/compute/nodes/{agents[0][1]}"
+        masters = store.collection(testcap.MASTER_KIND)
+        none_rows, open_rows, ratios, fanout_polls, fanout_events = [], [], [], [], []
+        rss_none, rss_open = [], []
+        for n in range(ROUNDS):
+            none_rows.append(gets(port, probe, admin_token))
+            rss_none.append(memory_of(api.pid)[0])
+            hashes = {}
+            for agent, _, token in agents:
+                hashes[agent] = client.with_token(token).get(
+                    f"/v1/ua/agents/{agent}/payload").json["hash"]
+            polls = [opened(port, f"/v1/ua/agents/{agent}/payload?hash={hashes[agent]}"
+                                  f"&wait=30", token) for agent, _, token in agents]
+            streams = [opened(port, "/v1/events", admin_token, "text/event-stream")
+                       for _ in range(STREAMS)]
+            deadline = time.monotonic() + 60
+            while long_lived_open(port, admin_token) < AGENTS and \
+                    time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(0.5)
+            open_rows.append(gets(port, probe, admin_token))
+            rss_open.append(memory_of(api.pid)[0])
+            ratios.append(open_rows[-1][1] / none_rows[-1][1])
+            # a config change for every agent
+            t0 = time.perf_counter()
+            masters.insert({"target": {"kind": "nodes", "nodes": [a[1] for a in agents]},
+                            "path": f"/etc/bench-{n}.conf", "content": f"v{n}"})
+            until_all(polls, lambda b: b"\r\n\r\n" in b and b.rstrip().endswith(b"}"))
+            fanout_polls.append(time.perf_counter() - t0)
+            # an event for every stream client
+            name = f"bench-ll-project-{n}"
+            t0 = time.perf_counter()
+            made = client.with_token(admin_token).post("/v1/iam/projects", {"name": name})
+            if made.status != 201:
+                raise RuntimeError(f"project: {made}")
+            until_all(streams, lambda b: name.encode() in b)
+            fanout_events.append(time.perf_counter() - t0)
+            for s in polls + streams:
+                s.close()
+            time.sleep(1.0)             # the streams see their clients gone
+        table(["GET one node (ms)", "p50 min / median / max", "p99 min / median / max"],
+              [[label, spread([r[0] for r in rows]), spread([r[1] for r in rows])]
+               for label, rows in (("no long-lived connection", none_rows),
+                                   (f"{AGENTS} polls + {STREAMS} streams open", open_rows))])
+        note("p99 open / none, per pair: " + " / ".join(
+            f"{v:.2f}x" for v in (min(ratios), statistics.median(ratios), max(ratios)))
+            + " (goal <= 1.5x)")
+        table(["fan-out (s)", "min / median / max"], [
+            [f"a config change to all {AGENTS} polls", spread(fanout_polls, "{:.3f}")],
+            [f"an event to all {STREAMS} streams", spread(fanout_events, "{:.3f}")]])
+        # the first round's "none" is before any long-lived connection was ever opened
+        note(f"API RSS (MB), by round: nothing open {' / '.join(f'{v / 1024:.1f}' for v in rss_none)}"
+             f"; {AGENTS + STREAMS} long-lived connections open "
+             f"{' / '.join(f'{v / 1024:.1f}' for v in rss_open)}")
+    finally:
+        store.close()
+        api.terminate()
+        api.wait(30)
+        log.close()
+        os.unlink(log.name)
+        remove(state_dir)
+
+
+if __name__ == "__main__":
+    main()
