@@ -69,14 +69,17 @@ _HEAD = struct.Struct("<QQQ")           # last seq, current segment's first seq,
 _TICKETS = struct.Struct("<QQQ")
 _TICKETS_AT = _HEAD.size
 _FORMAT = 0x4645454400000002            # "FEED" v2; the first format had no tickets
+_USED_AT = _TICKETS_AT + _TICKETS.size
+_USED = struct.Struct("<Q")             # a bit per slot in use: no walk of a free table
 _SLOT = struct.Struct("<QQQQ64s")       # ticket, journal inode, offset, state, kind
 _SLOTS_AT = 64
 SLOTS = 32                              # writers in step 1-3 at once; more wait for one
+_SLOTS_END = _SLOTS_AT + SLOTS * _SLOT.size
+_NO_SLOTS = bytes(SLOTS * _SLOT.size)
 FREE, IN_FLIGHT, DURABLE = 0, 1, 2
 _LOCK_SIZE = 4096
-_WAIT_FIRST = 0.00005                   # a waiter's first sleep, doubled up to _WAIT_MOST
-_WAIT_MOST = 0.0005
-_PROBE_EVERY = 0.01                     # how often a waiter looks for a dead writer ahead
+_WAIT_FIRST = 0.00005                   # the first sleep of a writer waiting for a free
+_WAIT_MOST = 0.0005                     # slot or a compaction, doubled up to _WAIT_MOST
 
 
 class FeedGone(StoreError):
@@ -215,7 +218,8 @@ class _Page:
             # upgrade across a crash)
             last = _HEAD.unpack_from(self.raw, 0)[0]
             _TICKETS.pack_into(self.raw, _TICKETS_AT, _FORMAT, last, last + 1)
-            self.raw[_SLOTS_AT:_SLOTS_AT + SLOTS * _SLOT.size] = bytes(SLOTS * _SLOT.size)
+            _USED.pack_into(self.raw, _USED_AT, 0)
+            self.raw[_SLOTS_AT:_SLOTS_END] = _NO_SLOTS
 
     @property
     def head(self):
@@ -234,12 +238,16 @@ class _Page:
 
     def slots(self):
         """[(index, ticket, inode, offset, state, kind)] of the slots in use, by ticket."""
+        mask = _USED.unpack_from(self.raw, _USED_AT)[0]
         used = []
-        for i, (ticket, ino, offset, state, kind) in enumerate(
-                _SLOT.iter_unpack(self.raw[_SLOTS_AT:_SLOTS_AT + SLOTS * _SLOT.size])):
-            if state != FREE:
-                used.append((i, ticket, ino, offset, state, kind.rstrip(b"\0").decode()))
-        used.sort(key=lambda s: s[1])
+        while mask:
+            i = (mask & -mask).bit_length() - 1
+            mask &= mask - 1
+            ticket, ino, offset, state, kind = _SLOT.unpack_from(self.raw,
+                                                                  _SLOTS_AT + i * _SLOT.size)
+            used.append((i, ticket, ino, offset, state, kind.rstrip(b"\0").decode()))
+        if len(used) > 1:
+            used.sort(key=lambda s: s[1])
         return used
 
     def state(self, index):
@@ -248,6 +256,9 @@ class _Page:
     def set_slot(self, index, ticket=0, ino=0, offset=0, state=FREE, kind=""):
         _SLOT.pack_into(self.raw, _SLOTS_AT + index * _SLOT.size, ticket, ino, offset, state,
                         kind.encode())
+        mask = _USED.unpack_from(self.raw, _USED_AT)[0]
+        mask = (mask | 1 << index) if state != FREE else (mask & ~(1 << index))
+        _USED.pack_into(self.raw, _USED_AT, mask)
 
     def set_state(self, index, state):
         ticket, ino, offset, _, kind = _SLOT.unpack_from(self.raw,
@@ -256,7 +267,8 @@ class _Page:
                         kind)
 
     def clear_slots(self):
-        self.raw[_SLOTS_AT:_SLOTS_AT + SLOTS * _SLOT.size] = bytes(SLOTS * _SLOT.size)
+        _USED.pack_into(self.raw, _USED_AT, 0)
+        self.raw[_SLOTS_AT:_SLOTS_END] = _NO_SLOTS
 
 
 class Feed:
@@ -276,6 +288,7 @@ class Feed:
         self._slot_fds = {}             # slot index -> this process's fd of its liveness lock
         self._held = set()              # slots this process's threads hold (same fd: flock
                                         # cannot tell them apart)
+        self._locked_page = None        # the page as read or written under the lock held
 
     def configure(self, keep_entries=None, keep_seconds=None):
         if keep_entries is not None:
@@ -320,7 +333,7 @@ class Feed:
         return _U64.unpack_from(view, 0)[0]
 
     def _published(self):
-        """The last published ticket, as _last (no syscall once mapped)."""
+        """The last published ticket, as last() reads the counter."""
         view = self._mapped()
         raw = view[:_SLOTS_AT] if view is not None else self._head()
         mark, published, _ = _TICKETS.unpack_from(raw, _TICKETS_AT)
@@ -335,6 +348,7 @@ class Feed:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
                 self._recover()
             except BaseException:
+                self._locked_page = None
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 self._threads.release()
                 raise
@@ -344,6 +358,7 @@ class Feed:
     def __exit__(self, *exc):
         self._depth -= 1
         if self._depth == 0:
+            self._locked_page = None
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
 
@@ -355,12 +370,16 @@ class Feed:
         return raw
 
     def _page(self):
-        """(feed lock held)"""
-        return _Page(self._head())
+        """(feed lock held) Read once per holding of the lock: only its holder writes it."""
+        page = self._locked_page
+        if page is None:
+            page = self._locked_page = _Page(self._head())
+        return page
 
     def _write_page(self, page):
         """(feed lock held)"""
         os.pwrite(self._fd, page.raw, 0)
+        self._locked_page = page
 
     # ---- writing (called by Collection._write under the kind's lock) --------------------
 
@@ -378,8 +397,11 @@ class Feed:
             try:
                 seconds = write(line)
             except BaseException:
-                self._abandon(index)
-                raise
+                try:
+                    self._abandon(index)
+                except Exception:
+                    pass        # the slot stays in flight, its writer then gone: resolved
+                raise           # by the next writer waiting behind it
             self._settle(index, ticket, entries)
         finally:
             self._release_slot(index)
@@ -447,29 +469,32 @@ class Feed:
 
     def _settle(self, index, ticket, entries):
         """Step 3: the line is durable; publish, or wait until a lower ticket's writer
-        publishes this one along with its own."""
+        publishes this one along with its own. The wait blocks on the liveness lock of
+        the lowest ticket in flight: its writer lets go once published (and a writer
+        that dies lets go at once: then this one resolves its slot)."""
         with self:
             page = self._page()
             page.set_state(index, DURABLE)
-            self._write_page(page)
-            self._publish(page, {ticket: entries})
+            self._publish(page, {ticket: entries}, changed=True)
             if page.tickets[0] >= ticket:
                 return
-        delay, waited, probe_at = _WAIT_FIRST, 0.0, _PROBE_EVERY
-        while True:
-            time.sleep(delay)
-            waited += delay
-            delay = min(2 * delay, _WAIT_MOST)
-            if self._published() >= ticket:
-                return
-            if waited >= probe_at:
-                probe_at = waited + _PROBE_EVERY
-                with self:
-                    page = self._page()
-                    self._resolve_dead(page)
+        while self._published() < ticket:
+            with self:
+                page = self._page()
+                if page.tickets[0] >= ticket:
+                    return
+                ahead = next((s for s in page.slots() if s[4] == IN_FLIGHT), None)
+                if ahead is None:               # this slot was cleared (a reset)
+                    return
+                waiting = self._alive(ahead[0], keep=True)
+                if waiting is None:             # its writer is gone
+                    self._resolve(page, ahead)
                     self._publish(page, {})
-                    if page.tickets[0] >= ticket:
-                        return
+                    continue
+            try:
+                fcntl.flock(waiting, fcntl.LOCK_SH)
+            finally:
+                os.close(waiting)               # and with it the shared lock
 
     def _abandon(self, index):
         """(step 2 failed in this process) Resolve the slot as a dead writer's."""
@@ -488,17 +513,31 @@ class Feed:
             index = slot[0]
             if slot[4] != IN_FLIGHT or index in self._held:
                 continue
-            fd = os.open(self._slot_path(index), os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue            # its writer is alive (between steps 1 and 3)
-                self._resolve(page, slot)
-                resolved = True
-            finally:
-                os.close(fd)            # and with it the lock taken
+            if self._alive(index):
+                continue                # between its steps 1 and 3
+            self._resolve(page, slot)
+            resolved = True
         return resolved
+
+    def _alive(self, index, keep=False):
+        """(feed lock held) Whether a writer holds slot `index`'s liveness lock: tried
+        through a descriptor of its own, as flock tells only open files apart. keep:
+        return that descriptor (to wait on) instead of True, and None for False."""
+        fd = os.open(self._slot_path(index), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if index not in self._held:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.close(fd)            # and with it the lock taken
+                return None if keep else False
+        except BlockingIOError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep:
+            return fd
+        os.close(fd)
+        return True
 
     def _resolve(self, page, slot):
         """(feed lock held) A slot in flight without its writer: its line complete is a
@@ -510,10 +549,11 @@ class Feed:
             page.set_state(index, DURABLE)
         self._write_page(page)
 
-    def _publish(self, page, own):
+    def _publish(self, page, own, changed=False):
         """(feed lock held) Number and append the entries of every durable ticket below
         the lowest one in flight, in ticket order; `own`: ticket -> entries this process
-        holds already (else they are made again from the journal line). Writes `page`."""
+        holds already (else they are made again from the journal line). Writes `page` if
+        it changed (here, or before: `changed`)."""
         batch = []
         published, following = page.tickets
         for index, ticket, ino, offset, state, kind in page.slots():
@@ -525,9 +565,10 @@ class Feed:
             batch.extend(entries)
             page.set_slot(index)
             published = max(published, ticket)
+            changed = True
         if batch:
             self._append(page, batch)
-        if batch or published != page.tickets[0]:
+        if changed:
             page.set_tickets(published, following)
             self._write_page(page)
 
@@ -540,6 +581,8 @@ class Feed:
         segment_first, fd = self._current_segment(first, last + 1)
         if segment_first != first:
             size = 0
+        elif os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)      # what a publisher killed inside appended
         data = b"".join(orjson.dumps(e) + b"\n" for e in entries)
         self.append(fd, data, size)
         page.set_head(entries[-1]["seq"], segment_first, size + len(data))
@@ -631,18 +674,13 @@ class Feed:
                 break
 
     def _recover(self):
-        """(feed lock just taken) Cut what a publisher killed inside appended past the
-        counter, and publish what a writer left durable. The first time after a reboot,
-        also what a power loss left (_after_reboot)."""
+        """(feed lock just taken) Publish what a writer left durable (what a publisher
+        killed inside appended past the counter is cut by the next append). The first
+        time after a reboot, also what a power loss left (_after_reboot)."""
         if not self._boot_checked:
             self._after_reboot()
             self._boot_checked = True
         page = self._page()
-        last, first, size = page.head
-        if first:
-            fd = self._segment_fd(first)
-            if fd is not None and os.fstat(fd).st_size > size:
-                os.ftruncate(fd, size)
         slots = page.slots()
         if slots and slots[0][4] == DURABLE:
             self._publish(page, {})
@@ -668,22 +706,25 @@ class Feed:
         except FileNotFoundError:
             pass
         page = self._page()
-        last, first, size = page.head
-        if first:
-            fd = self._segment_fd(first)
-            if fd is not None and os.fstat(fd).st_size > size:
-                os.ftruncate(fd, size)
-        published, following = page.tickets
-        found = sorted(_tickets_in_journals(self.state_dir, published))
-        entries = [entry for _, made in found for entry in made]
-        if entries:
-            self._append(page, entries)
-        if found:
-            published = found[-1][0]
-        page.set_tickets(published, max(following, published + 1))
-        page.clear_slots()
-        self._write_page(page)
-        self.sync()
+        # a writer inside (between its steps 1 and 3) means no reboot since: the mark was
+        # lost, and the counter and the slots are as the writers left them
+        if not any(self._alive(slot[0]) for slot in page.slots() if slot[4] == IN_FLIGHT):
+            last, first, size = page.head
+            if first:
+                fd = self._segment_fd(first)
+                if fd is not None and os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)
+            published, following = page.tickets
+            found = sorted(_tickets_in_journals(self.state_dir, published))
+            entries = [entry for _, made in found for entry in made]
+            if entries:
+                self._append(page, entries)
+            if found:
+                published = found[-1][0]
+            page.set_tickets(published, max(following, published + 1))
+            page.clear_slots()
+            self._write_page(page)
+            self.sync()
         temp = marker + ".tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:

@@ -140,6 +140,45 @@ def test_sigkill_at_random_moments_leaves_one_entry_per_committed_write(tmp_path
         store.close()
 
 
+@pytest.mark.timeout(240)
+def test_sigkill_at_random_moments_while_another_kind_writes(tmp_path):
+    """A writer of another kind runs all along: its tickets queue behind the killed
+    writer's, and it resolves the dead slot (so it never hangs), with no entry lost,
+    invented or numbered twice."""
+    rng = random.Random(20261127)
+    store = Store(tmp_path)
+    others = store.collection("others")
+    acknowledged = []
+    stop = threading.Event()
+
+    def write_others():
+        while not stop.is_set():
+            acknowledged.append(others.insert({"name": "other"})["uuid"])
+
+    writer = threading.Thread(target=write_others)
+    writer.start()
+    try:
+        for _ in range(8):
+            child = spawn(tmp_path, "insert", 100000, 4096)
+            child.stdout.readline()
+            time.sleep(rng.uniform(0.0, 0.2))
+            child.send_signal(signal.SIGKILL)
+            child.communicate()
+    finally:
+        stop.set()
+        writer.join(timeout=60)
+    assert not writer.is_alive(), "the other kind's writer hangs behind a dead ticket"
+    store.collection("things").insert({"name": "after-kill"})
+    entries = store.feed.read(0)
+    _check_gap_free(entries)
+    created = [e["uuid"] for e in entries if e["op"] == "create"]
+    assert len(created) == len(set(created)), "a write numbered twice"
+    stored = {r["uuid"] for r in store.collection("things").records()}
+    assert {e["uuid"] for e in entries if e["kind"] == "things"} == stored
+    assert [e["uuid"] for e in entries if e["kind"] == "others"] == acknowledged
+    assert len(acknowledged) > 0
+
+
 _DIE_INSIDE = """
 import os, sys
 import state.collection
