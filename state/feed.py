@@ -42,6 +42,7 @@ window: `Feed.reset`).
 """
 
 import fcntl
+import functools
 import mmap
 import os
 import struct
@@ -71,6 +72,7 @@ _TICKETS_AT = _HEAD.size
 _FORMAT = 0x4645454400000002            # "FEED" v2; the first format had no tickets
 _USED_AT = _TICKETS_AT + _TICKETS.size
 _USED = struct.Struct("<Q")             # a bit per slot in use: no walk of a free table
+_RESERVER_AT = _USED_AT + _USED.size    # who took the last ticket (Feed._reserve)
 _SLOT = struct.Struct("<QQQQ64s")       # ticket, journal inode, offset, state, kind
 _SLOTS_AT = 64
 SLOTS = 32                              # writers in step 1-3 at once; more wait for one
@@ -109,6 +111,7 @@ def set_origin_source(source):
     return previous
 
 
+@functools.lru_cache(maxsize=1)
 def _process_name():
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
@@ -219,6 +222,7 @@ class _Page:
             last = _HEAD.unpack_from(self.raw, 0)[0]
             _TICKETS.pack_into(self.raw, _TICKETS_AT, _FORMAT, last, last + 1)
             _USED.pack_into(self.raw, _USED_AT, 0)
+            _U64.pack_into(self.raw, _RESERVER_AT, 0)
             self.raw[_SLOTS_AT:_SLOTS_END] = _NO_SLOTS
 
     @property
@@ -249,6 +253,13 @@ class _Page:
         if len(used) > 1:
             used.sort(key=lambda s: s[1])
         return used
+
+    @property
+    def reserver(self):
+        return _U64.unpack_from(self.raw, _RESERVER_AT)[0]
+
+    def set_reserver(self, writer):
+        _U64.pack_into(self.raw, _RESERVER_AT, writer)
 
     def state(self, index):
         return _SLOT.unpack_from(self.raw, _SLOTS_AT + index * _SLOT.size)[3]
@@ -390,7 +401,7 @@ class Feed:
         appends the line at `offset` of the journal (inode `ino`) and fdatasyncs it,
         outside the feed lock. Returns (line, fsync seconds) once the entries are
         published (readable)."""
-        index, ticket, line, entries = self._reserve(kind, ino, offset, make)
+        index, ticket, line, entries, alone = self._reserve(kind, ino, offset, make)
         if index is None:
             return line, write(line)
         try:
@@ -404,30 +415,46 @@ class Feed:
                 raise           # by the next writer waiting behind it
             self._settle(index, ticket, entries)
         finally:
-            self._release_slot(index)
+            if alone:
+                self.__exit__(None, None, None)
+            else:
+                self._release_slot(index)
         return line, seconds
 
     def _reserve(self, kind, ino, offset, make):
-        """Step 1: (slot, ticket, line, entries); slot None when the line has no entries."""
+        """Step 1: (slot, ticket, line, entries, alone); slot None when the line has no
+        entries. alone: this writer took the last ticket too and no slot is in use, so it
+        keeps the feed lock across its fdatasync (no other writer can see its slot in
+        flight, so the slot needs no liveness lock), as a single writer's second lock
+        section, two flocks and a page read cost more than the parallelism it would give
+        to nobody. Another writer that took the lock in between, or one inside, makes
+        the next one take the two sections."""
         delay = _WAIT_FIRST
+        me = hash((os.getpid(), threading.get_ident())) & 0x7FFFFFFFFFFFFFFF | 1
         while True:
             with self:
                 page = self._page()
-                index = self._take_slot(page)
+                alone = page.reserver == me and not page.slots()
+                index = self._take_slot(page, liveness=not alone)
                 if index is not None:
                     published, ticket = page.tickets
                     try:
                         line, entries = make(ticket)
                     except BaseException:
-                        self._release_slot(index)
+                        if not alone:
+                            self._release_slot(index)
                         raise
                     if not entries:
-                        self._release_slot(index)
-                        return None, None, line, entries
+                        if not alone:
+                            self._release_slot(index)
+                        return None, None, line, entries, False
                     page.set_slot(index, ticket, ino, offset, IN_FLIGHT, kind)
                     page.set_tickets(published, ticket + 1)
+                    page.set_reserver(me)
                     self._write_page(page)
-                    return index, ticket, line, entries
+                    if alone:
+                        self.__enter__()        # held on past this block, to commit's end
+                    return index, ticket, line, entries, alone
                 # every slot in use: free the ones whose writers are gone, else wait
                 if self._resolve_dead(page):
                     self._publish(page, {})
@@ -435,13 +462,15 @@ class Feed:
             time.sleep(delay)
             delay = min(2 * delay, _WAIT_MOST)
 
-    def _take_slot(self, page):
+    def _take_slot(self, page, liveness=True):
         """(feed lock held) A free slot whose liveness lock this process now holds, or
         None. A free slot can still be locked by a writer that was published by another
-        and has not woken yet: skipped."""
+        and has not woken yet: skipped. liveness=False: any free slot, no lock taken."""
         for index in range(SLOTS):
             if index in self._held or page.state(index) != FREE:
                 continue
+            if not liveness:
+                return index
             fd = self._slot_fd(index)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -184,10 +184,14 @@ import os, sys
 import state.collection
 from state import Store
 from state.feed import Feed
-where = sys.argv[2]
+where, alone = sys.argv[2], sys.argv[3] == "alone"
 store = Store(sys.argv[1])
 things = store.collection("things")
 things.records()
+if alone:
+    # a writer that took the last ticket, with no other inside, keeps the feed lock
+    # across its fdatasync: the same points, on that path
+    things.insert({"name": "warm"})
 if where == "after-commit":
     # the journal line is durable, the feed's own append never happens
     Feed.append = lambda self, *args: os._exit(9)
@@ -212,23 +216,26 @@ things.insert({"name": "dying"})
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.parametrize("alone", ["alone", "not-alone"])
 @pytest.mark.parametrize("next_kind", ["things", "others"])
 @pytest.mark.parametrize("where,committed", [("after-commit", True),
                                              ("after-ticket", False),
                                              ("before-fdatasync", True),
                                              ("torn-line", False)])
-def test_a_writer_killed_inside_the_feed_section(tmp_path, where, committed, next_kind):
+def test_a_writer_killed_inside_the_feed_section(tmp_path, where, committed, next_kind,
+                                                 alone):
     """The next writer, of the same kind or another, gets a later ticket and waits for
     the dead one's: it finds the writer gone and resolves its slot from the line."""
     store = Store(tmp_path)
     store.collection("things").insert({"name": "first"})
-    child = _child(_DIE_INSIDE, tmp_path, where)
+    child = _child(_DIE_INSIDE, tmp_path, where, alone)
     child.communicate(timeout=60)
     assert child.returncode == 9
     store.collection(next_kind).insert({"name": "next"})
     entries = store.feed.read(0)
     _check_gap_free(entries)
-    expected = ["first", "dying", "next"] if committed else ["first", "next"]
+    expected = ["first"] + (["warm"] if alone == "alone" else [])
+    expected += ["dying", "next"] if committed else ["next"]
     assert [e["name"] for e in entries] == expected
     names = {r["name"] for r in Store(tmp_path).collection("things").records()}
     assert ("dying" in names) is committed
@@ -303,7 +310,9 @@ def test_a_power_loss_with_a_durable_line_past_a_lost_one(tmp_path):
     while not (others.exists() and b"others-0" in others.read_bytes()):
         assert time.monotonic() < deadline, "the fast writer never wrote its line"
         time.sleep(0.01)
-    for process in (child, fast):
+    # the waiter first: killed after the slow one, it would resolve the slow one's slot
+    # (its line is complete) before the power loss this test plays
+    for process in (fast, child):
         process.kill()
         process.communicate()
     assert store.feed.last() == 1
