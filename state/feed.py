@@ -84,6 +84,17 @@ _WAIT_FIRST = 0.00005                   # the first sleep of a writer waiting fo
 _WAIT_MOST = 0.0005                     # slot or a compaction, doubled up to _WAIT_MOST
 
 
+_pid = os.getpid()          # a writer's identity (Feed._reserve) without a syscall per write
+
+
+def _forked():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class FeedGone(StoreError):
     """The revision asked for is outside the feed's window (older than its oldest entry,
     or newer than its newest): the reader must do a full resync."""
@@ -430,7 +441,7 @@ class Feed:
         to nobody. Another writer that took the lock in between, or one inside, makes
         the next one take the two sections."""
         delay = _WAIT_FIRST
-        me = hash((os.getpid(), threading.get_ident())) & 0x7FFFFFFFFFFFFFFF | 1
+        me = hash((_pid, threading.get_ident())) & 0x7FFFFFFFFFFFFFFF | 1
         while True:
             with self:
                 page = self._page()
