@@ -20,7 +20,10 @@ so that writes of different kinds fdatasync in parallel:
    returns: a write that returned is in the feed.
 
 Sequence numbers are handed out at publication, in ticket order, so they have no gaps even
-when a ticket is never published. A writer killed between 1 and 3 leaves its slot in
+when a ticket is never published. A writer that took the last ticket too and finds no slot
+in use holds the feed lock from step 1 to step 3 (the lock sections of a single writer
+cost more than the parallelism nobody would use); the next write after another writer's
+ticket takes the three steps again. A writer killed between 1 and 3 leaves its slot in
 flight with its liveness lock free; whoever waits behind it (or compacts its kind) takes
 the lock, sees the owner gone, and looks at the line: complete (every reader of the kind
 sees the write: it is committed) -> fdatasync it, durable; torn or absent (never

@@ -7,9 +7,9 @@
     in two state directories on the same disk, alternating write by write. Per pair, the
     ratio feed / no feed; min / median / max of the ratios and of each side's times.
 (b) two processes inserting into two different kinds at once, with and without the feed:
-    the feed's lock is taken inside each kind's lock around its fdatasync, so writes of
-    different kinds now wait for each other; total writes per second, the sides
-    alternating round by round.
+    the journals' fdatasyncs run outside the feed's lock, in parallel, but each write
+    takes the feed's lock twice and may wait for the other's publication (docs/events.md);
+    total writes per second, the sides alternating round by round.
 Figures are printed, never asserted.
 """
 
