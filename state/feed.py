@@ -269,6 +269,10 @@ class _Page:
         return used
 
     @property
+    def in_use(self):
+        return _USED.unpack_from(self.raw, _USED_AT)[0] != 0
+
+    @property
     def reserver(self):
         return _U64.unpack_from(self.raw, _RESERVER_AT)[0]
 
@@ -427,7 +431,16 @@ class Feed:
                 except Exception:
                     pass        # the slot stays in flight, its writer then gone: resolved
                 raise           # by the next writer waiting behind it
-            self._settle(index, ticket, entries)
+            if alone:
+                # the lock was held all along and this slot is the only one: published
+                # at once (what _settle and _publish would do, without their walk)
+                page = self._page()
+                page.set_slot(index)
+                self._append(page, entries)
+                page.set_tickets(ticket, page.tickets[1])
+                self._write_page(page)
+            else:
+                self._settle(index, ticket, entries)
         finally:
             if alone:
                 self.__exit__(None, None, None)
@@ -448,7 +461,7 @@ class Feed:
         while True:
             with self:
                 page = self._page()
-                alone = page.reserver == me and not page.slots()
+                alone = page.reserver == me and not page.in_use
                 index = self._take_slot(page, liveness=not alone)
                 if index is not None:
                     published, ticket = page.tickets
