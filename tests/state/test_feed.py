@@ -293,6 +293,44 @@ def test_a_later_write_waits_for_an_earlier_ticket_still_in_flight(tmp_path):
 
 
 @pytest.mark.timeout(60)
+def test_a_compaction_waits_until_its_kinds_tickets_are_published(tmp_path):
+    """A writer of `others` died durable, its ticket held back by an earlier one of
+    `things` still in flight: a compaction of `others`, which drops the journal line its
+    entry is made from, waits until that entry is published."""
+    store = Store(tmp_path)
+    store.collection("things").insert({"name": "first"})
+    child = _child(_HELD_BEFORE_FDATASYNC, tmp_path, stdin=subprocess.PIPE)
+    assert child.stdout.readline() == "written\n"
+    waiter = _child(_WRITE_KIND, tmp_path, "others", 1)
+    others = tmp_path / "others.journal"
+    deadline = time.monotonic() + 30
+    while not (others.exists() and b"others-0" in others.read_bytes()):
+        assert time.monotonic() < deadline, "the waiter never wrote its line"
+        time.sleep(0.01)
+    # killed durable and waiting behind "slow", or (under load) still before its
+    # fdatasync: either way its slot is resolved only as a committed line held back
+    time.sleep(0.2)
+    waiter.kill()
+    waiter.communicate()
+    done = threading.Event()
+    compactor = threading.Thread(target=lambda: (store.collection("others").compact(),
+                                                 done.set()))
+    compactor.start()
+    assert not done.wait(0.5)
+    assert b"others-0" in others.read_bytes(), "the journal line went before its entry"
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    child.communicate(timeout=30)
+    compactor.join(timeout=30)
+    assert done.is_set()
+    entries = store.feed.read(0)
+    _check_gap_free(entries)
+    assert [e["name"] for e in entries] == ["first", "slow", "others-0"]
+    assert [r["name"] for r in Store(tmp_path).collection("others").records()] == ["others-0"]
+    assert b"others-0" not in others.read_bytes()       # compacted into the base
+
+
+@pytest.mark.timeout(60)
 def test_a_power_loss_with_a_durable_line_past_a_lost_one(tmp_path):
     """An earlier ticket's line was still in its fdatasync (lost with the power) while a
     later one of another kind was durable: after the reboot the durable one gets the next
