@@ -345,7 +345,9 @@ def test_a_power_loss_with_a_durable_line_past_a_lost_one(tmp_path):
     # the fast writer is durable and waits behind the slow ticket: then the power goes
     others = tmp_path / "others.journal"
     deadline = time.monotonic() + 30
-    while not (others.exists() and b"others-0" in others.read_bytes()):
+    # the whole line (a read can see a write half-way through)
+    while not (others.exists() and b"others-0" in others.read_bytes()
+               and others.read_bytes().endswith(b"\n")):
         assert time.monotonic() < deadline, "the fast writer never wrote its line"
         time.sleep(0.01)
     # the waiter first: killed after the slow one, it would resolve the slow one's slot
