@@ -685,28 +685,24 @@ class Collection:
             return result, fsync_seconds
 
     def _commit_with_feed(self, entry, start):
-        """(kind lock held) Append the journal line carrying its feed entries, under the
-        feed's lock, in the order that state/feed.py's recovery relies on; returns the line
-        and its fdatasync's seconds."""
-        with self.feed:
+        """(kind lock held) Append the journal line carrying its feed ticket and note, in
+        the steps state/feed.py's recovery relies on (the fdatasync outside the feed's
+        lock); returns the line and its fdatasync's seconds once its entries are in the
+        feed."""
+        def make(ticket):
             described, note = describe(self.kind, entry, self._table,
                                        format_time(utcnow()), origin())
-            if described:
-                first = self.feed.next_seq()
-                for i, item in enumerate(described):
-                    item["seq"] = first + i
-                self.feed.mark_pending(self.journal.path, self._ino, start, first,
-                                       len(described))
-                line = orjson.dumps({**entry, "feed": [first, *note]}) + b"\n"
-            else:
-                line = orjson.dumps(entry) + b"\n"
+            if not described:
+                return orjson.dumps(entry) + b"\n", described
+            return orjson.dumps({**entry, "feed": [ticket, *note]}) + b"\n", described
+
+        def write(line):
             _pwrite_all(self._fd, line, start)
             synced = time.perf_counter()
             os.fdatasync(self._fd)
-            fsync_seconds = time.perf_counter() - synced
-            if described:
-                self.feed.append(described)
-        return line, fsync_seconds
+            return time.perf_counter() - synced
+
+        return self.feed.commit(self.kind, self._ino, start, make, write)
 
     def _start_journal(self):
         """(lock and mutex held) Atomically put an empty journal in place, whose header
@@ -723,10 +719,8 @@ class Collection:
         the two leaves the new base with the old journal, whose lines it already holds."""
         if self.feed is not None:
             # the journal lines are the only durable copy of the feed's newest entries,
-            # and a pending record may point into this journal: both settled first
-            with self.feed:
-                self.feed.sync()
-                self._replace_journal()
+            # and a slot of the feed may point into this journal: both settled first
+            self.feed.compacting(self.kind, self._replace_journal)
         else:
             self._replace_journal()
         self._probed = (self.lock.bump_generation(), (self._ino, self._offset))

@@ -4,33 +4,48 @@ processes, kept for a bounded window. See docs/store.md ("Change feed") and docs
 Why here and not beside the kinds: readers (event streams, the audit trail, the console)
 ask "everything after revision R" and must miss nothing, while the change watch only says
 "kind K moved". So a write of any kind takes one more lock, the feed's, *inside* its kind's
-lock (never the other way round), and under it:
+lock (never the other way round), twice, and its journal's fdatasync runs between the two,
+so that writes of different kinds fdatasync in parallel:
 
-1. notes in the feed's lock file which journal line it is about to write (the pending
-   record: kind, journal inode, offset, first sequence number, count);
-2. writes its journal line, which carries the feed entries themselves (`"feed": [...]`),
-   and fdatasyncs it: the commit;
-3. appends the entries to the current feed segment (no fsync of its own) and then moves
-   the counter (the last sequence number) and the segment's committed size.
+1. (feed lock) takes a *ticket* (a number per journal line, in commit order) and a slot of
+   the slot table in the feed's lock file (ticket, kind, journal inode, offset; state
+   in flight), and holds that slot's liveness lock (`slot-<i>.lock`, flock) until step 3;
+2. (no feed lock) writes its journal line, which carries the ticket and the note the
+   entries are made from (`"feed": [ticket, ...]`), and fdatasyncs it: the commit;
+3. (feed lock) marks its slot durable, then *publishes*: while the lowest ticket of the
+   table is durable, its entries get the next sequence numbers, go to the current
+   segment (no fsync of its own), and the counter moves; a ticket below in flight keeps
+   every later one waiting (a reader never reads past it). A writer whose ticket is not
+   published yet waits until a lower writer's publication takes it along, and only then
+   returns: a write that returned is in the feed.
 
-A writer killed between 1 and 3 leaves the counter behind its pending record: the next
-holder of the feed lock cuts the segment back to its committed size and, if the journal
-line is complete (the write is committed: every reader of the kind sees it), appends the
-entries from it; if the line is torn or absent (the write was never acknowledged, and the
-kind's next writer cuts it off), nothing. So a committed write always gets its entries, an
-uncommitted one never does, and sequence numbers have no gaps. A compaction of a kind takes
-the feed lock first (and fsyncs the segment), so the journal line a pending record points
-at is still there when it is resolved. A power loss can take the newest feed entries (the
-segment is not fsynced on every write) while their journal lines stay: the first writer
-after a reboot makes them again from the journals (`_after_reboot`).
+Sequence numbers are handed out at publication, in ticket order, so they have no gaps even
+when a ticket is never published. A writer that took the last ticket too and finds no slot
+in use holds the feed lock from step 1 to step 3 (the lock sections of a single writer
+cost more than the parallelism nobody would use); the next write after another writer's
+ticket takes the three steps again. A writer killed between 1 and 3 leaves its slot in
+flight with its liveness lock free; whoever waits behind it (or compacts its kind) takes
+the lock, sees the owner gone, and looks at the line: complete (every reader of the kind
+sees the write: it is committed) -> fdatasync it, durable; torn or absent (never
+acknowledged, and the kind's next writer cuts it off) -> the ticket is dropped. So a
+committed write always gets its entries and an uncommitted one never does. A compaction
+of a kind waits until no slot points into its journal, then fsyncs the segment, so the
+journal line a slot points at is there when it is resolved. A power loss can take the
+newest feed entries (the segment is not fsynced on every write) while their journal lines
+stay: the first writer after a reboot publishes again, in ticket order, every line past
+the last published ticket (`_after_reboot`). Lines durable only past a lost one (its
+writer was still in step 2) are published too: no reader saw a number past the lost one,
+since numbers are handed out only to durable lines in ticket order.
 
-Files: `<state>/.feed/feed.lock` (the lock, and in its first bytes the counter, the
-current segment and the pending record) and `<state>/.feed/<first seq>.log`, one JSON line
-per entry. The directory is hidden: it is no kind and no private file, so backups do not
-carry it (a restored state starts a new window: `Feed.reset`).
+Files: `<state>/.feed/feed.lock` (the lock; in its first bytes the counter, the current
+segment, the tickets and the slot table), `<state>/.feed/slot-<i>.lock` (liveness) and
+`<state>/.feed/<first seq>.log`, one JSON line per entry. The directory is hidden: it is
+no kind and no private file, so backups do not carry it (a restored state starts a new
+window: `Feed.reset`).
 """
 
 import fcntl
+import functools
 import mmap
 import os
 import struct
@@ -53,9 +68,34 @@ DEFAULT_KEEP_SECONDS = 7 * 86400.0
 
 _U64 = struct.Struct("<Q")
 _HEAD = struct.Struct("<QQQ")           # last seq, current segment's first seq, its size
-_PENDING = struct.Struct("<QQQQQ")      # first seq, count, journal inode, offset, name length
-_PENDING_AT = _HEAD.size
+# in the same sector as the head (a power loss tears no pair of them): a format mark,
+# the last published ticket, the next ticket to hand out
+_TICKETS = struct.Struct("<QQQ")
+_TICKETS_AT = _HEAD.size
+_FORMAT = 0x4645454400000002            # "FEED" v2; the first format had no tickets
+_USED_AT = _TICKETS_AT + _TICKETS.size
+_USED = struct.Struct("<Q")             # a bit per slot in use: no walk of a free table
+_RESERVER_AT = _USED_AT + _USED.size    # who took the last ticket (Feed._reserve)
+_SLOT = struct.Struct("<QQQQ64s")       # ticket, journal inode, offset, state, kind
+_SLOTS_AT = 64
+SLOTS = 32                              # writers in step 1-3 at once; more wait for one
+_SLOTS_END = _SLOTS_AT + SLOTS * _SLOT.size
+_NO_SLOTS = bytes(SLOTS * _SLOT.size)
+FREE, IN_FLIGHT, DURABLE = 0, 1, 2
 _LOCK_SIZE = 4096
+_WAIT_FIRST = 0.00005                   # the first sleep of a writer waiting for a free
+_WAIT_MOST = 0.0005                     # slot or a compaction, doubled up to _WAIT_MOST
+
+
+_pid = os.getpid()          # a writer's identity (Feed._reserve) without a syscall per write
+
+
+def _forked():
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class FeedGone(StoreError):
@@ -85,6 +125,7 @@ def set_origin_source(source):
     return previous
 
 
+@functools.lru_cache(maxsize=1)
 def _process_name():
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
@@ -180,9 +221,89 @@ def _name(record):
 
 # ---- the feed ----------------------------------------------------------------------------
 
+class _Page:
+    """The feed lock file's first page, read and changed under the feed lock and written
+    back in one pwrite (a writer killed during it leaves the old page or the new one)."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw):
+        self.raw = bytearray(raw)
+        if _TICKETS.unpack_from(self.raw, _TICKETS_AT)[0] != _FORMAT:
+            # a feed of the first format: its lines were numbered by their first seq, all
+            # of them published, and its pending record is resolved (or lost with an
+            # upgrade across a crash)
+            last = _HEAD.unpack_from(self.raw, 0)[0]
+            _TICKETS.pack_into(self.raw, _TICKETS_AT, _FORMAT, last, last + 1)
+            _USED.pack_into(self.raw, _USED_AT, 0)
+            _U64.pack_into(self.raw, _RESERVER_AT, 0)
+            self.raw[_SLOTS_AT:_SLOTS_END] = _NO_SLOTS
+
+    @property
+    def head(self):
+        return _HEAD.unpack_from(self.raw, 0)
+
+    def set_head(self, last, first, size):
+        _HEAD.pack_into(self.raw, 0, last, first, size)
+
+    @property
+    def tickets(self):
+        """(last published ticket, next ticket)"""
+        return _TICKETS.unpack_from(self.raw, _TICKETS_AT)[1:]
+
+    def set_tickets(self, published, following):
+        _TICKETS.pack_into(self.raw, _TICKETS_AT, _FORMAT, published, following)
+
+    def slots(self):
+        """[(index, ticket, inode, offset, state, kind)] of the slots in use, by ticket."""
+        mask = _USED.unpack_from(self.raw, _USED_AT)[0]
+        used = []
+        while mask:
+            i = (mask & -mask).bit_length() - 1
+            mask &= mask - 1
+            ticket, ino, offset, state, kind = _SLOT.unpack_from(self.raw,
+                                                                  _SLOTS_AT + i * _SLOT.size)
+            used.append((i, ticket, ino, offset, state, kind.rstrip(b"\0").decode()))
+        if len(used) > 1:
+            used.sort(key=lambda s: s[1])
+        return used
+
+    @property
+    def in_use(self):
+        return _USED.unpack_from(self.raw, _USED_AT)[0] != 0
+
+    @property
+    def reserver(self):
+        return _U64.unpack_from(self.raw, _RESERVER_AT)[0]
+
+    def set_reserver(self, writer):
+        _U64.pack_into(self.raw, _RESERVER_AT, writer)
+
+    def state(self, index):
+        return _SLOT.unpack_from(self.raw, _SLOTS_AT + index * _SLOT.size)[3]
+
+    def set_slot(self, index, ticket=0, ino=0, offset=0, state=FREE, kind=""):
+        _SLOT.pack_into(self.raw, _SLOTS_AT + index * _SLOT.size, ticket, ino, offset, state,
+                        kind.encode())
+        mask = _USED.unpack_from(self.raw, _USED_AT)[0]
+        mask = (mask | 1 << index) if state != FREE else (mask & ~(1 << index))
+        _USED.pack_into(self.raw, _USED_AT, mask)
+
+    def set_state(self, index, state):
+        ticket, ino, offset, _, kind = _SLOT.unpack_from(self.raw,
+                                                         _SLOTS_AT + index * _SLOT.size)
+        _SLOT.pack_into(self.raw, _SLOTS_AT + index * _SLOT.size, ticket, ino, offset, state,
+                        kind)
+
+    def clear_slots(self):
+        _USED.pack_into(self.raw, _USED_AT, 0)
+        self.raw[_SLOTS_AT:_SLOTS_END] = _NO_SLOTS
+
+
 class Feed:
     def __init__(self, directory):
         self.directory = os.path.join(directory, FEED_DIR)
+        self.state_dir = directory
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         self.keep_entries = DEFAULT_KEEP_ENTRIES
         self.keep_seconds = DEFAULT_KEEP_SECONDS
@@ -193,6 +314,10 @@ class Feed:
         self._view = None
         self._segment = None            # (first seq, fd) of the segment this process appends to
         self._boot_checked = False
+        self._slot_fds = {}             # slot index -> this process's fd of its liveness lock
+        self._held = set()              # slots this process's threads hold (same fd: flock
+                                        # cannot tell them apart)
+        self._locked_page = None        # the page as read or written under the lock held
 
     def configure(self, keep_entries=None, keep_seconds=None):
         if keep_entries is not None:
@@ -211,23 +336,39 @@ class Feed:
                     view.close()
                 except BufferError:
                     pass
+            for fd in self._slot_fds.values():
+                os.close(fd)
+            self._slot_fds = {}
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
 
     # ---- the counter ------------------------------------------------------------------
 
-    def last(self):
-        """The newest committed sequence number (0 before the first write): one read of
-        a shared mapping, no syscall once mapped."""
+    def _mapped(self):
         view = self._view
         if view is None:
             if os.fstat(self._fd).st_size < _LOCK_SIZE:
-                return _U64.unpack(os.pread(self._fd, 8, 0).ljust(8, b"\0"))[0]
-            view = self._view = mmap.mmap(self._fd, _HEAD.size, prot=mmap.PROT_READ)
+                return None
+            view = self._view = mmap.mmap(self._fd, _SLOTS_AT, prot=mmap.PROT_READ)
+        return view
+
+    def last(self):
+        """The newest committed sequence number (0 before the first write): one read of
+        a shared mapping, no syscall once mapped."""
+        view = self._mapped()
+        if view is None:
+            return _U64.unpack(os.pread(self._fd, 8, 0).ljust(8, b"\0"))[0]
         return _U64.unpack_from(view, 0)[0]
 
-    # ---- writing (called by Collection._write under the kind's lock) --------------------
+    def _published(self):
+        """The last published ticket, as last() reads the counter."""
+        view = self._mapped()
+        raw = view[:_SLOTS_AT] if view is not None else self._head()
+        mark, published, _ = _TICKETS.unpack_from(raw, _TICKETS_AT)
+        return published if mark == _FORMAT else 0
+
+    # ---- the feed lock ----------------------------------------------------------------
 
     def __enter__(self):
         self._threads.acquire()
@@ -236,6 +377,7 @@ class Feed:
                 fcntl.flock(self._fd, fcntl.LOCK_EX)
                 self._recover()
             except BaseException:
+                self._locked_page = None
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 self._threads.release()
                 raise
@@ -245,6 +387,7 @@ class Feed:
     def __exit__(self, *exc):
         self._depth -= 1
         if self._depth == 0:
+            self._locked_page = None
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         self._threads.release()
 
@@ -255,26 +398,255 @@ class Feed:
             raw = os.pread(self._fd, _LOCK_SIZE, 0)
         return raw
 
-    def next_seq(self):
-        """(feed lock held) The sequence number the next entry gets."""
-        return _HEAD.unpack_from(self._head(), 0)[0] + 1
+    def _page(self):
+        """(feed lock held) Read once per holding of the lock: only its holder writes it."""
+        page = self._locked_page
+        if page is None:
+            page = self._locked_page = _Page(self._head())
+        return page
 
-    def mark_pending(self, name, ino, offset, first, count):
-        """(feed lock held) Step 1: the journal line about to be written."""
-        raw = name.encode()
-        os.pwrite(self._fd, _PENDING.pack(first, count, ino, offset, len(raw)) + raw,
-                  _PENDING_AT)
+    def _write_page(self, page):
+        """(feed lock held)"""
+        os.pwrite(self._fd, page.raw, 0)
+        self._locked_page = page
 
-    def append(self, entries):
-        """(feed lock held) Step 3: entries (with their seq) after their journal line is
-        durable."""
-        last, first, size = _HEAD.unpack_from(self._head(), 0)
-        segment_first, fd = self._current_segment(first, entries[0]["seq"])
+    # ---- writing (called by Collection._write under the kind's lock) --------------------
+
+    def commit(self, kind, ino, offset, make, write):
+        """A write's journal line, numbered in the feed. `make(ticket) -> (line, entries)`
+        (called under the feed lock, so that entries' times follow ticket order; no
+        entries: the line is written without a ticket); `write(line) -> fsync seconds`
+        appends the line at `offset` of the journal (inode `ino`) and fdatasyncs it,
+        outside the feed lock. Returns (line, fsync seconds) once the entries are
+        published (readable)."""
+        index, ticket, line, entries, alone = self._reserve(kind, ino, offset, make)
+        if index is None:
+            return line, write(line)
+        try:
+            try:
+                seconds = write(line)
+            except BaseException:
+                try:
+                    self._abandon(index)
+                except Exception:
+                    pass        # the slot stays in flight, its writer then gone: resolved
+                raise           # by the next writer waiting behind it
+            if alone:
+                # the lock was held all along and this slot is the only one: published
+                # at once (what _settle and _publish would do, without their walk)
+                page = self._page()
+                page.set_slot(index)
+                self._append(page, entries)
+                page.set_tickets(ticket, page.tickets[1])
+                self._write_page(page)
+            else:
+                self._settle(index, ticket, entries)
+        finally:
+            if alone:
+                self.__exit__(None, None, None)
+            else:
+                self._release_slot(index)
+        return line, seconds
+
+    def _reserve(self, kind, ino, offset, make):
+        """Step 1: (slot, ticket, line, entries, alone); slot None when the line has no
+        entries. alone: this writer took the last ticket too and no slot is in use, so it
+        keeps the feed lock across its fdatasync (no other writer can see its slot in
+        flight, so the slot needs no liveness lock), as a single writer's second lock
+        section, two flocks and a page read cost more than the parallelism it would give
+        to nobody. Another writer that took the lock in between, or one inside, makes
+        the next one take the two sections."""
+        delay = _WAIT_FIRST
+        me = hash((_pid, threading.get_ident())) & 0x7FFFFFFFFFFFFFFF | 1
+        while True:
+            with self:
+                page = self._page()
+                alone = page.reserver == me and not page.in_use
+                index = self._take_slot(page, liveness=not alone)
+                if index is not None:
+                    published, ticket = page.tickets
+                    try:
+                        line, entries = make(ticket)
+                    except BaseException:
+                        if not alone:
+                            self._release_slot(index)
+                        raise
+                    if not entries:
+                        if not alone:
+                            self._release_slot(index)
+                        return None, None, line, entries, False
+                    page.set_slot(index, ticket, ino, offset, IN_FLIGHT, kind)
+                    page.set_tickets(published, ticket + 1)
+                    page.set_reserver(me)
+                    self._write_page(page)
+                    if alone:
+                        self.__enter__()        # held on past this block, to commit's end
+                    return index, ticket, line, entries, alone
+                # every slot in use: free the ones whose writers are gone, else wait
+                if self._resolve_dead(page):
+                    self._publish(page, {})
+                    continue
+            time.sleep(delay)
+            delay = min(2 * delay, _WAIT_MOST)
+
+    def _take_slot(self, page, liveness=True):
+        """(feed lock held) A free slot whose liveness lock this process now holds, or
+        None. A free slot can still be locked by a writer that was published by another
+        and has not woken yet: skipped. liveness=False: any free slot, no lock taken."""
+        for index in range(SLOTS):
+            if index in self._held or page.state(index) != FREE:
+                continue
+            if not liveness:
+                return index
+            fd = self._slot_fd(index)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            self._held.add(index)
+            return index
+        return None
+
+    def _release_slot(self, index):
+        # unlocked before it is forgotten: a thread of this process that took it in
+        # between would lock the same open file, and lose the lock to this unlock
+        fcntl.flock(self._slot_fds[index], fcntl.LOCK_UN)
+        self._held.discard(index)
+
+    def _slot_path(self, index):
+        return os.path.join(self.directory, f"slot-{index}.lock")
+
+    def _slot_fd(self, index):
+        fd = self._slot_fds.get(index)
+        if fd is None:
+            fd = self._slot_fds[index] = os.open(self._slot_path(index),
+                                                 os.O_RDWR | os.O_CREAT, 0o600)
+        return fd
+
+    def _settle(self, index, ticket, entries):
+        """Step 3: the line is durable; publish, or wait until a lower ticket's writer
+        publishes this one along with its own. The wait blocks on the liveness lock of
+        the lowest ticket in flight: its writer lets go once published (and a writer
+        that dies lets go at once: then this one resolves its slot)."""
+        with self:
+            page = self._page()
+            page.set_state(index, DURABLE)
+            self._publish(page, {ticket: entries}, changed=True)
+            if page.tickets[0] >= ticket:
+                return
+        while self._published() < ticket:
+            with self:
+                page = self._page()
+                if page.tickets[0] >= ticket:
+                    return
+                ahead = next((s for s in page.slots() if s[4] == IN_FLIGHT), None)
+                if ahead is None:               # this slot was cleared (a reset)
+                    return
+                waiting = self._alive(ahead[0], keep=True)
+                if waiting is None:             # its writer is gone
+                    self._resolve(page, ahead)
+                    self._publish(page, {})
+                    continue
+            try:
+                fcntl.flock(waiting, fcntl.LOCK_SH)
+            finally:
+                os.close(waiting)               # and with it the shared lock
+
+    def _abandon(self, index):
+        """(step 2 failed in this process) Resolve the slot as a dead writer's."""
+        with self:
+            page = self._page()
+            slot = next((s for s in page.slots() if s[0] == index), None)
+            if slot is not None and slot[4] == IN_FLIGHT:
+                self._resolve(page, slot)
+                self._publish(page, {})
+
+    def _resolve_dead(self, page):
+        """(feed lock held) Resolve every slot in flight whose writer is gone (its
+        liveness lock is free); True if any was. Changes `page` and writes it."""
+        resolved = False
+        for slot in page.slots():
+            index = slot[0]
+            if slot[4] != IN_FLIGHT or index in self._held:
+                continue
+            if self._alive(index):
+                continue                # between its steps 1 and 3
+            self._resolve(page, slot)
+            resolved = True
+        return resolved
+
+    def _alive(self, index, keep=False):
+        """(feed lock held) Whether a writer holds slot `index`'s liveness lock: tried
+        through a descriptor of its own, as flock tells only open files apart. keep:
+        return that descriptor (to wait on) instead of True, and None for False."""
+        fd = os.open(self._slot_path(index), os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if index not in self._held:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.close(fd)            # and with it the lock taken
+                return None if keep else False
+        except BlockingIOError:
+            pass
+        except BaseException:
+            os.close(fd)
+            raise
+        if keep:
+            return fd
+        os.close(fd)
+        return True
+
+    def _resolve(self, page, slot):
+        """(feed lock held) A slot in flight without its writer: its line complete is a
+        committed write (durable once fdatasynced here), torn or absent its ticket goes."""
+        index, ticket, ino, offset, state, kind = slot
+        if self._line_entries(kind, ino, offset, ticket, sync=True) is None:
+            page.set_slot(index)
+        else:
+            page.set_state(index, DURABLE)
+        self._write_page(page)
+
+    def _publish(self, page, own, changed=False):
+        """(feed lock held) Number and append the entries of every durable ticket below
+        the lowest one in flight, in ticket order; `own`: ticket -> entries this process
+        holds already (else they are made again from the journal line). Writes `page` if
+        it changed (here, or before: `changed`)."""
+        batch = []
+        published, following = page.tickets
+        for index, ticket, ino, offset, state, kind in page.slots():
+            if state != DURABLE:
+                break
+            entries = own.get(ticket)
+            if entries is None:
+                entries = self._line_entries(kind, ino, offset, ticket) or []
+            batch.extend(entries)
+            page.set_slot(index)
+            published = max(published, ticket)
+            changed = True
+        if batch:
+            self._append(page, batch)
+        if changed:
+            page.set_tickets(published, following)
+            self._write_page(page)
+
+    def _append(self, page, entries):
+        """(feed lock held) Number `entries` from the counter on and append them to the
+        segment; the page (counter, segment size) is written by the caller, after."""
+        last, first, size = page.head
+        for i, entry in enumerate(entries, last + 1):
+            entry["seq"] = i
+        segment_first, fd = self._current_segment(first, last + 1)
         if segment_first != first:
             size = 0
+        elif os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)      # what a publisher killed inside appended
         data = b"".join(orjson.dumps(e) + b"\n" for e in entries)
-        _pwrite_all(fd, data, size)
-        os.pwrite(self._fd, _HEAD.pack(entries[-1]["seq"], segment_first, size + len(data)), 0)
+        self.append(fd, data, size)
+        page.set_head(entries[-1]["seq"], segment_first, size + len(data))
+
+    def append(self, fd, data, offset):
+        """The segment write of a publication (a test kills a writer here: the journal
+        line is durable, the feed's append never happens)."""
+        _pwrite_all(fd, data, offset)
 
     def sync(self):
         """(feed lock held) Make the current segment and the counter durable: before a
@@ -287,6 +659,23 @@ class Feed:
                 os.fdatasync(fd)
         os.fdatasync(self._fd)
 
+    def compacting(self, kind, replace):
+        """(the kind's lock held) Run `replace()`, which drops the kind's journal lines,
+        once no slot points into them and the entries they hold are durable in the
+        segment. The slots of the kind in flight are dead writers' (the kind's lock is
+        held): resolved here; durable ones wait for the lower tickets of other kinds."""
+        delay = _WAIT_FIRST
+        while True:
+            with self:
+                page = self._page()
+                if any(s[5] == kind for s in page.slots()):
+                    self._resolve_dead(page)
+                    self._publish(page, {})
+                if not any(s[5] == kind for s in page.slots()):
+                    self.sync()
+                    return replace()
+            time.sleep(delay)
+            delay = min(2 * delay, _WAIT_MOST)
     def _current_segment(self, first, seq):
         """The segment to append `seq` to: the current one, or a new one once the current
         holds a share of the window (and then the segments out of the window go)."""
@@ -341,33 +730,25 @@ class Feed:
                 break
 
     def _recover(self):
-        """(feed lock just taken) Resolve what a writer killed inside left: see the
-        module docstring. The first time after a reboot, also what a power loss left."""
+        """(feed lock just taken) Publish what a writer left durable (what a publisher
+        killed inside appended past the counter is cut by the next append). The first
+        time after a reboot, also what a power loss left (_after_reboot)."""
         if not self._boot_checked:
             self._after_reboot()
             self._boot_checked = True
-        raw = self._head()
-        last, first, size = _HEAD.unpack_from(raw, 0)
-        if first:
-            fd = self._segment_fd(first)
-            if fd is not None and os.fstat(fd).st_size > size:
-                os.ftruncate(fd, size)
-        pend_first, count, ino, offset, length = _PENDING.unpack_from(raw, _PENDING_AT)
-        if pend_first != last + 1 or not count:
-            return
-        name = raw[_PENDING_AT + _PENDING.size:_PENDING_AT + _PENDING.size + length].decode()
-        entries = self._committed_line(name, ino, offset, pend_first)
-        os.pwrite(self._fd, _PENDING.pack(0, 0, 0, 0, 0), _PENDING_AT)
-        if entries:
-            self.append(entries)
+        page = self._page()
+        slots = page.slots()
+        if slots and slots[0][4] == DURABLE:
+            self._publish(page, {})
 
     def _after_reboot(self):
         """(feed lock held) A power loss can leave the counter and the segment behind the
-        journals, whose lines (fdatasynced: the commit) carry their entries' notes. So at
-        the first write after a reboot: cut the segment back to the counter's size, then
-        append every entry past the counter found in the journals, in order. Numbers are
-        handed out under this lock only after the previous line's fdatasync, so the
-        durable lines past the counter are a run without gaps."""
+        journals, whose lines (fdatasynced: the commit) carry their tickets and notes. So
+        at the first write after a reboot: cut the segment back to the counter's size,
+        then publish every line with a ticket past the last published one, in ticket
+        order. Before the loss, tickets were published in order and only with their lines
+        durable, so these lines get the very numbers a reader saw, and the rest new ones.
+        No writer survives a reboot: the slot table starts empty."""
         try:
             with open(BOOT_ID) as f:
                 boot = f.read().strip()
@@ -380,27 +761,26 @@ class Feed:
                     return
         except FileNotFoundError:
             pass
-        raw = self._head()
-        last, first, size = _HEAD.unpack_from(raw, 0)
-        if first:
-            fd = self._segment_fd(first)
-            if fd is not None and os.fstat(fd).st_size > size:
-                os.ftruncate(fd, size)
-        found = []
-        state_dir = os.path.dirname(self.directory)
-        for name in sorted(os.listdir(state_dir)):
-            if name.endswith(JOURNAL_SUFFIX):
-                found.extend(_entries_past(os.path.join(state_dir, name), last))
-        found.sort(key=lambda e: e["seq"])
-        run = []
-        for entry in found:
-            if entry["seq"] != last + len(run) + 1:
-                break
-            run.append(entry)
-        if run:
-            self.append(run)
-        os.pwrite(self._fd, _PENDING.pack(0, 0, 0, 0, 0), _PENDING_AT)
-        self.sync()
+        page = self._page()
+        # a writer inside (between its steps 1 and 3) means no reboot since: the mark was
+        # lost, and the counter and the slots are as the writers left them
+        if not any(self._alive(slot[0]) for slot in page.slots() if slot[4] == IN_FLIGHT):
+            last, first, size = page.head
+            if first:
+                fd = self._segment_fd(first)
+                if fd is not None and os.fstat(fd).st_size > size:
+                    os.ftruncate(fd, size)
+            published, following = page.tickets
+            found = sorted(_tickets_in_journals(self.state_dir, published))
+            entries = [entry for _, made in found for entry in made]
+            if entries:
+                self._append(page, entries)
+            if found:
+                published = found[-1][0]
+            page.set_tickets(published, max(following, published + 1))
+            page.clear_slots()
+            self._write_page(page)
+            self.sync()
         temp = marker + ".tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -410,10 +790,12 @@ class Feed:
             os.close(fd)
         os.replace(temp, marker)
 
-    def _committed_line(self, journal_path, ino, offset, first_seq):
-        """The feed entries of the complete journal line at `offset`, if it is there."""
+    def _line_entries(self, kind, ino, offset, ticket, sync=False):
+        """The feed entries (without seq) of the complete journal line of `ticket` at
+        `offset` of the kind's journal (inode `ino`); None if it is not there (torn,
+        absent, or another line). sync: fdatasync the journal first (a dead writer's)."""
         try:
-            fd = os.open(journal_path, os.O_RDONLY)
+            fd = os.open(os.path.join(self.state_dir, kind + JOURNAL_SUFFIX), os.O_RDONLY)
         except FileNotFoundError:
             return None
         try:
@@ -431,25 +813,28 @@ class Feed:
                     break
                 chunks.append(chunk)
                 at += len(chunk)
+            try:
+                line = orjson.loads(b"".join(chunks))
+            except orjson.JSONDecodeError:
+                return None
+            if not isinstance(line, dict) or not isinstance(line.get("feed"), list):
+                return None
+            if line["feed"][0] != ticket:
+                return None
+            if sync:
+                os.fdatasync(fd)
         finally:
             os.close(fd)
-        try:
-            line = orjson.loads(b"".join(chunks))
-        except orjson.JSONDecodeError:
-            return None
-        if not isinstance(line, dict) or not isinstance(line.get("feed"), list):
-            return None
-        first, note = line["feed"][0], line["feed"][1:]
-        if first != first_seq:
-            return None
-        kind = os.path.basename(journal_path)[:-len(JOURNAL_SUFFIX)]
-        return expand(kind, line, note, first_seq) or None
+        return expand(kind, line, line["feed"][1:])
 
     def reset(self):
         """Start a new window after the state was replaced (a restore): every reader is
-        told to resync. The counter goes on, so no number means two things."""
+        told to resync. The counter goes on, so no number means two things; the tickets
+        go past every ticket of the journals now there (a restored one may come from a
+        state with more), so that no reboot takes their lines for lines to publish."""
         with self:
-            last = _HEAD.unpack_from(self._head(), 0)[0]
+            page = self._page()
+            last = page.head[0]
             for first in self.segments():
                 try:
                     os.unlink(self._segment_path(first))
@@ -461,7 +846,13 @@ class Feed:
             fd = os.open(self._segment_path(last + 1), os.O_RDWR | os.O_CREAT | os.O_TRUNC,
                          0o600)
             self._segment = (last + 1, fd)
-            os.pwrite(self._fd, _HEAD.pack(last, last + 1, 0), 0)
+            published, following = page.tickets
+            newest = max([following - 1] + [t for t, _ in
+                                            _tickets_in_journals(self.state_dir, 0)])
+            page.set_head(last, last + 1, 0)
+            page.set_tickets(newest, newest + 1)
+            page.clear_slots()
+            self._write_page(page)
 
     # ---- reading ----------------------------------------------------------------------
 
@@ -563,23 +954,27 @@ class FeedCursor:
         return out
 
 
-def _entries_past(journal_path, last):
-    """The feed entries of a journal's complete lines numbered past `last`."""
-    try:
-        with open(journal_path, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        return []
-    kind = os.path.basename(journal_path)[:-len(JOURNAL_SUFFIX)]
+def _tickets_in_journals(state_dir, after):
+    """[(ticket, entries without seq)] of the complete journal lines of every kind with
+    a ticket past `after`."""
     found = []
-    for line in data.split(b"\n")[1:-1]:        # the header, and a last line not ended
-        try:
-            entry = orjson.loads(line)
-        except orjson.JSONDecodeError:
+    for name in sorted(os.listdir(state_dir)):
+        if not name.endswith(JOURNAL_SUFFIX):
             continue
-        note = entry.get("feed") if isinstance(entry, dict) else None
-        if isinstance(note, list) and note and note[0] > last:
-            found.extend(expand(kind, entry, note[1:], note[0]))
+        try:
+            with open(os.path.join(state_dir, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        kind = name[:-len(JOURNAL_SUFFIX)]
+        for line in data.split(b"\n")[1:-1]:        # the header, and a last line not ended
+            try:
+                entry = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            note = entry.get("feed") if isinstance(entry, dict) else None
+            if isinstance(note, list) and note and note[0] > after:
+                found.append((note[0], expand(kind, entry, note[1:])))
     return found
 
 
