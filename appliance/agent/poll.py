@@ -47,6 +47,9 @@ class PayloadHub:
         self._cond = threading.Condition()
         self._watch = None
         self._start_lock = threading.Lock()
+        # sticky: a poll that reaches a stopping API answers at once and starts no new
+        # watch (it would keep answering from the store after the API's stop)
+        self._stopped = False
 
     def _changed(self, kind):
         with self._cond:
@@ -69,7 +72,7 @@ class PayloadHub:
         # started on the first poll that waits, not with the API: a process that never
         # serves an agent (tests, the CLI's in-process uses) runs no watch threads
         with self._start_lock:
-            if self._watch is None:
+            if self._watch is None and not self._stopped:
                 # imported here: an API that serves no agent never loads watchdog (memory)
                 from state.watch import ChangeWatch  # noqa: PLC0415
                 watch = ChangeWatch(self.store, self.rescan_seconds)
@@ -79,6 +82,7 @@ class PayloadHub:
 
     def stop(self):
         with self._start_lock:
+            self._stopped = True
             if self._watch is not None:
                 self._watch.stop()
                 self._watch = None
@@ -96,7 +100,7 @@ class PayloadHub:
             self._started()
         generation = self.generation
         current, body = compute()
-        if current != known_hash or seconds <= 0:
+        if current != known_hash or seconds <= 0 or self._stopped:
             return (body, True), None
         with self._cond:
             if self.waiting >= self.loop_limit:
@@ -144,7 +148,7 @@ class PayloadHub:
             self._started()
         generation = self.generation
         current, body = compute()
-        if current != known_hash or seconds <= 0:
+        if current != known_hash or seconds <= 0 or self._stopped:
             return body, True
         with self._cond:
             if self.waiting >= self.limit:
