@@ -6,14 +6,13 @@ until it is ACTIVE (or gone, for uninstall), printing each resource's status as 
 """
 
 import argparse
-import time
 
 import yaml
 
 from . import CliError, UsageError
 from .common import add_wait_options, emit, session_client
+from .wait import Watched, wait_for
 
-POLL_SECONDS = 0.2
 MANIFESTS = "/v1/em/manifests/"
 ELEMENTS = "/v1/em/elements/"
 
@@ -44,34 +43,17 @@ def find_element(client, name):
     return found[0] if found else None
 
 
-def follow(client, env, name, timeout, until_gone=False):
-    """Print status moves of element `name` until ACTIVE (or gone); CliError on ERROR."""
-    started, seen = env.clock(), {}
-    while True:
-        element = find_element(client, name)
-        elapsed = env.clock() - started
-        if element is None:
-            if until_gone:
-                env.stderr.write(f"{name}: uninstalled ({elapsed:.1f} s)\n")
-                return None
-            raise CliError(f"element {name} disappeared")
-        reason = element.get("status_reason")
-        moves = [("element", element["status"] + (f": {reason}" if reason else ""))] + [
-            (key, slot["status"]) for key, slot in sorted(element["resources"].items())]
-        for what, status in moves:
-            if seen.get(what) != status:
-                seen[what] = status
-                env.stderr.write(f"{name}: {what} {status} ({elapsed:.1f} s)\n")
-        env.stderr.flush()
-        if element["status"] == "ERROR":
-            raise CliError(f"element {name} is in ERROR: {element['status_reason']}")
-        if not until_gone and element["status"] == "ACTIVE" and \
-                element["desired"] == "installed":
-            return element
-        if elapsed > timeout:
-            raise CliError(f"element {name} is still {element['status']} after {timeout:g} s"
-                           f" ({element.get('status_reason') or 'no reason given'})")
-        time.sleep(POLL_SECONDS)
+def follow(client, env, element, timeout, until_gone=False):
+    """Wait (appliance/cli/wait.py) until the element is ACTIVE and installed (or gone),
+    printing each move of its status and of each of its resources."""
+    def lines(current):
+        reason = current.get("status_reason")
+        return [("element", f"element {current['status']}" + (f": {reason}" if reason else ""))] + [
+            (key, f"{key} {slot['status']}") for key, slot in sorted(current["resources"].items())]
+    return wait_for(client, env, Watched(
+        ELEMENTS + element["uuid"], label=element["name"], lines=lines,
+        done=lambda current: current["status"] == "ACTIVE" and current["desired"] == "installed",
+        until_gone=until_gone, gone="uninstalled"), timeout)
 
 
 def element_view(element):
@@ -127,7 +109,7 @@ def _install(action):
         element = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/{action}/invoke",
                                  body={}).payload()
         if args.wait:
-            element = follow(client, env, manifest["name"], args.wait_timeout)
+            element = follow(client, env, element, args.wait_timeout)
         show_element(args, env, element)
         return 0
     return handler
@@ -142,7 +124,7 @@ def cmd_uninstall(args, env):
     result = client.request("POST", f"{MANIFESTS}{manifest_uuid}/actions/uninstall/invoke",
                             body={}).payload()
     if args.wait:
-        follow(client, env, args.name, args.wait_timeout, until_gone=True)
+        follow(client, env, element, args.wait_timeout, until_gone=True)
         env.stdout.write(f"uninstalled {args.name}\n")
         return 0
     emit(args, env, result)

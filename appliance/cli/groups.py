@@ -8,13 +8,13 @@ client, and `--wait` for resources that a daemon moves to ACTIVE.
 """
 
 import argparse
-import time
 
 from . import CliError, UsageError
 from .common import (add_body_options, add_list_arguments,
                      add_project_option, add_wait_options, build_body, create, emit,
                      fields_epilog, option, resolve, session_client, update)
 from . import schema
+from .wait import Watched, wait_for
 
 # service -> collections. Optional per collection: `name_field` (how items are named),
 # `parents` (a sub-collection under an item of another collection), `create_defaults`
@@ -54,7 +54,6 @@ GROUPS = {
                    "ssh_keys": "-n deploy --wait",
                    "rsa_keys": "-n tls --wait"}},
 }
-POLL_SECONDS = 0.2
 NO_PASSWORD = ("note: {name} has no password, so it cannot log in until one is set: "
                "`appliance iam users update {name} password=...`\n")
 
@@ -72,54 +71,14 @@ def never_delivered(item_path, obj):
     return None
 
 
-def progress_line(label, status, reason, elapsed):
-    """One line of a wait's progress: the status, and why when the record says why
-    (`status_reason`: what a daemon waits for, or what failed)."""
-    why = f": {reason}" if reason else ""
-    return f"{label}: {status}{why} ({elapsed:.1f} s)\n"
-
-
-class Progress:
-    """Writes a progress line each time (status, status_reason) changes, once each: every
-    --wait of the CLI shows what the daemons say they wait for as it changes."""
-
-    def __init__(self, env, label):
-        self.env, self.label, self.last = env, label, None
-
-    def show(self, status, reason, elapsed):
-        if (status, reason) != self.last:
-            self.last = (status, reason)
-            self.env.stderr.write(progress_line(self.label, status, reason, elapsed))
-            self.env.stderr.flush()
-
-
 def wait_active(client, item_path, env, timeout, waits_for):
-    """Poll until ACTIVE, showing what we wait for and each move of the status or its
-    reason on stderr.
+    """Wait until ACTIVE (appliance/cli/wait.py), showing what we wait for and each move
+    of the status or its reason on stderr.
 
     ERROR, timeout, or a record that can never become ACTIVE: CliError."""
-    env.stderr.write(f"waiting up to {timeout:g} s for {waits_for} ({item_path} to be ACTIVE)\n")
-    started = env.clock()
-    progress = Progress(env, item_path)
-    while True:
-        obj = client.request("GET", item_path).payload()
-        status, reason = obj.get("status"), obj.get("status_reason")
-        elapsed = env.clock() - started
-        progress.show(status, reason, elapsed)
-        if status == "ACTIVE":
-            return obj
-        if status == "ERROR":
-            raise CliError(f"{item_path} is in ERROR: {reason or 'no reason'}")
-        never = never_delivered(item_path, obj)
-        if never:
-            raise CliError(f"not waiting: {never}")
-        if elapsed > timeout:
-            if reason:
-                # the daemon runs and says what it waits for: that is the answer
-                raise CliError(f"{item_path} is still {status} after {timeout:g} s: {reason}")
-            raise CliError(f"{item_path} is still {status} after {timeout:g} s; "
-                           f"is the daemon running? (--wait waits for {waits_for})")
-        time.sleep(POLL_SECONDS)
+    return wait_for(client, env, Watched(
+        item_path, waits_for=waits_for,
+        never=lambda obj: never_delivered(item_path, obj)), timeout)
 
 
 def _base(collection, args):

@@ -8,7 +8,6 @@ printing each move.
 
 import argparse
 import os
-import time
 
 from appliance.kinds import ADMIN_PROJECT
 from appliance.versions import VersionError, parse
@@ -17,12 +16,11 @@ from . import CliError, UsageError
 from .client import ApiError
 from .common import add_wait_options, emit, session_client
 from .em import read_manifest
-from .groups import Progress
+from .wait import Watched, wait_for
 
 REPOS = "/v1/repo/repositories/"
 ELEMENTS = "/v1/repo/elements/"
 EM_ELEMENTS = "/v1/em/elements/"
-POLL_SECONDS = 0.2
 
 
 def find_repo(client, ref):
@@ -35,22 +33,15 @@ def find_repo(client, ref):
     return found[0]
 
 
-def follow(client, env, path, done, timeout, field="status"):
-    started, progress = env.clock(), None
-    while True:
-        obj = client.request("GET", path).payload()
-        elapsed = env.clock() - started
-        progress = progress or Progress(env, obj.get("name", path))
-        progress.show(obj.get(field), obj.get("status_reason"), elapsed)
-        if done(obj):
-            return obj
-        if obj.get("status") == "ERROR":
-            raise CliError(f"{obj.get('name', path)} is in ERROR: {obj.get('status_reason')}")
-        if elapsed > timeout:
-            why = f": {obj['status_reason']}" if obj.get("status_reason") else ""
-            raise CliError(f"{obj.get('name', path)} is still {obj.get(field)} after "
-                           f"{timeout:g} s{why}")
-        time.sleep(POLL_SECONDS)
+def follow(client, env, obj, path, done, timeout, field="status"):
+    """Wait (appliance/cli/wait.py) until `done`, printing each move of `field` and its
+    reason under the record's name."""
+    def lines(current):
+        reason = current.get("status_reason")
+        return [(field, f"{current.get(field)}: {reason}" if reason else f"{current.get(field)}")]
+    return wait_for(client, env, Watched(path, label=obj.get("name", path), done=done,
+                                         lines=lines, shown=lambda current: current.get(field)),
+                    timeout)
 
 
 def _rank(element, priorities):
@@ -170,7 +161,8 @@ def cmd_add(args, env):
         body["project_id"] = ADMIN_PROJECT
     repo = client.request("POST", REPOS, body=body).payload()
     if args.wait:
-        repo = follow(client, env, REPOS + repo["uuid"], lambda r: r["status"] == "ACTIVE",
+        repo = follow(client, env, repo, REPOS + repo["uuid"],
+                      lambda r: r["status"] == "ACTIVE",
                       args.wait_timeout)
     emit(args, env, repo)
     return 0
@@ -191,7 +183,7 @@ def cmd_refresh(args, env):
     before = repo.get("synced_at")
     client.request("POST", f"{REPOS}{repo['uuid']}/actions/refresh/invoke", body={})
     if args.wait:
-        repo = follow(client, env, REPOS + repo["uuid"],
+        repo = follow(client, env, repo, REPOS + repo["uuid"],
                       lambda r: r.get("synced_at") != before and r["status"] == "ACTIVE",
                       args.wait_timeout, field="synced_at")
     emit(args, env, repo)
@@ -260,7 +252,7 @@ def cmd_versions(args, env):
 
 def _finish(args, env, client, element, done):
     if args.wait:
-        element = follow(client, env, ELEMENTS + element["uuid"], done, args.wait_timeout)
+        element = follow(client, env, element, ELEMENTS + element["uuid"], done, args.wait_timeout)
     emit(args, env, element)
     return 0
 
