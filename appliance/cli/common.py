@@ -124,7 +124,9 @@ def add_wait_options(sub, waits_for="the daemons to apply it"):
     sub.add_argument("--wait", action="store_true",
                      help=f"wait until it is ACTIVE, that is for {waits_for}, printing each "
                           "status change; exit 1 on ERROR or after --wait-timeout (a "
-                          "resource without a status is done when the API answers)")
+                          "resource without a status is done when the API answers). It "
+                          "follows the event stream (/v1/events), and polls, saying so, "
+                          "where the stream cannot be followed")
     sub.add_argument("--wait-timeout", type=positive_float, default=WAIT_TIMEOUT,
                      metavar="SECONDS", help=f"default {WAIT_TIMEOUT:g}")
     return sub
