@@ -12,7 +12,7 @@ import urllib.parse
 
 import pytest
 
-from appliance.cli.client import HttpResponse
+from appliance.cli.client import HttpResponse, Unreachable
 
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD
@@ -156,6 +156,31 @@ def test_a_stream_broken_by_a_proxy_is_asked_again_once_then_polled(logged_in, r
     notes = [line for line in result.stderr.splitlines() if line.startswith(FELL_BACK)]
     assert notes == [f"{FELL_BACK} (the answer is not an event stream); "
                      "polling every 0.2 s instead"]
+
+
+def test_a_dropped_connection_is_asked_again_and_the_wait_stays_on_the_stream(
+        logged_in, real_api):
+    """The first ask for what comes next loses its connection (the transport raises what
+    it raises on a reset): the waiter asks again after the same revision and goes on on
+    the stream, without a note and without polling."""
+    nodes = real_api.store.collection("compute_nodes")
+    asked = []
+
+    def drop_once(path, query):
+        if path == EVENTS and "wait" in query:
+            asked.append(query["since"])
+            if len(asked) == 1:
+                raise Unreachable("connection reset by peer")
+        return None
+    logged_in.transport = Hooked(logged_in.transport, drop_once)
+    thread = when_listening(logged_in, "dropped", nodes, ("ACTIVE", None))
+    result = add_waiting(logged_in, "dropped", "--wait-timeout", "60")
+    thread.join(10)
+    assert result.code == 0, result.stderr
+    assert result.json()["status"] == "ACTIVE"
+    assert FELL_BACK not in result.stderr
+    assert len(asked) >= 2 and asked[0] == asked[1]
+    assert len(node_reads(logged_in, result.json()["uuid"])) <= 2
 
 
 @pytest.fixture(scope="module")
