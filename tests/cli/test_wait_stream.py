@@ -47,22 +47,29 @@ class Hooked:
         return self.inner.to(path)
 
 
-def when_listening(cli, node_name, store_kind, *moves):
-    """A thread playing the daemon: once the CLI asks the feed for what comes next (a
-    request with `wait`), it writes each (status, reason), a moment apart, so that a
-    waiter that polled would read the node many times in between."""
+def play_daemon(node_name, store_kind, *moves, ready=lambda step: True):
+    """A thread playing the daemon: once the node exists, it writes each (status, reason),
+    the n-th (from 0) once `ready(n)` and a moment has passed."""
     def run():
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(
-                ("wait" in dict(s.query)) for s in cli.transport.to(EVENTS)):
-            time.sleep(0.02)
-        uuid = store_kind.find(name=node_name)[0]["uuid"]
-        for status, reason in moves:
+        for step, (status, reason) in enumerate(moves):
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not (
+                    store_kind.find(name=node_name) and ready(step)):
+                time.sleep(0.02)
             time.sleep(0.6)
-            store_kind.update(uuid, {"status": status, "status_reason": reason})
+            store_kind.update(store_kind.find(name=node_name)[0]["uuid"],
+                              {"status": status, "status_reason": reason})
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
+
+
+def when_listening(cli, node_name, store_kind, *moves):
+    """The daemon's writes, each once the CLI asks the feed for what comes next (a request
+    with `wait`) after the previous one, and a moment later: a waiter that polled would
+    read the node many times in between."""
+    return play_daemon(node_name, store_kind, *moves, ready=lambda step: sum(
+        "wait" in dict(s.query) for s in cli.transport.to(EVENTS)) > step)
 
 
 def node_reads(cli, uuid):
@@ -90,9 +97,9 @@ def test_a_wait_ends_on_the_stream_and_reads_the_node_only_after_changes(logged_
     # the feed filtered to the one node; the first ask (no `since`) only learns where it is
     assert all(("uuid", node["uuid"]) in s.query for s in asks)
     assert "since" not in dict(asks[0].query) and "wait" not in dict(asks[0].query)
-    # one read after the stream was opened, then one per change at most: not a clock's
-    # (a poll every 0.2 s over the 1.2 s the two changes took would read it ~6 times)
-    assert 2 <= len(node_reads(logged_in, node["uuid"])) <= 3
+    # one read after the stream was opened, then one per change: not a clock's (a poll
+    # every 0.2 s over the 1.2 s or more the two changes took would read it ~6 times)
+    assert len(node_reads(logged_in, node["uuid"])) == 3
 
 
 def test_a_change_before_the_stream_opens_is_seen(logged_in, real_api):
@@ -147,8 +154,7 @@ def test_a_stream_broken_by_a_proxy_is_asked_again_once_then_polled(logged_in, r
             return page
         return None
     logged_in.transport = Hooked(logged_in.transport, proxy)
-    threading.Thread(target=lambda: (time.sleep(1.0), nodes.update(
-        nodes.find(name="proxied")[0]["uuid"], {"status": "ACTIVE"})), daemon=True).start()
+    play_daemon("proxied", nodes, ("ACTIVE", None), ready=lambda step: len(broken) >= 2)
     result = add_waiting(logged_in, "proxied", "--wait-timeout", "60")
     assert result.code == 0, result.stderr
     assert result.json()["status"] == "ACTIVE"
@@ -196,8 +202,9 @@ def test_a_wait_falls_back_to_polling_when_the_stream_cap_is_reached(capped_api,
     cli = Cli(tmp_path / "config", f"http://127.0.0.1:{capped_api.port}")
     cli.login()
     nodes = capped_api.store.collection("compute_nodes")
-    threading.Thread(target=lambda: (time.sleep(1.0), nodes.update(
-        nodes.find(name="capped")[0]["uuid"], {"status": "ACTIVE"})), daemon=True).start()
+    # ACTIVE only after the waiter's first read: it must read again to see it
+    play_daemon("capped", nodes, ("ACTIVE", None), ready=lambda step: any(
+        s.method == "GET" and s.path.startswith(NODES) and s.path != NODES for s in cli.sent))
     result = add_waiting(cli, "capped", "--wait-timeout", "60")
     assert result.code == 0, result.stderr
     assert result.json()["status"] == "ACTIVE"
