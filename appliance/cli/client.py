@@ -235,12 +235,15 @@ class ApiClient:
         query: Query = (),
         body=None,
         authenticated: bool = True,
+        headers: Mapping[str, str] | None = None,
     ) -> HttpResponse:
+        """`headers`: more request headers (the event stream's Last-Event-ID)."""
         token = self._usable_access_token() if authenticated else None
-        response = self._send(method, path, query, body, token)
+        response = self._send(method, path, query, body, token, headers)
         if response.status == 401 and authenticated and self._may_refresh():
             self._refresh()
-            response = self._send(method, path, query, body, self.session.access_token)
+            response = self._send(method, path, query, body, self.session.access_token,
+                                  headers)
         if response.status == 401 and authenticated:
             error = error_from_response(response)
             raise NotLoggedIn(f"{error.message} (run `appliance login`)")
@@ -273,11 +276,11 @@ class ApiClient:
                 raise ApiError(502, None, f"the server repeated page marker {marker}; stopping")
             seen_markers.add(marker)
 
-    def _send(self, method, path, query, body, token) -> HttpResponse:
+    def _send(self, method, path, query, body, token, extra=None) -> HttpResponse:
         url = self.endpoint + path
         if query:
             url += "?" + urllib.parse.urlencode(list(query))
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT, **(extra or {})}
         data = None
         if body is not None:
             data = json.dumps(body).encode("utf-8")

@@ -17,7 +17,7 @@ The feed is read as `appliance events --follow` reads it (events.py): `follow=fa
 asked again and again through the ordinary client (token refresh, pinned certificate,
 errors), and parsed by `events.parse_stream`. Where the feed cannot be followed (404 from
 an older API, 503 or 429 when its stream cap is reached, an answer that is no event stream
-such as a proxy's, a dropped connection asked again once after the same revision) the wait
+such as a proxy's, a dropped connection asked again once with Last-Event-ID) the wait
 says so in one line on stderr and polls the resource, as it did before the feed existed.
 """
 
@@ -101,19 +101,22 @@ class Feed:
         except StreamUnavailable:
             pass
         try:        # once more, after the same revision: a dropped connection costs nothing
-            return self._ask(seconds)
+            return self._ask(seconds, reconnect=True)
         except StreamUnavailable as why:
             self._give_up(why)
             return True
 
-    def _ask(self, seconds):
+    def _ask(self, seconds, reconnect=False):
         query = [("uuid", self.uuid), ("follow", "false")]
         if self.revision is not None:
             query.append(("since", str(self.revision)))
         if seconds is not None:
             query.append(("wait", f"{seconds:.2f}"))
+        # a reconnect names the last revision as an EventSource does; the API takes the
+        # header over `since`, which says the same
+        headers = {"Last-Event-ID": str(self.revision)} if reconnect else None
         try:
-            reply = self.client.request("GET", EVENTS_PATH, query=query)
+            reply = self.client.request("GET", EVENTS_PATH, query=query, headers=headers)
         except ApiError as error:
             raise StreamUnavailable(f"{error.status} {error.message}") from None
         except Unreachable as error:
