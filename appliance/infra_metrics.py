@@ -1,6 +1,6 @@
-"""What the infrastructure metric families share (docs/metrics-infra.md): a set of
-per-resource gauges published one round at a time, whose resources that are gone since
-the last round leave it, and the one counter of failed collections.
+"""What the infrastructure metric families share (docs/metrics-infra.md): per-resource
+gauge families, declared alike and published one round at a time, whose resources that
+are gone since the last round leave it, and the one counter of failed collections.
 
 Each family is defined in the capability module of the process that knows its numbers
 (the compute daemon, the sqldb daemon, the DNS server); prometheus_client's multiprocess
@@ -19,9 +19,12 @@ import os
 import time
 import warnings
 
-from appliance.metrics import Counter
+from appliance.metrics import Counter, Gauge
 
 log = logging.getLogger("appliance.metrics")
+# one process publishes each per-resource family: its latest value, while it lives (a dead
+# process's values do not linger)
+MODE = "livemostrecent"
 
 COLLECTION_ERRORS = Counter(
     "appliance_infra_collection_errors",
@@ -53,6 +56,12 @@ def guarded(family, collect, *args, **kwargs):
         return None
 
 
+def resource_gauge(name, documentation, labels):
+    """A gauge family of per-resource samples, published by one process through a
+    ResourceGauges."""
+    return Gauge(name, documentation, labels, multiprocess_mode=MODE)
+
+
 class ResourceGauges:
     """Gauges whose label sets are the resources of one round: publish() sets every
     value given and drops the label sets of the previous round that it does not name."""
@@ -60,6 +69,10 @@ class ResourceGauges:
     def __init__(self, *gauges):
         self.gauges = gauges
         self._last = {g: set() for g in gauges}
+
+    def empty(self):
+        """A round's values to fill for publish(): {gauge: {}} for each gauge."""
+        return {g: {} for g in self.gauges}
 
     def publish(self, values):
         """values: {gauge: {label values tuple: number}}."""

@@ -36,6 +36,8 @@ import sys
 import threading
 import time
 
+from appliance.processes import alive
+
 ENV = "PROMETHEUS_MULTIPROC_DIR"
 PATH = "/metrics"
 PERMISSION = "appliance.metrics.read"
@@ -177,18 +179,8 @@ def sweep(path):
     nobody to report their end)."""
     for name in os.listdir(path):
         match = _LIVE_FILE.match(name)
-        if match and not _alive(int(match.group(1))):
+        if match and not alive(int(match.group(1))):
             process_dead(int(match.group(1)))
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ---- the families --------------------------------------------------------------------------

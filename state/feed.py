@@ -637,8 +637,8 @@ class Feed:
         segment_first, fd = self._current_segment(first, last + 1)
         if segment_first != first:
             size = 0
-        elif os.fstat(fd).st_size > size:
-            os.ftruncate(fd, size)      # what a publisher killed inside appended
+        else:
+            _cut_back(fd, size)         # what a publisher killed inside appended
         data = b"".join(orjson.dumps(e) + b"\n" for e in entries)
         self.append(fd, data, size)
         page.set_head(entries[-1]["seq"], segment_first, size + len(data))
@@ -768,8 +768,8 @@ class Feed:
             last, first, size = page.head
             if first:
                 fd = self._segment_fd(first)
-                if fd is not None and os.fstat(fd).st_size > size:
-                    os.ftruncate(fd, size)
+                if fd is not None:
+                    _cut_back(fd, size)
             published, following = page.tickets
             found = sorted(_tickets_in_journals(self.state_dir, published))
             entries = [entry for _, made in found for entry in made]
@@ -976,6 +976,14 @@ def _tickets_in_journals(state_dir, after):
             if isinstance(note, list) and note and note[0] > after:
                 found.append((note[0], expand(kind, entry, note[1:])))
     return found
+
+
+def _cut_back(fd, size):
+    """Cut a segment back to the counter's `size`: what lies past it the counter does not
+    count (a publisher killed inside its append, a power loss that kept the segment's
+    bytes and not the counter's), and the next append writes from `size` on."""
+    if os.fstat(fd).st_size > size:
+        os.ftruncate(fd, size)
 
 
 def _pwrite_all(fd, data, offset):

@@ -30,6 +30,8 @@ try:
 except ImportError:     # the API server imports nothing of this; only the daemon needs it
     libvirt = None
 
+from appliance.processes import alive
+
 log = logging.getLogger("appliance.compute")
 
 PREFIX = "appliance-kvm-probe-"
@@ -56,16 +58,6 @@ def _owner(name):
     return host or None, int(pid)
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_leftovers(conn, host=None):
     """Destroy (and undefine, if persistent) the probe domains of this host whose process
     is gone; names of what was removed. Another host's probes are left to that host: a pid
@@ -74,7 +66,7 @@ def clean_leftovers(conn, host=None):
     removed = []
     for dom in conn.listAllDomains(0):
         owner = _owner(dom.name())
-        if owner is None or owner[0] not in (None, host) or _alive(owner[1]):
+        if owner is None or owner[0] not in (None, host) or alive(owner[1]):
             continue
         try:
             persistent = dom.isPersistent()     # a transient one is gone once destroyed

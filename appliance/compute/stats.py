@@ -17,46 +17,46 @@ name and project, so there is one series per VM and nothing else.
 import time
 import xml.etree.ElementTree as ET
 
-from appliance.metrics import Gauge
-
-from appliance.infra_metrics import ResourceGauges, guarded
+from appliance.infra_metrics import ResourceGauges, guarded, resource_gauge
 
 from . import domain_xml, placement
 
 HYPERVISORS, NODES = "compute_hypervisors", "compute_nodes"
 SETTING = "compute_stats_seconds"
-MODE = "livemostrecent"         # one compute daemon: its latest value, while it lives
 
+# published by the one compute daemon
 _HV = ["hypervisor", "name"]
-HV_CORES = Gauge("appliance_hypervisor_cores", "Cores the hypervisor offers to placement "
-                 "(cores_ratio applied), by state: total, used, free.", _HV + ["state"],
-                 multiprocess_mode=MODE)
-HV_RAM = Gauge("appliance_hypervisor_ram_bytes", "RAM the hypervisor offers to placement "
-               "(ram_ratio applied), by state: total, used, free.", _HV + ["state"],
-               multiprocess_mode=MODE)
-HV_DISK = Gauge("appliance_hypervisor_disk_bytes", "Storage pool bytes of the hypervisor "
-                "(not overcommitted), by state: total, used (asked by placed nodes), free.",
-                _HV + ["state"], multiprocess_mode=MODE)
-HV_NODES = Gauge("appliance_hypervisor_nodes", "Nodes placed on the hypervisor.", _HV,
-                 multiprocess_mode=MODE)
-HV_UP = Gauge("appliance_hypervisor_active", "1 when the hypervisor is ACTIVE (takes "
-              "nodes), else 0.", _HV, multiprocess_mode=MODE)
+HV_CORES = resource_gauge(
+    "appliance_hypervisor_cores", "Cores the hypervisor offers to placement (cores_ratio "
+    "applied), by state: total, used, free.", _HV + ["state"])
+HV_RAM = resource_gauge(
+    "appliance_hypervisor_ram_bytes", "RAM the hypervisor offers to placement (ram_ratio "
+    "applied), by state: total, used, free.", _HV + ["state"])
+HV_DISK = resource_gauge(
+    "appliance_hypervisor_disk_bytes", "Storage pool bytes of the hypervisor (not "
+    "overcommitted), by state: total, used (asked by placed nodes), free.", _HV + ["state"])
+HV_NODES = resource_gauge("appliance_hypervisor_nodes", "Nodes placed on the hypervisor.",
+                          _HV)
+HV_UP = resource_gauge("appliance_hypervisor_active", "1 when the hypervisor is ACTIVE "
+                       "(takes nodes), else 0.", _HV)
+HV_GAUGES = (HV_CORES, HV_RAM, HV_DISK, HV_NODES, HV_UP)
 
 _VM = ["node", "name", "project"]
-VM_CPU = Gauge("appliance_vm_cpu_seconds_total", "CPU time the VM has used (libvirt), "
-               "cumulative: use rate().", _VM, multiprocess_mode=MODE)
-VM_VCPUS = Gauge("appliance_vm_vcpus", "Virtual CPUs of the VM (libvirt).", _VM,
-                 multiprocess_mode=MODE)
-VM_MEMORY = Gauge("appliance_vm_memory_bytes", "Memory of the VM (libvirt): the balloon's "
-                  "current size, or the maximum.", _VM + ["kind"], multiprocess_mode=MODE)
-VM_DISK = Gauge("appliance_vm_disk_bytes_total", "Bytes the VM read from and wrote to its "
-                "disks (all disks), cumulative.", _VM + ["direction"],
-                multiprocess_mode=MODE)
-VM_NET = Gauge("appliance_vm_network_bytes_total", "Bytes the VM received and sent on its "
-               "interfaces (all interfaces), cumulative.", _VM + ["direction"],
-               multiprocess_mode=MODE)
-VM_RUNNING = Gauge("appliance_vm_running", "1 when the VM's domain runs, else 0.", _VM,
-                   multiprocess_mode=MODE)
+VM_CPU = resource_gauge("appliance_vm_cpu_seconds_total", "CPU time the VM has used "
+                        "(libvirt), cumulative: use rate().", _VM)
+VM_VCPUS = resource_gauge("appliance_vm_vcpus", "Virtual CPUs of the VM (libvirt).", _VM)
+VM_MEMORY = resource_gauge(
+    "appliance_vm_memory_bytes", "Memory of the VM (libvirt): the balloon's current size, "
+    "or the maximum.", _VM + ["kind"])
+VM_DISK = resource_gauge(
+    "appliance_vm_disk_bytes_total", "Bytes the VM read from and wrote to its disks (all "
+    "disks), cumulative.", _VM + ["direction"])
+VM_NET = resource_gauge(
+    "appliance_vm_network_bytes_total", "Bytes the VM received and sent on its interfaces "
+    "(all interfaces), cumulative.", _VM + ["direction"])
+VM_RUNNING = resource_gauge("appliance_vm_running", "1 when the VM's domain runs, else 0.",
+                            _VM)
+VM_GAUGES = (VM_CPU, VM_VCPUS, VM_MEMORY, VM_DISK, VM_NET, VM_RUNNING)
 
 MB, GB = 1024 ** 2, 1024 ** 3
 # what getAllDomainStats is asked for: state, cpu time, balloon, vcpus, interfaces, block
@@ -66,7 +66,7 @@ _STATS = 0x1 | 0x2 | 0x4 | 0x8 | 0x10 | 0x20
 def hypervisor_values(hypervisors, nodes):
     """{gauge: {labels: value}} of every hypervisor, from placement's own arithmetic."""
     placed = [n for n in nodes if n.get("hypervisor")]
-    out = {g: {} for g in (HV_CORES, HV_RAM, HV_DISK, HV_NODES, HV_UP)}
+    out = {g: {} for g in HV_GAUGES}
     for hv in hypervisors:
         key = (hv["uuid"], hv.get("name") or "")
         total = placement.capacity(hv)
@@ -133,7 +133,7 @@ def vm_values(conns, marks, nodes):
     """{gauge: {labels: value}} of our domains on every connection. `conns`: hypervisor
     uuid -> libvirt connection; `marks`: (hypervisor uuid, domain UUID) -> mark, filled
     here for a domain not seen yet; `nodes`: node uuid -> record."""
-    out = {g: {} for g in (VM_CPU, VM_VCPUS, VM_MEMORY, VM_DISK, VM_NET, VM_RUNNING)}
+    out = {g: {} for g in VM_GAUGES}
     for hv_uuid, conn in conns.items():
         try:
             listed = conn.getAllDomainStats(_STATS, 0)
@@ -172,8 +172,8 @@ class ComputeStats:
     def __init__(self, store, settings, clock=time.monotonic):
         self.store, self.clock = store, clock
         self.every = float(settings.get(SETTING) or 15.0)
-        self.hypervisors = ResourceGauges(HV_CORES, HV_RAM, HV_DISK, HV_NODES, HV_UP)
-        self.vms = ResourceGauges(VM_CPU, VM_VCPUS, VM_MEMORY, VM_DISK, VM_NET, VM_RUNNING)
+        self.hypervisors = ResourceGauges(*HV_GAUGES)
+        self.vms = ResourceGauges(*VM_GAUGES)
         self._next_vms = 0.0
 
     def vms_due(self):

@@ -17,30 +17,30 @@ STALE_SECONDS (the agent stopped reporting) is left out rather than shown frozen
 
 import datetime
 
-from appliance.metrics import Gauge
-
-from appliance.infra_metrics import ResourceGauges, guarded
+from appliance.infra_metrics import ResourceGauges, guarded, resource_gauge
 from appliance.kinds import COMPUTE_NODES, UA_RESOURCES
 from state.collection import parse_time
 
 LBS = "network_lb"
-MODE = "livemostrecent"         # published by the one compute daemon
 STALE_SECONDS = 300.0
 
+# published by the one compute daemon
 _NODE = ["node", "node_name"]
-CONNECTIONS = Gauge("appliance_lb_nginx_connections", "Client connections of the node's LB "
-                    "nginx by state: active (all), reading, writing, waiting (idle "
-                    "keep-alive).", _NODE + ["state"], multiprocess_mode=MODE)
-ACCEPTED = Gauge("appliance_lb_nginx_connections_accepted_total", "Client connections the "
-                 "node's LB nginx accepted, cumulative (use rate()).", _NODE,
-                 multiprocess_mode=MODE)
-HANDLED = Gauge("appliance_lb_nginx_connections_handled_total", "Client connections the "
-                "node's LB nginx handled, cumulative; below accepted when it hit a limit.",
-                _NODE, multiprocess_mode=MODE)
-REQUESTS = Gauge("appliance_lb_nginx_requests_total", "Client requests of the node's LB "
-                 "nginx, cumulative (use rate()).", _NODE, multiprocess_mode=MODE)
-INFO = Gauge("appliance_lb_info", "1 for each LB a node's nginx serves (join on node).",
-             ["lb", "name", "project", "node"], multiprocess_mode=MODE)
+CONNECTIONS = resource_gauge(
+    "appliance_lb_nginx_connections", "Client connections of the node's LB nginx by state: "
+    "active (all), reading, writing, waiting (idle keep-alive).", _NODE + ["state"])
+ACCEPTED = resource_gauge(
+    "appliance_lb_nginx_connections_accepted_total", "Client connections the node's LB "
+    "nginx accepted, cumulative (use rate()).", _NODE)
+HANDLED = resource_gauge(
+    "appliance_lb_nginx_connections_handled_total", "Client connections the node's LB "
+    "nginx handled, cumulative; below accepted when it hit a limit.", _NODE)
+REQUESTS = resource_gauge(
+    "appliance_lb_nginx_requests_total", "Client requests of the node's LB nginx, "
+    "cumulative (use rate()).", _NODE)
+INFO = resource_gauge(
+    "appliance_lb_info", "1 for each LB a node's nginx serves (join on node).",
+    ["lb", "name", "project", "node"])
 
 GAUGES = ResourceGauges(CONNECTIONS, ACCEPTED, HANDLED, REQUESTS, INFO)
 
@@ -50,7 +50,7 @@ def values(store, now=None):
     now = now or datetime.datetime.now(datetime.timezone.utc)
     lbs = {lb["uuid"]: lb for lb in store.collection(LBS).records()}
     nodes = store.collection(COMPUTE_NODES)
-    out = {g: {} for g in GAUGES.gauges}
+    out = GAUGES.empty()
     latest = {}             # node uuid -> the freshest reading among its LBs' rows
     for row in store.collection(UA_RESOURCES).by("kind", "lb"):
         lb, node_uuid = lbs.get(row.get("res_uuid")), row.get("node")

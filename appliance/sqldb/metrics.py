@@ -14,27 +14,27 @@ fresh (sqldb_failover_seconds) has no lag series: its numbers are old.
 
 import collections
 
-from appliance.metrics import Gauge
-
-from appliance.infra_metrics import ResourceGauges, guarded
+from appliance.infra_metrics import ResourceGauges, guarded, resource_gauge
 
 from .failover import is_fresh
 
-MODE = "livemostrecent"         # one sqldb daemon: its latest value, while it lives
 HISTORY = 512                   # primary positions remembered per instance
 HISTORY_SECONDS = 3600.0
 
+# published by the one sqldb daemon
 _LABELS = ["instance", "name", "project", "node"]
-PRIMARY = Gauge("appliance_sqldb_primary", "1 for the instance's primary node, 0 for its "
-                "other members.", _LABELS, multiprocess_mode=MODE)
-LAG_BYTES = Gauge("appliance_sqldb_replication_lag_bytes", "WAL bytes a member is behind "
-                  "the instance's primary (0 for the primary).", _LABELS,
-                  multiprocess_mode=MODE)
-LAG_SECONDS = Gauge("appliance_sqldb_replication_lag_seconds", "Seconds since the primary "
-                    "first reported the WAL position past the member's (0: caught up).",
-                    _LABELS, multiprocess_mode=MODE)
-RUNNING = Gauge("appliance_sqldb_member_running", "1 when the member's agent reports "
-                "PostgreSQL running, else 0.", _LABELS, multiprocess_mode=MODE)
+PRIMARY = resource_gauge(
+    "appliance_sqldb_primary", "1 for the instance's primary node, 0 for its other members.",
+    _LABELS)
+LAG_BYTES = resource_gauge(
+    "appliance_sqldb_replication_lag_bytes", "WAL bytes a member is behind the instance's "
+    "primary (0 for the primary).", _LABELS)
+LAG_SECONDS = resource_gauge(
+    "appliance_sqldb_replication_lag_seconds", "Seconds since the primary first reported "
+    "the WAL position past the member's (0: caught up).", _LABELS)
+RUNNING = resource_gauge(
+    "appliance_sqldb_member_running", "1 when the member's agent reports PostgreSQL "
+    "running, else 0.", _LABELS)
 
 
 class SqldbMetrics:
@@ -47,7 +47,7 @@ class SqldbMetrics:
         self.values = None
 
     def begin(self):
-        self.values = {g: {} for g in self.gauges.gauges}
+        self.values = self.gauges.empty()
 
     def observe(self, instance, nodes, rows, now):
         if self.values is not None:

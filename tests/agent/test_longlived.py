@@ -3,8 +3,6 @@ long polls and 100 event streams wait at once on an API of 4 Waitress threads, w
 ordinary GETs are answered; a change then reaches every poll, an event every stream."""
 
 import json
-import selectors
-import socket
 import threading
 import time
 
@@ -14,6 +12,8 @@ from tests.agent import testcap
 from tests.agent.conftest import add_file, agent_token, enroll, hw_node, refused
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD
+from tests.raw_http import opened, read_all
+from tests.waiting import eventually
 
 POLLS, STREAMS = 200, 100
 
@@ -29,44 +29,25 @@ def wide(tmp_path_factory):
     testcap.uninstall()
 
 
-def opened(port, path, token, accept="application/json"):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}"
-                 f"\r\nAccept: {accept}\r\n\r\n".encode())
-    return sock
+def an_agent(srv):
+    """(admin's client, an HW node, its agent's token, the agent's payload path, the
+    payload's current hash): what a long poll of `srv` needs."""
+    admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
+    node = hw_node(admin)
+    cred = enroll(srv, admin, node["uuid"])
+    token = agent_token(srv, cred)
+    payload = f"/v1/ua/agents/{cred['agent']}/payload"
+    current = srv.client(token).get(payload).json["hash"]
+    return admin, node, token, payload, current
 
 
 def read_all_until(socks, done, timeout=60):
     """Read every socket until done(bytes so far) holds for each; returns their bytes."""
-    got = {s: b"" for s in socks}
-    left = set(socks)
-    selector = selectors.DefaultSelector()
-    for s in socks:
-        s.setblocking(False)
-        selector.register(s, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    while left and time.monotonic() < deadline:
-        for key, _ in selector.select(0.5):
-            s = key.fileobj
-            try:
-                data = s.recv(65536)
-            except BlockingIOError:
-                continue
-            got[s] += data
-            if not data or done(got[s]):
-                left.discard(s)
-                selector.unregister(s)
-    selector.close()
-    return got
+    return read_all(socks, done, timeout)[0]
 
 
 def test_hundreds_of_waits_cost_no_thread(wide):
-    admin = wide.client(wide.login("admin", ADMIN_PASSWORD))
-    node = hw_node(admin)
-    cred = enroll(wide, admin, node["uuid"])
-    token = agent_token(wide, cred)
-    payload = f"/v1/ua/agents/{cred['agent']}/payload"
-    current = wide.client(token).get(payload).json["hash"]
+    admin, node, token, payload, current = an_agent(wide)
     hub = wide.api.resources["/v1/ua/agents"].hub
     polls = [opened(wide.port, f"{payload}?hash={current}&wait=30", token)
              for _ in range(POLLS)]
@@ -74,10 +55,8 @@ def test_hundreds_of_waits_cost_no_thread(wide):
                for _ in range(STREAMS)]
     socks = polls + streams
     try:
-        deadline = time.monotonic() + 30
-        while (hub.waiting < POLLS or wide.api.events.open < STREAMS) \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: hub.waiting >= POLLS and wide.api.events.open >= STREAMS, 30,
+                   "every poll and stream waiting on the loop")
         assert hub.waiting == POLLS and wide.api.events.open == STREAMS
         # 300 connections wait, and the 4 threads still answer ordinary requests, many
         # at once, every one of them
@@ -122,19 +101,12 @@ def test_a_poll_past_the_loops_cap_answers_at_once(tmp_path):
     srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, api_threads=4,
                     agent_max_polls=5).start()
     try:
-        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
-        node = hw_node(admin)
-        cred = enroll(srv, admin, node["uuid"])
-        token = agent_token(srv, cred)
-        payload = f"/v1/ua/agents/{cred['agent']}/payload"
-        current = srv.client(token).get(payload).json["hash"]
+        admin, node, token, payload, current = an_agent(srv)
         # more than the threads, up to the loop's cap
         held = [opened(srv.port, f"{payload}?hash={current}&wait=30", token)
                 for _ in range(5)]
         hub = srv.api.resources["/v1/ua/agents"].hub
-        deadline = time.monotonic() + 20
-        while hub.waiting < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: hub.waiting >= 5, 20, "5 polls waiting")
         assert hub.waiting == 5
         over = srv.client(token).get(payload, query={"hash": current, "wait": 30})
         assert over.status == 200 and over.header("Retry-After") == "1"
@@ -152,19 +124,12 @@ def test_without_the_hand_over_the_same_waits_hold_threads(tmp_path):
     srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, api_threads=4, handover=False,
                     agent_max_polls=1000, events_max_streams=1000).start()
     try:
-        admin = srv.client(srv.login("admin", ADMIN_PASSWORD))
-        node = hw_node(admin)
-        cred = enroll(srv, admin, node["uuid"])
-        token = agent_token(srv, cred)
-        payload = f"/v1/ua/agents/{cred['agent']}/payload"
-        current = srv.client(token).get(payload).json["hash"]
+        admin, node, token, payload, current = an_agent(srv)
         hub = srv.api.resources["/v1/ua/agents"].hub
         assert hub.limit == 3
         held = [opened(srv.port, f"{payload}?hash={current}&wait=30", token)
                 for _ in range(3)]
-        deadline = time.monotonic() + 20
-        while hub.waiting < 3 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: hub.waiting >= 3, 20, "3 polls waiting")
         assert hub.waiting == 3
         # three of the four threads are held: the next poll is answered at once
         over = srv.client(token).get(payload, query={"hash": current, "wait": 30})
@@ -180,8 +145,7 @@ def test_without_the_hand_over_the_same_waits_hold_threads(tmp_path):
             s.close()
         # a stream, relayed by its thread
         stream = opened(srv.port, "/v1/events", admin.token, "text/event-stream")
-        while srv.api.events.open < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: srv.api.events.open >= 1, 20, "the stream open")
         assert srv.api.events.open == 1
         other = hw_node(admin)
         seen = read_all_until([stream], lambda b: other["uuid"].encode() in b)[stream]
@@ -195,19 +159,12 @@ def test_without_the_hand_over_the_same_waits_hold_threads(tmp_path):
 def test_an_error_during_a_parked_wait_is_the_conventions_body(wide):
     """The node goes away while its agent's poll waits on the loop: the poll answers 409
     with the error body of the ordinary path, and its own request id."""
-    admin = wide.client(wide.login("admin", ADMIN_PASSWORD))
-    node = hw_node(admin)
-    cred = enroll(wide, admin, node["uuid"])
-    token = agent_token(wide, cred)
-    payload = f"/v1/ua/agents/{cred['agent']}/payload"
-    current = wide.client(token).get(payload).json["hash"]
+    admin, node, token, payload, current = an_agent(wide)
     hub = wide.api.resources["/v1/ua/agents"].hub
     waiting = hub.waiting
     sock = opened(wide.port, f"{payload}?hash={current}&wait=30", token)
     try:
-        deadline = time.monotonic() + 20
-        while hub.waiting <= waiting and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: hub.waiting > waiting, 20, "the poll waiting")
         assert hub.waiting == waiting + 1
         assert admin.delete(f"/v1/compute/nodes/{node['uuid']}").status == 204
         raw = read_all_until([sock], lambda b: b.rstrip().endswith(b"}"))[sock]

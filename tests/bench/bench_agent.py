@@ -53,6 +53,14 @@ def start_api(settings):
     return proc, log
 
 
+def stop_api(proc, log):
+    """The API of start_api stopped, and its log removed."""
+    proc.terminate()
+    proc.wait(30)
+    log.close()
+    os.unlink(log.name)
+
+
 def make_agents(store, base, count, endpoint):
     from appliance.agent.credentials import issue_credential
     from tests.agent.agents import AgentProcess
@@ -133,10 +141,7 @@ def run(count, files, changes, threads):
         for agent in agents:
             agent.stop()
         store.close()
-        api.terminate()
-        api.wait(30)
-        log.close()
-        os.unlink(log.name)
+        stop_api(api, log)
         remove(state_dir)
         remove(base)
 

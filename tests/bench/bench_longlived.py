@@ -18,13 +18,13 @@ Figures are printed, never asserted.
 
 import http.client
 import os
-import selectors
-import socket
 import statistics
 import time
 
+from tests.raw_http import opened, read_all
+
 from . import note, remove, settings_for, spread, table, temp_dir, title
-from .bench_agent import start_api
+from .bench_agent import start_api, stop_api
 from .bench_memory import memory_of
 
 AGENTS = int(os.environ.get("BENCH_LONGLIVED_AGENTS", "1000"))
@@ -57,36 +57,11 @@ def gets(port, path, token):
     return pct(times, 50) * 1000, pct(times, 99) * 1000
 
 
-def opened(port, path, token, accept="application/json"):
-    sock = socket.create_connection(("127.0.0.1", port), timeout=60)
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}"
-                 f"\r\nAccept: {accept}\r\n\r\n".encode())
-    return sock
-
-
 def until_all(socks, done, timeout=300):
     """Read every socket until done(its bytes) holds; returns when the last one does."""
-    got = {s: b"" for s in socks}
-    left = set(socks)
-    selector = selectors.DefaultSelector()
-    for s in socks:
-        s.setblocking(False)
-        selector.register(s, selectors.EVENT_READ)
-    deadline = time.perf_counter() + timeout
-    while left:
-        if time.perf_counter() > deadline:
-            raise RuntimeError(f"{len(left)} connections got nothing in {timeout} s")
-        for key, _ in selector.select(0.5):
-            s = key.fileobj
-            try:
-                data = s.recv(65536)
-            except BlockingIOError:
-                continue
-            got[s] += data
-            if not data or done(got[s]):
-                left.discard(s)
-                selector.unregister(s)
-    selector.close()
+    got, left = read_all(socks, done, timeout)
+    if left:
+        raise RuntimeError(f"{len(left)} connections got nothing in {timeout} s")
     return got
 
 
@@ -141,8 +116,9 @@ def main():
                 hashes[agent] = client.with_token(token).get(
                     f"/v1/ua/agents/{agent}/payload").json["hash"]
             polls = [opened(port, f"/v1/ua/agents/{agent}/payload?hash={hashes[agent]}"
-                                  f"&wait=30", token) for agent, _, token in agents]
-            streams = [opened(port, "/v1/events", admin_token, "text/event-stream")
+                                  f"&wait=30", token, timeout=60)
+                     for agent, _, token in agents]
+            streams = [opened(port, "/v1/events", admin_token, "text/event-stream", timeout=60)
                        for _ in range(STREAMS)]
             deadline = time.monotonic() + 60
             while long_lived_open(port, admin_token) < AGENTS and \
@@ -185,10 +161,7 @@ def main():
              f"{' / '.join(f'{v / 1024:.1f}' for v in rss_open)}")
     finally:
         store.close()
-        api.terminate()
-        api.wait(30)
-        log.close()
-        os.unlink(log.name)
+        stop_api(api, log)
         remove(state_dir)
 
 

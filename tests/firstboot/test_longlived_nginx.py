@@ -4,8 +4,6 @@ carries event streams and a payload long poll that the API parks on its event lo
 the one base URL clients and agents use (`/api/core/`), while ordinary GETs answer."""
 
 import json
-import socket
-import time
 
 import pytest
 
@@ -13,6 +11,8 @@ from appliance.firstboot import nginx, tls
 from tests.api.test_flood import ApiProcess
 from tests.firstboot.test_nginx_flood import https_get, https_login, tls_context
 from tests.nginx import Nginx, free_port, require_nginx
+from tests.raw_http import opened as opened_raw
+from tests.raw_http import read_until
 
 STREAMS = 20
 
@@ -34,26 +34,8 @@ def front(tmp_path):
 
 
 def opened(port, path, token, accept="application/json"):
-    sock = tls_context().wrap_socket(socket.create_connection(("127.0.0.1", port),
-                                                              timeout=30))
-    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: box\r\nAuthorization: Bearer {token}\r\n"
-                 f"Accept: {accept}\r\n\r\n".encode())
-    return sock
-
-
-def read_until(sock, done, timeout=30):
-    seen = b""
-    deadline = time.monotonic() + timeout
-    sock.settimeout(1)
-    while time.monotonic() < deadline and not done(seen):
-        try:
-            data = sock.recv(65536)
-        except (TimeoutError, socket.timeout):
-            continue
-        if not data:
-            break
-        seen += data
-    return seen
+    """A GET held open through the front door (TLS, its host name)."""
+    return opened_raw(port, path, token, accept, host="box", wrap=tls_context().wrap_socket)
 
 
 def test_streams_and_a_long_poll_through_nginx(front):

@@ -3,12 +3,11 @@
 an event reaches each of them, and an ordinary GET answers meanwhile."""
 
 import json
-import socket
-import time
 
 import pytest
 
 from tests.apiserver import Client
+from tests.raw_http import opened, read_until
 from tests.supervisor.test_supervisor import Up
 
 STREAMS = 40        # above the API's 32 threads
@@ -19,21 +18,6 @@ def up(tmp_path):
     running = Up(tmp_path)
     yield running
     running.close()
-
-
-def read_until(sock, done, timeout=30):
-    seen = b""
-    deadline = time.monotonic() + timeout
-    sock.settimeout(1)
-    while time.monotonic() < deadline and not done(seen):
-        try:
-            data = sock.recv(65536)
-        except (TimeoutError, socket.timeout):
-            continue
-        if not data:
-            break
-        seen += data
-    return seen
 
 
 @pytest.mark.timeout(120)
@@ -49,10 +33,8 @@ def test_streams_beyond_the_threads_through_appliance_up(up):
     streams = []
     try:
         for _ in range(STREAMS):
-            sock = socket.create_connection(("127.0.0.1", up.api_port), timeout=30)
-            sock.sendall(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
-                         f"{token}\r\nAccept: text/event-stream\r\n\r\n".encode())
-            streams.append(sock)
+            streams.append(opened(up.api_port, "/v1/events", token, "text/event-stream",
+                                  host="x"))
         for sock in streams:
             assert read_until(sock, lambda b: b"retry:" in b).startswith(b"HTTP/1.1 200")
         assert admin.get("/v1/iam/projects").status == 200
