@@ -409,7 +409,7 @@ class _Everything:
         seen = set()
         path = os.environ.get(ENV)
         if path and os.path.isdir(path):
-            for family in _merged_files(path):
+            for family in merged_files(path):
                 seen.add(family.name)
                 yield family
         for family in REGISTRY.collect():
@@ -419,19 +419,31 @@ class _Everything:
         yield resource_counts(self.store)
 
 
-def _merged_files(path, attempts=3):
+def merged_files(path, attempts=3):
+    """The families of every process's files under `path`, summed."""
+    import struct  # noqa: PLC0415
     from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
     for attempt in range(attempts):
         # a file of another user's process (the node agent runs as root) is left out
-        # rather than failing the scrape
-        files = [f for f in glob.glob(os.path.join(path, "*.db")) if os.access(f, os.R_OK)]
+        # rather than failing the scrape; so is one its process has created but not yet
+        # sized (0 bytes: prometheus_client's reader fails on it)
+        files = [f for f in glob.glob(os.path.join(path, "*.db"))
+                 if os.access(f, os.R_OK) and _sized(f)]
         try:
             return list(MultiProcessCollector.merge(files, accumulate=True))
-        except FileNotFoundError:
-            # a dead process's live file removed between the listing and the read
+        except (FileNotFoundError, struct.error):
+            # a dead process's live file removed between the listing and the read, or a
+            # file being created read in the moment before its header was written
             if attempt == attempts - 1:
                 raise
     return []
+
+
+def _sized(path):
+    try:
+        return os.path.getsize(path) >= 8
+    except OSError:
+        return False
 
 
 def resource_counts(store):
