@@ -18,7 +18,7 @@ from appliance.api.errors import ApiError, BadRequest, Forbidden, Unauthorized
 from appliance.api.fields import UUID_RE
 from appliance.api.routing import AUTHENTICATED, PUBLIC, Reply
 from appliance.iam.auth import OAuthError
-from appliance.iam.cookies import CSRF_COOKIE, SESSION_COOKIE
+from appliance.iam.cookies import CSRF_COOKIE, SESSION_COOKIE, read_cookies
 
 PATH = "/console/session"
 _USER_FIELDS = ("uuid", "username", "first_name", "last_name", "email", "type", "status")
@@ -140,12 +140,16 @@ class Sessions:
     def logout(self, call):
         """204 always, the cookies cleared; the session revoked when the cookie still
         held one (an expired one needs no revoking). A cookie that holds a session must
-        pass the CSRF check: another site may not log the user out."""
+        pass the CSRF check: another site may not log the user out. Only the cookie's
+        session: a bearer client logs out at the IAM's logout route, and a token in the
+        Authorization header is not read here."""
         environ = call.request.environ
-        try:
-            call.principal = self.auth(call.request) if self.auth is not None else None
-        except Unauthorized:
-            call.principal = None
+        call.principal = None
+        if read_cookies(environ).get(SESSION_COOKIE) and "HTTP_AUTHORIZATION" not in environ:
+            try:
+                call.principal = self.auth(call.request)
+            except Unauthorized:
+                pass
         if getattr(call.principal, "user", None) is not None:
             request_context.set_actor(request_context.actor_of(call.principal))
             self.auth.logout(call)

@@ -252,3 +252,12 @@ def test_a_reader_s_cookie_may_do_what_its_token_may_and_no_more(server, admin):
     # another project's records: no more visible by cookie than by token
     assert token_client.get(f"/v1/iam/projects/{ADMIN_PROJECT}").status == \
         browser.request("GET", f"/v1/iam/projects/{ADMIN_PROJECT}").status
+
+
+def test_logout_reads_only_the_cookie(server):
+    """A bearer token sent to the console's logout is not read, let alone revoked: bearer
+    clients log out at the IAM's logout route."""
+    token = server.login("admin", ADMIN_PASSWORD)
+    resp = server.client(token).delete(SESSION)
+    assert resp.status == 204, resp
+    assert server.client(token).get("/v1/iam/projects").status == 200
