@@ -170,6 +170,18 @@ def _api_error(error):
     return BadRequest(error.description)
 
 
+def _error(description):
+    return {"description": description, "$ref": "#/components/schemas/Error"}
+
+
+LOGIN_ERRORS = {"401": _error("wrong username or password"),
+                "403": _error("the user is not bound in that project"),
+                "429": _error("too many failed logins for this username or from this "
+                              "address (TooManyRequests); wait Retry-After seconds")}
+LOGOUT_ERRORS = {"403": _error("the cookie's session, without X-CSRF-Token echoing the "
+                               "appliance_csrf cookie")}
+
+
 def register(api):
     sessions = Sessions(api)
     common = {"tag": "console", "response_schema": _SESSION_SCHEMA}
@@ -179,7 +191,8 @@ def register(api):
               request_schema={"type": "object", "required": ["username", "password"],
                               "properties": {"username": {"type": "string"},
                                              "password": {"type": "string"},
-                                             "project": _PROJECT}}, **common)
+                                             "project": _PROJECT}},
+              error_schemas=LOGIN_ERRORS, **common)
     api.route("GET", PATH, sessions.show, permission=AUTHENTICATED,
               summary="The web console's session: user, project, projects, permissions",
               **common)
@@ -190,4 +203,4 @@ def register(api):
     # public: an expired session must still be able to clear its cookies
     api.route("DELETE", PATH, sessions.logout, permission=PUBLIC, status=204,
               summary="Log out of the web console: the session revoked, its cookies "
-                      "cleared", tag="console")
+                      "cleared", tag="console", error_schemas=LOGOUT_ERRORS)
