@@ -261,3 +261,33 @@ def test_logout_reads_only_the_cookie(server):
     resp = server.client(token).delete(SESSION)
     assert resp.status == 204, resp
     assert server.client(token).get("/v1/iam/projects").status == 200
+
+
+def test_a_cookie_behind_nginx_auth_request_is_a_write_when_the_original_is(server, admin):
+    """nginx's auth_request asks with a GET on behalf of the real request (an element
+    upload, docs/upload-auth.md) and names its method in X-Original-Method: a cookie
+    request standing for a PUT must carry the CSRF header like the PUT itself."""
+    browser = Browser(server)
+    assert browser.login("admin", ADMIN_PASSWORD).status == 200
+    refused = browser.request("GET", "/v1/iam/projects", headers={"X-Original-Method": "PUT"})
+    assert refused.status == 403, refused
+    assert refused.json["message"] == CSRF_MESSAGE
+    allowed = browser.request("GET", "/v1/iam/projects", headers={
+        "X-Original-Method": "PUT", "X-CSRF-Token": browser.jar["appliance_csrf"]})
+    assert allowed.status == 200, allowed
+    assert browser.request("GET", "/v1/iam/projects",
+                           headers={"X-Original-Method": "GET"}).status == 200
+
+
+def test_console_logins_are_in_the_audit_trail_without_the_password(server, admin):
+    user, name, password = make_user(admin, password="console-secret-password")
+    browser = Browser(server)
+    assert browser.login(name, "wrong-password").status == 401
+    assert browser.login(name, password).status == 200
+    listed = admin.get("/v1/audit/")
+    assert listed.status == 200
+    logins = [e["login"] for e in admin.get("/v1/audit/", query={"actor": name}).json
+              if "login" in e]
+    assert {"username": name, "succeeded": False} in logins
+    assert {"username": name, "succeeded": True} in logins
+    assert password.encode() not in listed.raw and b"wrong-password" not in listed.raw
