@@ -291,3 +291,48 @@ def test_console_logins_are_in_the_audit_trail_without_the_password(server, admi
     assert {"username": name, "succeeded": False} in logins
     assert {"username": name, "succeeded": True} in logins
     assert password.encode() not in listed.raw and b"wrong-password" not in listed.raw
+
+
+@pytest.fixture
+def quick_heartbeat_server(tmp_path, console_dir):
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, console_static_dir=console_dir,
+                    events_heartbeat_seconds=0.5).start()
+    yield srv
+    srv.stop()
+
+
+def test_an_event_stream_by_cookie_ends_when_the_session_is_logged_out(
+        quick_heartbeat_server):
+    """An EventSource sends no header of its own, so the console's live view holds the
+    stream by cookie; logging out ends it (at its next heartbeat), as revoking a token does."""
+    import socket
+    import time
+    srv = quick_heartbeat_server
+    browser = Browser(srv)
+    assert browser.login("admin", ADMIN_PASSWORD).status == 200
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.jar.items())
+    sock = socket.create_connection((srv.host, srv.port), timeout=30)
+    try:
+        sock.sendall(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n"
+                     f"Accept: text/event-stream\r\n\r\n".encode())
+        seen = b""
+        sock.settimeout(1)
+        deadline = time.monotonic() + 60
+        while b"retry:" not in seen and time.monotonic() < deadline:
+            try:
+                seen += sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                pass
+        assert seen.startswith(b"HTTP/1.1 200"), seen
+        assert browser.request("DELETE", SESSION).status == 204
+        while b"event: end" not in seen and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                continue
+            if not chunk:
+                break
+            seen += chunk
+        assert b"event: end" in seen and b"token revoked" in seen, seen[-500:]
+    finally:
+        sock.close()
