@@ -342,8 +342,8 @@ class Trail:
                 elif ".index.json.tmp-" in name and \
                         os.stat(path).st_mtime < time.time() - 3600:
                     os.unlink(path)
-            except FileNotFoundError:
-                pass
+            except OSError as e:       # gone meanwhile, or not a file: left as it is
+                log.debug("audit trail: %s stays: %s", name, e)
 
     def usage(self):
         """(bytes, segments) of the kept segments (their sidecars not counted)."""
