@@ -173,9 +173,9 @@ class _Reading:
         self.methods = {m.upper() for m in query.getall("method")} or None
         self.since, self.until = _bytes_time(query, "since"), _bytes_time(query, "until")
 
-    def _in_time(self, summary):
-        return not ((self.since is not None and summary.last < self.since) or
-                    (self.until is not None and summary.first >= self.until))
+    def _in_time(self, low, high):
+        return not ((self.since is not None and high < self.since) or
+                    (self.until is not None and low >= self.until))
 
     def may_hold(self, summary):
         """Whether a segment may hold an entry that the filters pass."""
@@ -189,46 +189,53 @@ class _Reading:
                                 (self.methods, summary.methods)):
             if wanted is not None and not wanted & present:
                 return False
-        return self._in_time(summary)
+        return True
 
-    def may_hold_row(self, summary, at):
-        """Whether a segment may hold a row at time `at` that the project, kind and time
-        filters let through (a marker need not match the actor and method filters)."""
-        if summary is None:
-            return True
-        if summary.first is None or not summary.first <= at <= summary.last:
-            return False
+    def may_hold_row(self, summary):
+        """Whether a segment may hold a row that the project and kind filters let
+        through (a marker need not match the actor and method filters)."""
         for wanted, present in ((self.projects, summary.projects),
                                 (self.kinds, summary.kinds)):
             if wanted is not None and not wanted & present:
                 return False
-        return self._in_time(summary)
+        return True
 
     def candidates(self, marker_time=None):
-        """(path, summary) of the segments to read, in the order to read them."""
+        """(path, start, end, lowest time, highest time) of the stretches of segments to
+        read, in the order to read them: a segment being written (no summary) is read
+        whole and first, as its times are not known."""
         chosen = []
         for path in self.trail.segments():
             summary = self.trail.summary(path)
-            wanted = self.may_hold(summary)
-            if wanted and marker_time is not None and summary is not None and (
-                    summary.last < marker_time if not self.reverse else
-                    summary.first > marker_time):
-                wanted = False     # wholly on the side of the marker already served
-            if wanted or (marker_time is not None and self.may_hold_row(summary,
-                                                                        marker_time)):
-                chosen.append((path, summary))
+            if summary is None:
+                chosen.append((path, 0, None, b"", b"\xff"))
+                continue
+            wanted, row_wanted = self.may_hold(summary), False
+            if marker_time is not None:
+                row_wanted = wanted or self.may_hold_row(summary)
+            if not (wanted or row_wanted):
+                continue
+            for start, end, low, high in summary.stretches():
+                if not self._in_time(low, high):
+                    continue
+                take = wanted and (marker_time is None or (
+                    high >= marker_time if not self.reverse else low <= marker_time))
+                # the stretch that may hold the marker's own line, to find its place
+                if take or (row_wanted and low <= marker_time <= high):
+                    chosen.append((path, start, end, low, high))
         if self.reverse:
-            chosen.sort(key=lambda c: b"\xff" if c[1] is None else c[1].last, reverse=True)
+            chosen.sort(key=lambda c: c[4], reverse=True)
         else:
-            chosen.sort(key=lambda c: b"" if c[1] is None else c[1].first)
+            chosen.sort(key=lambda c: c[3])
         return chosen
 
     def find_marker(self, wanted):
         """The order key of the entry `wanted` names, among the lines this read could
         page from (None when there is none)."""
         needles = self.needles + [(needle("uuid", wanted.decode()),)]
-        for path, _ in self.candidates():
-            for key, _line in _keyed(self.trail.segment_lines(path, needles), self.query):
+        for path, start, end, _, _ in self.candidates():
+            for key, _line in _keyed(self.trail.segment_lines(path, needles, start, end),
+                                     self.query):
                 if key[1] == wanted:
                     return key
         return None
@@ -252,14 +259,13 @@ class _Reading:
         chosen = self.candidates(None if marker_key is None else marker_key[0])
         after = (lambda key: True) if marker_key is None else (
             (lambda key: key < marker_key) if self.reverse else (lambda key: key > marker_key))
-        for i, (path, _) in enumerate(chosen):
-            rows.extend([key, line, None] for key, line in
-                        _keyed(self.trail.segment_lines(path, self.needles), self.query))
+        for i, (path, start, end, _, _) in enumerate(chosen):
+            rows.extend([key, line, None] for key, line in _keyed(
+                self.trail.segment_lines(path, self.needles, start, end), self.query))
             if self.limit is None or i + 1 == len(chosen):
                 continue
-            following = chosen[i + 1][1]
-            bound = (b"\xff" if following is None else following.last) if self.reverse \
-                else (b"" if following is None else following.first)
+            following = chosen[i + 1]
+            bound = following[4] if self.reverse else following[3]
             # every row still unread is at or past `bound`: the rows before it are final
             rows.sort(key=lambda row: row[0], reverse=self.reverse)
             found = 0

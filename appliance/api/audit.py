@@ -48,7 +48,10 @@ STATE_CHANGING = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 NOTE = "appliance.audit"
 SEGMENT = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.jsonl\Z")
 INDEX = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.index\.json\Z")
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+# a sidecar marks every this many lines: a reader of a segment whose lines are in order
+# reads only the stretches of it that a page needs
+MARK_EVERY = 256
 _STOP = object()
 STOP_SECONDS = 10
 # the writer removes what is past the retention at each new segment and at least this often
@@ -211,8 +214,10 @@ class Trail:
                 raise OSError(f"short write ({written} of {len(data)} bytes)")
             self._size += written
             if self._open_summary is not None:
+                offset = self._size - written
                 for line, item in zip(lines, items):
-                    self._open_summary.add(line, item)
+                    self._open_summary.add(line, item, offset)
+                    offset += len(line) + 1
                 self._open_summary.size = self._size
         except Exception as e:     # noqa: BLE001 (the writer must outlive a full disk)
             self.count_lost(len(items), str(e))
@@ -391,12 +396,14 @@ class Trail:
         for path in self.segments():
             yield from self.segment_lines(path, needles)
 
-    def segment_lines(self, path, needles=()):
-        """The raw lines of one segment (none when it is gone); `needles` as for
-        entries()."""
+    def segment_lines(self, path, needles=(), start=0, end=None):
+        """The raw lines of one segment, or of its bytes from `start` (a line's start) to
+        `end` (none when it is gone); `needles` as for entries()."""
         try:
             with open(path, "rb") as f:
-                lines = f.read().splitlines()
+                if start:
+                    f.seek(start)
+                lines = (f.read() if end is None else f.read(end - start)).splitlines()
         except FileNotFoundError:
             return
         for line in lines:
@@ -465,7 +472,10 @@ class Summary:
     (bytes, as `line_key` gives them) and the values its entries carry for each filter.
     The sets are the values a reader's filter compares (`appliance/audit.py`): projects
     (the entry's and its actor's: a line holding either passes the project needle), kinds,
-    actors (id, name, and a login's username) and methods."""
+    actors (id, name, and a login's username) and methods. `ordered`: the lines' keys
+    never go down through the file (one writer, entries timed in the order written), and
+    then `marks`, [offset, time] of every MARK_EVERY-th line, cut it into stretches whose
+    time ranges are known (`stretches`)."""
 
     FIELDS = ("projects", "kinds", "actors", "methods")
 
@@ -474,11 +484,35 @@ class Summary:
         self.count = 0
         self.first = self.last = None
         self.projects, self.kinds, self.actors, self.methods = set(), set(), set(), set()
+        self.ordered = True
+        self.marks = []
+        self._previous = None
 
-    def add(self, line, item=None):
+    def stretches(self):
+        """(start, end, lowest time, highest time) of the parts of the segment a reader
+        may read apart: the whole segment, or for an ordered one the stretches between
+        marks (a stretch's highest time is its next mark's, which no line before it
+        passes)."""
+        if self.first is None:
+            return []
+        if not self.ordered or len(self.marks) < 2:
+            return [(0, self.size, self.first, self.last)]
+        found = []
+        for i, (offset, low) in enumerate(self.marks):
+            end, high = self.marks[i + 1] if i + 1 < len(self.marks) else (self.size,
+                                                                         self.last)
+            found.append((0 if i == 0 else offset, end, low, high))
+        return found
+
+    def add(self, line, item=None, offset=0):
         key, parsed = line_key(line)
         if key is None:
             return
+        if self._previous is not None and key < self._previous:
+            self.ordered = False
+        self._previous = key
+        if self.count % MARK_EVERY == 0:
+            self.marks.append([offset, key[0]])
         self.count += 1
         if self.first is None or key[0] < self.first:
             self.first = key[0]
@@ -510,6 +544,9 @@ class Summary:
         return {"version": INDEX_VERSION, "size": self.size, "count": self.count,
                 "first": None if self.first is None else self.first.decode("latin-1"),
                 "last": None if self.last is None else self.last.decode("latin-1"),
+                "ordered": self.ordered,
+                "marks": [[o, t.decode("latin-1")] for o, t in self.marks] if self.ordered
+                else [],
                 **{name: sorted(getattr(self, name)) for name in self.FIELDS}}
 
     def dumps(self):
@@ -531,6 +568,11 @@ class Summary:
                 setattr(summary, end, None if value is None else value.encode("latin-1"))
             for name in cls.FIELDS:
                 setattr(summary, name, set(found[name]))
+            summary.ordered = found["ordered"] is True
+            summary.marks = [[int(o), t.encode("latin-1")] for o, t in found["marks"]]
+            if summary.ordered and not (summary.marks or summary.count == 0) or any(
+                    not 0 <= o <= summary.size for o, _ in summary.marks):
+                return None
             return summary
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError,
                 UnicodeError):
@@ -540,8 +582,10 @@ class Summary:
     def of(cls, data):
         summary = cls()
         summary.size = len(data)
-        for line in data.splitlines():
-            summary.add(line)
+        offset = 0
+        for line in data.splitlines(keepends=True):
+            summary.add(line.rstrip(b"\r\n"), offset=offset)
+            offset += len(line)
         return summary
 
 
