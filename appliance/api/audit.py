@@ -48,9 +48,9 @@ STATE_CHANGING = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 NOTE = "appliance.audit"
 SEGMENT = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.jsonl\Z")
 INDEX = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.index\.json\Z")
-INDEX_VERSION = 2
-# a sidecar marks every this many lines: a reader of a segment whose lines are in order
-# reads only the stretches of it that a page needs
+INDEX_VERSION = 3
+# a sidecar cuts its segment into stretches of this many lines, each with its time range:
+# a reader reads only the stretches that a page needs
 MARK_EVERY = 256
 _STOP = object()
 STOP_SECONDS = 10
@@ -472,10 +472,10 @@ class Summary:
     (bytes, as `line_key` gives them) and the values its entries carry for each filter.
     The sets are the values a reader's filter compares (`appliance/audit.py`): projects
     (the entry's and its actor's: a line holding either passes the project needle), kinds,
-    actors (id, name, and a login's username) and methods. `ordered`: the lines' keys
-    never go down through the file (one writer, entries timed in the order written), and
-    then `marks`, [offset, time] of every MARK_EVERY-th line, cut it into stretches whose
-    time ranges are known (`stretches`)."""
+    actors (id, name, and a login's username) and methods. `marks`: [offset, lowest time,
+    highest time] of each stretch of MARK_EVERY lines, from the offset of its first line
+    (`stretches`): the lines need not be in order (entries are timed when answered, and
+    concurrent requests reach the writer in any order)."""
 
     FIELDS = ("projects", "kinds", "actors", "methods")
 
@@ -484,35 +484,27 @@ class Summary:
         self.count = 0
         self.first = self.last = None
         self.projects, self.kinds, self.actors, self.methods = set(), set(), set(), set()
-        self.ordered = True
         self.marks = []
-        self._previous = None
 
     def stretches(self):
-        """(start, end, lowest time, highest time) of the parts of the segment a reader
-        may read apart: the whole segment, or for an ordered one the stretches between
-        marks (a stretch's highest time is its next mark's, which no line before it
-        passes)."""
-        if self.first is None:
-            return []
-        if not self.ordered or len(self.marks) < 2:
-            return [(0, self.size, self.first, self.last)]
-        found = []
-        for i, (offset, low) in enumerate(self.marks):
-            end, high = self.marks[i + 1] if i + 1 < len(self.marks) else (self.size,
-                                                                         self.last)
-            found.append((0 if i == 0 else offset, end, low, high))
-        return found
+        """(start, end, lowest time, highest time) of the stretches of the segment,
+        which a reader may read apart."""
+        return [(0 if i == 0 else offset,
+                 self.marks[i + 1][0] if i + 1 < len(self.marks) else self.size, low, high)
+                for i, (offset, low, high) in enumerate(self.marks)]
 
     def add(self, line, item=None, offset=0):
         key, parsed = line_key(line)
         if key is None:
             return
-        if self._previous is not None and key < self._previous:
-            self.ordered = False
-        self._previous = key
         if self.count % MARK_EVERY == 0:
-            self.marks.append([offset, key[0]])
+            self.marks.append([offset, key[0], key[0]])
+        else:
+            mark = self.marks[-1]
+            if key[0] < mark[1]:
+                mark[1] = key[0]
+            if key[0] > mark[2]:
+                mark[2] = key[0]
         self.count += 1
         if self.first is None or key[0] < self.first:
             self.first = key[0]
@@ -544,9 +536,8 @@ class Summary:
         return {"version": INDEX_VERSION, "size": self.size, "count": self.count,
                 "first": None if self.first is None else self.first.decode("latin-1"),
                 "last": None if self.last is None else self.last.decode("latin-1"),
-                "ordered": self.ordered,
-                "marks": [[o, t.decode("latin-1")] for o, t in self.marks] if self.ordered
-                else [],
+                "marks": [[o, low.decode("latin-1"), high.decode("latin-1")]
+                          for o, low, high in self.marks],
                 **{name: sorted(getattr(self, name)) for name in self.FIELDS}}
 
     def dumps(self):
@@ -568,11 +559,11 @@ class Summary:
                 setattr(summary, end, None if value is None else value.encode("latin-1"))
             for name in cls.FIELDS:
                 setattr(summary, name, set(found[name]))
-            summary.ordered = found["ordered"] is True
-            summary.marks = [[int(o), t.encode("latin-1")] for o, t in found["marks"]]
-            if summary.ordered and not (summary.marks or summary.count == 0) or any(
-                    not 0 <= o <= summary.size for o, _ in summary.marks):
-                return None
+            summary.marks = [[int(o), low.encode("latin-1"), high.encode("latin-1")]
+                             for o, low, high in found["marks"]]
+            if len(summary.marks) != -(-summary.count // MARK_EVERY) or any(
+                    not 0 <= o <= summary.size for o, _, _ in summary.marks):
+                return None     # another MARK_EVERY, or not a sidecar of this segment
             return summary
         except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError,
                 UnicodeError):

@@ -10,7 +10,8 @@
     not audited: the same authentication and lookup). The ratio bounds what the entry adds
     to a real write; a successful write pays more for the store than for its entry.
 (c) Reading: GET /v1/audit/?page_limit=50 through the real API with ENTRIES entries in
-    the trail (written as segment files while it runs, without their index sidecars):
+    the trail, one a millisecond as a busy API writes them (written as segment files
+    while it runs, without their index sidecars):
     the first read (which rebuilds the sidecars), then pages unfiltered (oldest and newest
     first), filtered by kind and by project, and a page deep in the trail reached with
     PAGES markers. A read skips the segments whose sidecar says they cannot hold an
@@ -86,17 +87,20 @@ def _middleware_bench(tmp):
 
 
 def _write_segments(state_dir, count):
+    import datetime
     import orjson
     from appliance.api.audit import format_time, now, segment_name
     per_segment = 20000
     made = 0
     moment = now()
+    start = moment
     while made < count:
         name = segment_name(moment.replace(microsecond=made % 1000000))
         lines = []
         for i in range(made, min(count, made + per_segment)):
             lines.append(orjson.dumps({
-                "uuid": str(uuid.uuid4()), "created_at": format_time(moment),
+                "uuid": str(uuid.uuid4()),
+                "created_at": format_time(start + datetime.timedelta(milliseconds=i)),
                 "request_id": uuid.uuid4().hex, "method": "POST", "path": "/v1/secret/secrets",
                 "route": "/v1/secret/secrets", "status": 201, "source": "127.0.0.1",
                 "actor": {"type": "user", "id": str(uuid.uuid4()), "name": "bench",
