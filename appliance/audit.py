@@ -9,6 +9,7 @@ its own project only; a filter naming another project is 403, as for any listing
 
 import collections
 import datetime
+import heapq
 import itertools
 import threading
 
@@ -254,44 +255,61 @@ class _Reading:
 
     def page(self, marker_key):
         """[(key, entry)] of the page after `marker_key`; raises when the marker is not
-        among the rows read."""
-        rows = []                  # [key, line, verdict]
+        among the rows read. The rows wait in a heap until no unread stretch can come
+        before them; then they are final, and only the final rows after the marker are
+        parsed and counted: each row is parsed at most once, and the reading stops when
+        the final rows fill the page."""
         chosen = self.candidates(None if marker_key is None else marker_key[0])
         after = (lambda key: True) if marker_key is None else (
             (lambda key: key < marker_key) if self.reverse else (lambda key: key > marker_key))
+        order = _Descending if self.reverse else tuple
+        waiting, final, found, seen_marker = [], [], 0, False
+        sequence = itertools.count()
         for i, (path, start, end, _, _) in enumerate(chosen):
-            rows.extend([key, line, None] for key, line in _keyed(
-                self.trail.segment_lines(path, self.needles, start, end), self.query))
+            for key, line in _keyed(self.trail.segment_lines(path, self.needles, start, end),
+                                    self.query):
+                seen_marker = seen_marker or key == marker_key
+                heapq.heappush(waiting, (order(key), next(sequence), [key, line, None]))
             if self.limit is None or i + 1 == len(chosen):
                 continue
+            # every row still unread is at or past the next stretch's end nearest to us
             following = chosen[i + 1]
             bound = following[4] if self.reverse else following[3]
-            # every row still unread is at or past `bound`: the rows before it are final
-            rows.sort(key=lambda row: row[0], reverse=self.reverse)
-            found = 0
-            for row in rows:
-                if (row[0][0] <= bound) if self.reverse else (row[0][0] >= bound):
-                    break
+            while waiting and ((waiting[0][2][0][0] > bound) if self.reverse else
+                               (waiting[0][2][0][0] < bound)):
+                row = heapq.heappop(waiting)[2]
+                final.append(row)
                 if after(row[0]) and self.verdict(row):
                     found += 1
-                    if found == self.limit:
-                        break
-            if found == self.limit:
+            if found >= self.limit:
                 break
-        rows.sort(key=lambda row: row[0], reverse=self.reverse)
-        start = 0
-        if marker_key is not None:
-            start = next((i + 1 for i, row in enumerate(rows) if row[0] == marker_key), None)
-            if start is None:
-                raise BadRequest("page_marker names no entry the trail still keeps")
+        if marker_key is not None and not seen_marker:
+            raise BadRequest("page_marker names no entry the trail still keeps")
         page = []
-        for row in itertools.islice(rows, start, None):
+        for row in itertools.chain(final, (entry[2] for entry in sorted(waiting))):
+            if not after(row[0]):
+                continue
             item = self.verdict(row)
             if item:
                 page.append((row[0], item))
                 if self.limit is not None and len(page) == self.limit:
                     break
         return page
+
+
+class _Descending:
+    """An order key compared the other way round (a heap of the newest first)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key):
+        self.key = key
+
+    def __lt__(self, other):
+        return other.key < self.key
+
+    def __eq__(self, other):
+        return self.key == other.key
 
 
 # the order keys of the markers this process handed out, so that the next page starts

@@ -186,7 +186,8 @@ def test_random_filters_answer_as_a_full_scan_does(world):
     checked = nonempty = 0
     for _ in range(80):
         query = random_query(world)
-        limit = rng.choice((None, 1, 7, 50))
+        # pages of one entry now and then: many requests, so not always
+        limit = rng.choice((None, 1, 7, 50) if rng.random() < 0.2 else (None, 7, 50))
         if rng.random() < 0.3:
             project = rng.choice(world["projects"])
             client = world["owners"][project]
