@@ -15,10 +15,21 @@ files of the state directory (`audit-<time>.jsonl`, mode 0600), so a backup carr
 and a restore brings them back with the rest of the state (state/backup.py).
 
 An entry that cannot be written (a full disk) never fails the request that made it: the
-writer logs how many entries were lost and why, and counts them (`Trail.lost`).
+writer logs how many entries were lost and why, and counts them (`Trail.lost`, and
+`on_lost`, which the route module points at a Prometheus counter: this floor does not
+import the metrics).
+
+Why a sidecar per closed segment (`audit-<time>.index.json`): a read filtered by project,
+kind, actor, method or time would otherwise read and search every segment. The sidecar
+summarizes its segment (the range of its order keys, the projects, kinds, actors and
+methods it holds) so that a reader skips a segment that cannot hold an answer, and reads
+the segments of a page in key order until the page is sure. It is a cache, never the
+truth: it names the segment's size and its own digest, and one that is missing, corrupt,
+or describes another size is rebuilt from the segment (`summary`).
 """
 
 import datetime
+import hashlib
 import logging
 import os
 import queue
@@ -36,6 +47,11 @@ STATE_CHANGING = frozenset(("POST", "PUT", "PATCH", "DELETE"))
 # middleware's entry; a key of the WSGI environ, which both see
 NOTE = "appliance.audit"
 SEGMENT = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.jsonl\Z")
+INDEX = re.compile(r"^audit-(\d{8}T\d{6}\.\d{6}Z)\.index\.json\Z")
+INDEX_VERSION = 3
+# a sidecar cuts its segment into stretches of this many lines, each with its time range:
+# a reader reads only the stretches that a page needs
+MARK_EVERY = 256
 _STOP = object()
 STOP_SECONDS = 10
 # the writer removes what is past the retention at each new segment and at least this often
@@ -113,6 +129,11 @@ class Trail:
         self.segment_bytes = segment_bytes
         self.lost = 0
         self._lost_lock = threading.Lock()
+        self.on_lost = None             # (count) -> None, told of every loss
+        # the trail's lock: a sidecar is written, and a segment removed, under it
+        self._lock = threading.Lock()
+        self._open_summary = None       # the open segment's Summary, kept as it is written
+        self._summaries = {}            # path -> its Summary (checked against its size)
         self.queue = queue.SimpleQueue()
         self._segment = self._open_path = None
         self._fd = None
@@ -148,6 +169,11 @@ class Trail:
             self.lost += count
         log.error("audit trail: %d entr%s lost (%s); %d lost since start", count,
                   "y" if count == 1 else "ies", why, self.lost)
+        if self.on_lost is not None:
+            try:
+                self.on_lost(count)
+            except Exception:      # noqa: BLE001 (a metric never stops the writer)
+                log.exception("audit trail: cannot count the lost entries")
 
     # ---- the writer thread ---------------------------------------------------------------
 
@@ -180,12 +206,19 @@ class Trail:
 
     def _write(self, items):
         try:
-            data = b"".join(orjson.dumps(_finish(item)) + b"\n" for item in items)
+            lines = [orjson.dumps(_finish(item)) for item in items]
+            data = b"".join(line + b"\n" for line in lines)
             fd = self._current(len(data))
             written = os.write(fd, data)
             if written != len(data):
                 raise OSError(f"short write ({written} of {len(data)} bytes)")
             self._size += written
+            if self._open_summary is not None:
+                offset = self._size - written
+                for line, item in zip(lines, items):
+                    self._open_summary.add(line, item, offset)
+                    offset += len(line) + 1
+                self._open_summary.size = self._size
         except Exception as e:     # noqa: BLE001 (the writer must outlive a full disk)
             self.count_lost(len(items), str(e))
             self._close_segment()
@@ -201,6 +234,7 @@ class Trail:
             log.warning("audit trail: pruning failed: %s", e)
 
     def _close_segment(self):
+        closed, summary = self._segment, self._open_summary
         if self._fd is not None:
             try:
                 os.close(self._fd)
@@ -208,6 +242,35 @@ class Trail:
                 pass
         self._fd = None
         self._segment = None
+        self._open_summary = None
+        if closed is not None and summary is not None:
+            # a crash before this line leaves a segment without its sidecar: the first
+            # read that needs it rebuilds it (`summary`)
+            self._store_index(closed, summary)
+
+    def _store_index(self, path, summary):
+        """Write a segment's sidecar atomically (a reader sees the old one or the new one),
+        unless the segment is gone. Never raises: a missing sidecar is rebuilt."""
+        target = index_path(path)
+        temporary = f"{target}.tmp-{os.getpid()}-{threading.get_ident()}"
+        with self._lock:
+            try:
+                if not os.path.exists(path):
+                    return
+                fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                try:
+                    os.write(fd, summary.dumps())
+                finally:
+                    os.close(fd)
+                os.replace(temporary, target)
+                self._summaries[path] = summary
+            except OSError as e:
+                log.warning("audit trail: cannot write the index of %s (%s); it is "
+                            "rebuilt when read", os.path.basename(path), e)
+                try:
+                    os.unlink(temporary)
+                except OSError:
+                    pass
 
     def _current(self, adding):
         """The open segment to append to: a new one when there is none yet (or it was
@@ -223,6 +286,7 @@ class Trail:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o600)
         self._segment = self._open_path = path
         self._size = 0
+        self._open_summary = Summary()
         self._prune_logged()
         return self._fd
 
@@ -249,37 +313,109 @@ class Trail:
         total = sum(st.st_size for path, st in sizes.items() if path != self._segment) + \
             self.segment_bytes
         horizon = now().timestamp() - self.retention_seconds
-        for path, st in sizes.items():
-            if path == self._segment:
-                break
-            if total <= self.max_bytes and st.st_mtime >= horizon:
+        with self._lock:
+            for path, st in sizes.items():
+                if path == self._segment:
+                    break
+                if total <= self.max_bytes and st.st_mtime >= horizon:
+                    continue
+                for gone in (path, index_path(path)):
+                    try:
+                        os.unlink(gone)
+                    except FileNotFoundError:
+                        pass
+                self._summaries.pop(path, None)
+                total -= st.st_size
+            self._remove_stray_indexes()
+
+    def _remove_stray_indexes(self):
+        """Sidecars whose segment is gone (removed by another process, or by hand), and
+        temporary sidecars a crash left (an hour old: another process may be writing one)."""
+        try:
+            names = os.listdir(self.directory)
+        except FileNotFoundError:
+            return
+        present = set(names)
+        for name in names:
+            if not name.startswith("audit-"):
                 continue
+            path = os.path.join(self.directory, name)
+            match = INDEX.match(name)
             try:
-                os.unlink(path)
+                if match and f"audit-{match.group(1)}.jsonl" not in present:
+                    os.unlink(path)
+                elif ".index.json.tmp-" in name and \
+                        os.stat(path).st_mtime < time.time() - 3600:
+                    os.unlink(path)
+            except OSError as e:       # gone meanwhile, or not a file: left as it is
+                log.debug("audit trail: %s stays: %s", name, e)
+
+    def usage(self):
+        """(bytes, segments) of the kept segments (their sidecars not counted)."""
+        total = count = 0
+        for path in self.segments():
+            try:
+                total += os.stat(path).st_size
             except FileNotFoundError:
-                pass
-            total -= st.st_size
+                continue
+            count += 1
+        return total, count
 
     # ---- reading -------------------------------------------------------------------------
+
+    def summary(self, path):
+        """The Summary of a segment, from its sidecar when that is sound and describes the
+        segment as it is, else rebuilt from the segment (and its sidecar rewritten); None
+        for the segment being written now, or one that is gone (read it whole)."""
+        if path == self._segment:
+            return None
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return None
+        cached = self._summaries.get(path)
+        if cached is not None and cached.size == size:
+            return cached
+        try:
+            with open(index_path(path), "rb") as f:
+                found = Summary.loads(f.read())
+        except OSError:
+            found = None
+        if found is None or found.size != size:
+            try:
+                with open(path, "rb") as f:
+                    found = Summary.of(f.read())
+            except OSError:
+                return None
+            self._store_index(path, found)
+        self._summaries[path] = found
+        return found
 
     def lines(self, needles=()):
         """The raw lines of every segment, oldest first; `needles` as for entries()."""
         for path in self.segments():
-            try:
-                with open(path, "rb") as f:
-                    lines = f.read().splitlines()
-            except FileNotFoundError:
-                continue
-            for line in lines:
-                # loops, not all(any(...)): two generators a line cost more than the test
-                for group in needles:
-                    for needle_ in group:
-                        if needle_ in line:
-                            break
-                    else:
-                        break          # no needle of this group: skip the line
+            yield from self.segment_lines(path, needles)
+
+    def segment_lines(self, path, needles=(), start=0, end=None):
+        """The raw lines of one segment, or of its bytes from `start` (a line's start) to
+        `end` (none when it is gone); `needles` as for entries()."""
+        try:
+            with open(path, "rb") as f:
+                if start:
+                    f.seek(start)
+                lines = (f.read() if end is None else f.read(end - start)).splitlines()
+        except FileNotFoundError:
+            return
+        for line in lines:
+            # loops, not all(any(...)): two generators a line cost more than the test
+            for group in needles:
+                for needle_ in group:
+                    if needle_ in line:
+                        break
                 else:
-                    yield line
+                    break          # no needle of this group: skip the line
+            else:
+                yield line
 
     def entries(self, needles=()):
         """Every entry kept, oldest first (a line that does not parse is skipped: the
@@ -311,6 +447,141 @@ def order_key(line):
 def needle(field, value):
     """The bytes that a line holding `field: value` contains (the writer's orjson form)."""
     return orjson.dumps({field: value})[1:-1]
+
+
+def index_path(segment):
+    """The sidecar of a segment's path."""
+    return segment[:-len(".jsonl")] + ".index.json"
+
+
+def line_key(line):
+    """(created_at, uuid) as bytes of a line, and its entry when it had to be parsed for
+    them; (None, None) for a line that has no place in the order (the readers skip it)."""
+    key = order_key(line)
+    if key is not None:
+        return key, None
+    try:
+        item = orjson.loads(line)
+        return (str(item["created_at"]).encode(), str(item["uuid"]).encode()), item
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return None, None
+
+
+class Summary:
+    """What one segment holds, for skipping it: the range of its lines' order keys' times
+    (bytes, as `line_key` gives them) and the values its entries carry for each filter.
+    The sets are the values a reader's filter compares (`appliance/audit.py`): projects
+    (the entry's and its actor's: a line holding either passes the project needle), kinds,
+    actors (id, name, and a login's username) and methods. `marks`: [offset, lowest time,
+    highest time] of each stretch of MARK_EVERY lines, from the offset of its first line
+    (`stretches`): the lines need not be in order (entries are timed when answered, and
+    concurrent requests reach the writer in any order)."""
+
+    FIELDS = ("projects", "kinds", "actors", "methods")
+
+    def __init__(self):
+        self.size = 0
+        self.count = 0
+        self.first = self.last = None
+        self.projects, self.kinds, self.actors, self.methods = set(), set(), set(), set()
+        self.marks = []
+
+    def stretches(self):
+        """(start, end, lowest time, highest time) of the stretches of the segment,
+        which a reader may read apart."""
+        return [(0 if i == 0 else offset,
+                 self.marks[i + 1][0] if i + 1 < len(self.marks) else self.size, low, high)
+                for i, (offset, low, high) in enumerate(self.marks)]
+
+    def add(self, line, item=None, offset=0):
+        key, parsed = line_key(line)
+        if key is None:
+            return
+        if self.count % MARK_EVERY == 0:
+            self.marks.append([offset, key[0], key[0]])
+        else:
+            mark = self.marks[-1]
+            if key[0] < mark[1]:
+                mark[1] = key[0]
+            if key[0] > mark[2]:
+                mark[2] = key[0]
+        self.count += 1
+        if self.first is None or key[0] < self.first:
+            self.first = key[0]
+        if self.last is None or key[0] > self.last:
+            self.last = key[0]
+        if item is None:
+            item = parsed
+        if item is None:
+            try:
+                item = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                return
+        if not isinstance(item, dict):
+            return
+        actor = item.get("actor")
+        actor = actor if isinstance(actor, dict) else {}
+        login = item.get("login")
+        login = login if isinstance(login, dict) else {}
+        for values, candidates in (
+                (self.projects, (item.get("project_id"), actor.get("project_id"))),
+                (self.kinds, (item.get("kind"),)),
+                (self.actors, (actor.get("id"), actor.get("name"), login.get("username"))),
+                (self.methods, (item.get("method"),))):
+            for value in candidates:
+                if isinstance(value, str):
+                    values.add(value)
+
+    def body(self):
+        return {"version": INDEX_VERSION, "size": self.size, "count": self.count,
+                "first": None if self.first is None else self.first.decode("latin-1"),
+                "last": None if self.last is None else self.last.decode("latin-1"),
+                "marks": [[o, low.decode("latin-1"), high.decode("latin-1")]
+                          for o, low, high in self.marks],
+                **{name: sorted(getattr(self, name)) for name in self.FIELDS}}
+
+    def dumps(self):
+        body = self.body()
+        return orjson.dumps({**body, "digest": _digest(body)})
+
+    @classmethod
+    def loads(cls, data):
+        """The summary a sidecar holds, or None when it is not one (any doubt)."""
+        try:
+            found = orjson.loads(data)
+            digest = found.pop("digest")
+            if found.get("version") != INDEX_VERSION or digest != _digest(found):
+                return None
+            summary = cls()
+            summary.size, summary.count = int(found["size"]), int(found["count"])
+            for end in ("first", "last"):
+                value = found[end]
+                setattr(summary, end, None if value is None else value.encode("latin-1"))
+            for name in cls.FIELDS:
+                setattr(summary, name, set(found[name]))
+            summary.marks = [[int(o), low.encode("latin-1"), high.encode("latin-1")]
+                             for o, low, high in found["marks"]]
+            if len(summary.marks) != -(-summary.count // MARK_EVERY) or any(
+                    not 0 <= o <= summary.size for o, _, _ in summary.marks):
+                return None     # another MARK_EVERY, or not a sidecar of this segment
+            return summary
+        except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError,
+                UnicodeError):
+            return None
+
+    @classmethod
+    def of(cls, data):
+        summary = cls()
+        summary.size = len(data)
+        offset = 0
+        for line in data.splitlines(keepends=True):
+            summary.add(line.rstrip(b"\r\n"), offset=offset)
+            offset += len(line)
+        return summary
+
+
+def _digest(body):
+    return hashlib.sha256(orjson.dumps(body, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def open_trail(settings):
