@@ -152,7 +152,8 @@ class Agents(Resource):
 
         if wait and can_hand_over():
             # the wait goes to the API's event loop and frees this thread (docs/long-lived.md)
-            answer, wait_on_loop = self.hub.park(compute, known, wait)
+            answer, wait_on_loop = self.hub.park(compute, known, wait,
+                                                 key=agent["node"])
             if wait_on_loop is not None:
                 return Parked(lambda exchange: _answer_on_loop(wait_on_loop, exchange))
             body, waited = answer
