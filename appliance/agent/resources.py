@@ -236,8 +236,7 @@ async def _answer_on_loop(wait_on_loop, exchange):
     with metrics.long_lived(LONG_POLL):
         body = await wait_on_loop(exchange.gone)
     if not exchange.gone.is_set():
-        await exchange.head(200, {}, "application/json")
-        await exchange.write(orjson.dumps(body))
+        await exchange.answer(200, {}, "application/json", orjson.dumps(body))
 
 
 def _wait_seconds(text):
