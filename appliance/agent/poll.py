@@ -34,8 +34,8 @@ NOT_WATCHED = {"ua_resources", "ua_enrollments", "ua_agents", "ua_target_resourc
 
 
 # nodes whose payloads one executor job computes in a row: large enough that 1,000 polls
-# cost a few dozen jobs, small enough that the first answers leave early and that a newer
-# change is noticed between two batches
+# cost a few dozen jobs, small enough that the first answers leave early and that a stop
+# is noticed between two batches
 REFRESH_BATCH = 64
 
 
@@ -123,8 +123,11 @@ class PayloadHub:
                     return
                 keys = list(by_key)
                 for start in range(0, len(keys), REFRESH_BATCH):
-                    if self.generation != generation or self._watch is None:
-                        break                   # a newer change: compute after it instead
+                    # a newer change does not cut the pass short (under steady writes its
+                    # first batch would be all that is ever computed): it gets a pass of
+                    # its own after this one
+                    if self._watch is None:
+                        break
                     jobs = [(key, by_key[key][0].compute)
                             for key in keys[start:start + REFRESH_BATCH]]
                     # the store's reads, off the loop: it keeps serving the other connections
