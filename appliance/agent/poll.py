@@ -98,8 +98,8 @@ class PayloadHub:
             self.eventloop.call_soon(self._wake_loop)
 
     def _wake_loop(self):
-        # on the loop thread: one refresh pass at a time; a running one sees the new
-        # generation (or the stop) before its next batch and when it ends
+        # on the loop thread: one refresh pass at a time; a running one sees a stop before
+        # its next batch and a newer generation when its pass ends
         if self._refreshing is None and self._waiters:
             self._refreshing = asyncio.ensure_future(self._refresh())
 
