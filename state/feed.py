@@ -919,10 +919,12 @@ class FeedCursor:
             path = self.feed._segment_path(self._first)
             try:
                 with open(path, "rb") as f:
-                    if self._offset is None:
-                        self._offset = 0
-                    f.seek(self._offset)
+                    fresh = self._offset is None
+                    f.seek(0 if fresh else self._offset)
                     data = f.read()
+                if fresh:
+                    self._offset = _past(data, self.after)
+                    data = data[self._offset:]
             except FileNotFoundError:
                 raise FeedGone(self.after, self.feed.oldest(), last) from None
             end = data.rfind(b"\n") + 1
@@ -952,6 +954,20 @@ class FeedCursor:
                     raise FeedGone(self.after, self.feed.oldest(), last)
                 break       # a writer moved the counter before its line is visible: later
         return out
+
+
+def _past(data, after):
+    """The offset just past the last complete line of `data` whose seq is <= `after` (0:
+    none), found from the end: a cursor placed at the feed's end (every new event stream)
+    parses the lines after it, not the whole segment before it. The lines are in seq
+    order, as `read` requires."""
+    pos = data.rfind(b"\n") + 1
+    while pos > 0:
+        start = data.rfind(b"\n", 0, pos - 1) + 1
+        if orjson.loads(data[start:pos - 1])["seq"] <= after:
+            return pos
+        pos = start
+    return 0
 
 
 def _tickets_in_journals(state_dir, after):

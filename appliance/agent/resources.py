@@ -152,7 +152,8 @@ class Agents(Resource):
 
         if wait and can_hand_over():
             # the wait goes to the API's event loop and frees this thread (docs/long-lived.md)
-            answer, wait_on_loop = self.hub.park(compute, known, wait)
+            answer, wait_on_loop = self.hub.park(compute, known, wait,
+                                                 key=agent["node"])
             if wait_on_loop is not None:
                 return Parked(lambda exchange: _answer_on_loop(wait_on_loop, exchange))
             body, waited = answer
@@ -235,8 +236,7 @@ async def _answer_on_loop(wait_on_loop, exchange):
     with metrics.long_lived(LONG_POLL):
         body = await wait_on_loop(exchange.gone)
     if not exchange.gone.is_set():
-        await exchange.head(200, {}, "application/json")
-        await exchange.write(orjson.dumps(body))
+        await exchange.answer(200, {}, "application/json", orjson.dumps(body))
 
 
 def _wait_seconds(text):

@@ -11,7 +11,8 @@ test capability of tests/agent/testcap.py and the shipped thread count). Printed
   per-round figures, and the ratio open / none of each pair's p99 (goal <= 1.5x);
 - a config change (one record that targets every agent's node) until all AGENTS polls
   have answered with the new payload, and an event (a project created) until all STREAMS
-  clients have it: min / median / max over the rounds;
+  clients have it: min / median / max over the rounds; beside the change's time, the CPU
+  seconds the API process spent on it (less swayed by a busy machine than the time);
 - the API's RSS with nothing open and with every connection open.
 Figures are printed, never asserted.
 """
@@ -65,6 +66,13 @@ def until_all(socks, done, timeout=300):
     return got
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds the process has used (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def long_lived_open(port, token):
     """The API's own count of its open long-lived connections (GET /metrics)."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -107,6 +115,7 @@ def main():
         probe = f"/v1/compute/nodes/{agents[0][1]}"
         masters = store.collection(testcap.MASTER_KIND)
         none_rows, open_rows, ratios, fanout_polls, fanout_events = [], [], [], [], []
+        fanout_cpu = []
         rss_none, rss_open = [], []
         for n in range(ROUNDS):
             none_rows.append(gets(port, probe, admin_token))
@@ -129,11 +138,12 @@ def main():
             rss_open.append(memory_of(api.pid)[0])
             ratios.append(open_rows[-1][1] / none_rows[-1][1])
             # a config change for every agent
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), cpu_seconds(api.pid)
             masters.insert({"target": {"kind": "nodes", "nodes": [a[1] for a in agents]},
                             "path": f"/etc/bench-{n}.conf", "content": f"v{n}"})
             until_all(polls, lambda b: b"\r\n\r\n" in b and b.rstrip().endswith(b"}"))
             fanout_polls.append(time.perf_counter() - t0)
+            fanout_cpu.append(cpu_seconds(api.pid) - cpu0)
             # an event for every stream client
             name = f"bench-ll-project-{n}"
             t0 = time.perf_counter()
@@ -154,6 +164,7 @@ def main():
             + " (goal <= 1.5x)")
         table(["fan-out (s)", "min / median / max"], [
             [f"a config change to all {AGENTS} polls", spread(fanout_polls, "{:.3f}")],
+            ["  the API's CPU seconds for it", spread(fanout_cpu, "{:.3f}")],
             [f"an event to all {STREAMS} streams", spread(fanout_events, "{:.3f}")]])
         # the first round's "none" is before any long-lived connection was ever opened
         note(f"API RSS (MB), by round: nothing open {' / '.join(f'{v / 1024:.1f}' for v in rss_none)}"

@@ -68,6 +68,28 @@ def test_a_cursor_reads_only_what_came_since(tmp_path):
     assert [e["name"] for e in cursor.read()] == ["three"]
 
 
+def test_a_cursor_placed_at_the_end_finds_its_place_from_the_end(tmp_path):
+    """A cursor made at the feed's end (a new event stream) places itself by the lines
+    after it, read from the segment's end; what it then reads is exactly what came since,
+    and a cursor placed in the middle reads on from there."""
+    store = Store(tmp_path)
+    things = store.collection("things")
+    for i in range(300):
+        things.insert({"name": f"old-{i}"})
+    middle = store.feed.last() - 100
+    at_end = store.feed.cursor(store.feed.last())
+    in_middle = store.feed.cursor(middle)
+    things.insert({"name": "new-0"})
+    things.insert({"name": "new-1"})
+    got = at_end.read()
+    assert [e["name"] for e in got] == ["new-0", "new-1"]
+    assert [e["seq"] for e in got] == [store.feed.last() - 1, store.feed.last()]
+    assert at_end.read() == []
+    rest = in_middle.read()
+    assert [e["seq"] for e in rest] == list(range(middle + 1, store.feed.last() + 1))
+    assert [e["name"] for e in rest][-2:] == ["new-0", "new-1"]
+
+
 def test_the_origin_of_a_write_is_the_installed_source_or_this_process(tmp_path):
     store = Store(tmp_path)
     things = store.collection("things")
