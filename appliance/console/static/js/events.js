@@ -1,0 +1,62 @@
+// One EventSource on /v1/events for the whole console, shared by every page that shows
+// live state: a browser opens at most six HTTP/1.1 connections to one host, so a stream
+// per page or per filter would starve the API calls. Each subscriber filters the events
+// itself (by path, kind or uuid). The stream authenticates by the session cookie; the
+// browser reconnects by itself with Last-Event-ID, so nothing is missed across a restart
+// of the API. No page polls.
+
+let source = null;
+const subscribers = new Set();
+const statusListeners = new Set();
+let lost = () => {};
+
+function emit(event) {
+  for (const fn of subscribers) {
+    try { fn(event); } catch (error) { console.error(error); }
+  }
+}
+
+function setState(state) {
+  for (const fn of statusListeners) fn(state);
+}
+
+export function connect(onLost) {
+  lost = onLost || lost;
+  if (source) return;
+  source = new EventSource("/v1/events", { withCredentials: true });
+  source.onopen = () => setState("live");
+  source.addEventListener("lifecycle", (message) => {
+    let data;
+    try { data = JSON.parse(message.data); } catch { return; }
+    emit(data);
+  });
+  // the window moved past us: every subscriber reads its resources again
+  source.addEventListener("resync", () => emit({ type: "resync" }));
+  source.onerror = () => {
+    if (source && source.readyState === EventSource.CLOSED) {
+      // refused (a 401 once the session ended, or a 503): ask the session what happened
+      setState("closed");
+      source = null;
+      lost();
+    } else {
+      setState("reconnecting");
+    }
+  };
+}
+
+export function disconnect() {
+  if (source) source.close();
+  source = null;
+  setState("closed");
+}
+
+/** fn(event) for each lifecycle event (and {type: "resync"}); returns the unsubscribe. */
+export function subscribe(fn) {
+  subscribers.add(fn);
+  return () => subscribers.delete(fn);
+}
+
+export function onStreamState(fn) {
+  statusListeners.add(fn);
+  return () => statusListeners.delete(fn);
+}
