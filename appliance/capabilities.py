@@ -13,7 +13,7 @@ import importlib
 from appliance.capability import Capability, Daemon
 
 PACKAGES = ("iam", "secret", "vs", "dns", "em", "repo", "compute", "network", "agent",
-            "configs", "service", "lb", "sqldb")
+            "configs", "service", "lb", "sqldb", "console")
 
 # what no capability package owns: the scheduled backup of the whole state
 # (appliance/backup.py, docs/backup.md)

@@ -27,6 +27,8 @@ class Registry:
         # ApiError that refuses the write; Resource.create_record and update_record run them
         self.write_checks = []
         self.closers = []           # called by close(): threads a capability started
+        # installed by the web console (appliance/console/): where GET / sends a browser
+        self.browser_home = None
 
     def route(self, method, path, handler, **declaration):
         """A capability's route: the HTTP mapping, not kept here."""
