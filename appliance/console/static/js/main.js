@@ -193,4 +193,6 @@ function App() {
     </div>`;
 }
 
-render(html`<${App} />`, document.getElementById("app"));
+const root = document.getElementById("app");
+root.textContent = ""; // the "Loading" placeholder: Preact renders into an empty element
+render(html`<${App} />`, root);
