@@ -237,8 +237,8 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
         <dl class="fields">${fields.map((f) => html`<dt>${f}</dt><dd data-field=${f}>${f === "status" ? html`<${Status} status=${item.status} reason=${item.status_reason} />` : html`<${Value} cols=${cols} value=${item[f]} />`}</dd>`)}</dl>
         ${collection.children.length ? html`<section aria-labelledby="h-children"><h2 id="h-children">Contains</h2><ul>
           ${collection.children.filter((c) => allows(perms, c.list["x-permission"])).map((c) => html`<li><a href=${hashFor(apiPath + "/" + c.path.split("/").pop())}>${c.path.split("/").pop().replace(/_/g, " ")}</a></li>`)}</ul></section>` : ""}
-        ${linking.length ? html`<section aria-labelledby="h-links"><h2 id="h-links">What links to it</h2><ul>
-          ${linking.map(([c, field]) => html`<li><a href=${hashFor(c.path) + "?" + new URLSearchParams({ [field]: uuid })}>${titleOf(c.path)} whose ${field} is this</a></li>`)}</ul></section>` : ""}
+        ${linking.length ? html`<section aria-labelledby="h-links"><h2 id="h-links">What links to it</h2><ul class="links">
+          ${linking.map(([c, field]) => html`<li><a href=${hashFor(c.path) + "?" + new URLSearchParams({ [field]: uuid })}>${c.service} ${titleOf(c.path)}</a> <span class="muted">by ${field}</span></li>`)}</ul></section>` : ""}
       ` : error ? "" : html`<p>Loading…</p>`}
     </main>`;
 }
@@ -258,7 +258,7 @@ function whatLinksHere(doc, cols, collection, perms) {
     // every project-owned kind filters on project_id (api-conventions.md section 2)
     for (const c of cols) if (!c.nested && c.filters.includes("project_id") && allows(perms, c.list["x-permission"])) out.push([c, "project_id"]);
   }
-  return out;
+  return out.sort((a, b) => (a[0].service + a[0].title).localeCompare(b[0].service + b[0].title));
 }
 
 function ActionForm({ doc, action, onInvoke, onCancel }) {
@@ -394,8 +394,11 @@ export function FormPage({ doc, cols, session, collection, apiPath, mode }) {
     if (mode === "edit") get(apiPath).then(setItem, setFormError);
   }, [apiPath]);
 
-  const fields = Object.keys(schema.properties || {});
+  // the optional client-chosen uuid last: it is rarely what a person wants to type
+  const fields = Object.keys(schema.properties || {}).sort((a, b) => (a === "uuid") - (b === "uuid"));
   const required = schema.required || [];
+  // a new resource of a project-scoped session belongs to that project unless changed
+  const initial = mode === "create" && session.project_id ? { project_id: session.project_id } : item;
   const submit = async (event) => {
     event.preventDefault();
     const { body, errors: found } = readForm(doc, schema, event.target, mode, item || {});
@@ -424,7 +427,7 @@ export function FormPage({ doc, cols, session, collection, apiPath, mode }) {
       <${Alert} error=${formError} id="form-error" />
       ${item && permitted ? html`<form class="resource" onSubmit=${submit} novalidate>
         <p class="hint">Fields marked * are required. Read-only fields (status, timestamps, …) are not in this form: the API sets them.</p>
-        ${fields.map((name) => html`<${Field} key=${name} doc=${doc} name=${name} schema=${schema.properties[name]} required=${required.includes(name)} error=${errors[name]} value=${item[name]} />`)}
+        ${fields.map((name) => html`<${Field} key=${name} doc=${doc} name=${name} schema=${schema.properties[name]} required=${required.includes(name)} error=${errors[name]} value=${initial[name]} />`)}
         <p class="buttons"><button type="submit" disabled=${busy}>${mode === "create" ? "Create" : "Save"}</button>
           <a href=${hashFor(mode === "create" ? apiPath : apiPath)}>Cancel</a></p>
       </form>` : ""}
