@@ -9,6 +9,7 @@ let source = null;
 const subscribers = new Set();
 const statusListeners = new Set();
 let lost = () => {};
+let state = "closed";
 
 function emit(event) {
   for (const fn of subscribers) {
@@ -16,7 +17,8 @@ function emit(event) {
   }
 }
 
-function setState(state) {
+function setState(next) {
+  state = next;
   for (const fn of statusListeners) fn(state);
 }
 
@@ -24,6 +26,7 @@ export function connect(onLost) {
   lost = onLost || lost;
   if (source) return;
   source = new EventSource("/v1/events", { withCredentials: true });
+  setState("connecting");
   source.onopen = () => setState("live");
   source.addEventListener("lifecycle", (message) => {
     let data;
@@ -56,7 +59,9 @@ export function subscribe(fn) {
   return () => subscribers.delete(fn);
 }
 
+/** fn(state) now and at each change: "connecting", "live", "reconnecting", "closed". */
 export function onStreamState(fn) {
   statusListeners.add(fn);
+  fn(state);
   return () => statusListeners.delete(fn);
 }

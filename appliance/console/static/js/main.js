@@ -74,10 +74,10 @@ function Navigation({ cols, session, current }) {
   }
   return html`
     <nav aria-label="Resources" class="side">
-      <ul>
+      <ul class="group">
         <li><a href="#/" aria-current=${current === "/" ? "page" : undefined}>Overview</a></li>
       </ul>
-      ${Object.keys(groups).sort().map((service) => html`
+      ${Object.keys(groups).sort().map((service) => html`<div class="group">
         <h2 id=${"nav-" + service}>${service}</h2>
         <ul aria-labelledby=${"nav-" + service}>
           ${groups[service].map((c) => {
@@ -85,7 +85,7 @@ function Navigation({ cols, session, current }) {
             const here = current === href.slice(1) || current.startsWith(href.slice(1) + "/");
             return html`<li><a href=${href} aria-current=${here ? "page" : undefined}>${c.title}</a></li>`;
           })}
-        </ul>`)}
+        </ul></div>`)}
     </nav>`;
 }
 

@@ -8,7 +8,11 @@ export const hashFor = (apiPath) => "#/k/" + apiPath.replace(/^\/v1\//, "");
 export function Value({ cols, value }) {
   if (value === null || value === undefined) return html`<span class="muted">—</span>`;
   if (typeof value === "boolean") return String(value);
-  if (isReference(cols, value)) return html`<a href=${hashFor(value)}>${value}</a>`;
+  if (isReference(cols, value)) {
+    // the kind and a short uuid: the whole path is the link's target and its tooltip
+    const [kind, uuid] = value.split("/").slice(-2);
+    return html`<a href=${hashFor(value)} title=${value}>${kind}/${uuid.slice(0, 8)}…</a>`;
+  }
   if (Array.isArray(value) && value.every((v) => typeof v !== "object" || v === null)) {
     if (value.length === 0) return html`<span class="muted">(none)</span>`;
     return html`${value.map((v, i) => html`${i ? ", " : ""}<${Value} cols=${cols} value=${v} />`)}`;
