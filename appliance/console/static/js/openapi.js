@@ -60,7 +60,10 @@ export function collections(doc) {
     const ops = doc.paths[path];
     if (!ops.get || !(ops.get.parameters || []).some((p) => p.name === LIST_MARK)) continue;
     const listSchema = ((ops.get.responses["200"] || {}).content || {})["application/json"];
-    const itemRef = listSchema && listSchema.schema.items ? listSchema.schema.items.$ref : null;
+    // a list answers an array (one alias answers {"versions": [...]}: not a list page)
+    if (!listSchema || deref(doc, listSchema.schema).type !== "array") continue;
+    const items = deref(doc, listSchema.schema).items || {};
+    const itemRef = items.$ref || null;
     const nested = path.includes("{");
     if (!nested && itemRef) {
       if (seen.has(itemRef)) continue;
@@ -84,7 +87,7 @@ export function collections(doc) {
       title: titleOf(path),
       regex: template(path), itemRegex: itemPath && template(itemPath),
       list: ops.get, create: ops.post, read: item.get, update: item.put, remove: item.delete,
-      itemSchema: itemRef ? deref(doc, { $ref: itemRef }) : {},
+      itemSchema: deref(doc, items),
       createSchema: body(ops.post), updateSchema: body(item.put),
       filters: (ops.get.parameters || []).filter((p) => p.in === "query" && p.description && p.description.startsWith("equality")).map((p) => p.name),
       actions,

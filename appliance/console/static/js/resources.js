@@ -11,8 +11,14 @@ const PAGE = 50;
 const FIRST = ["name", "username", "kind", "type", "version", "status"];
 const NOT_A_COLUMN = new Set(["uuid", "description", "status_reason", "updated_at", "tags", "password"]);
 
-function columnsOf(doc, schema) {
-  const props = schema.properties || {};
+function columnsOf(doc, schema, rows) {
+  let props = schema.properties || {};
+  if (!Object.keys(props).length && rows && rows.length) {
+    // an undescribed item ({"type": "object"}, the audit trail): the first rows' scalar keys
+    props = {};
+    for (const row of rows.slice(0, 5))
+      for (const [k, v] of Object.entries(row)) if (v === null || typeof v !== "object") props[k] = { type: typeof v === "number" ? "number" : typeof v === "boolean" ? "boolean" : "string" };
+  }
   const scalar = (name) => ["string", "integer", "number", "boolean"].includes(plain(doc, props[name]).type);
   const names = Object.keys(props);
   const cols = FIRST.filter((n) => n in props);
@@ -46,7 +52,7 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
   const [error, setError] = useState(null);
   const [reload, setReload] = useState(0);
   const perms = session.permissions;
-  const columns = columnsOf(doc, collection.itemSchema);
+
   const title = titleOf(collection.path);
   useTitle(title);
 
@@ -64,6 +70,8 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
     }, (e) => live && setError(e));
     return () => { live = false; };
   }, [listUrl, reload]);
+
+  const columns = columnsOf(doc, collection.itemSchema, rows);
 
   useEffect(() => subscribe((event) => {
     if (event.type === "resync") return setReload((n) => n + 1);
@@ -123,7 +131,7 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
       ${rows === null ? html`<p>Loading…</p>` : rows.length === 0 ? html`<p>Nothing here${filters.length ? " with these filters" : ""}.</p>` : html`
       <div class="scroll"><table class="list">
         <thead><tr>
-          <th scope="col">${columns.includes("name") || columns.includes("username") ? "" : "uuid"}</th>
+          ${collection.itemPath ? html`<th scope="col"><span class="sr-only">Open</span></th>` : ""}
           ${columns.map((c) => {
             const active = sortKey === c;
             const dir = active && sortDir === "asc" ? "desc" : "asc";
@@ -131,8 +139,8 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
               <button type="button" class="sort" onClick=${() => go({ sort_key: c, sort_dir: dir })}>${c}${active ? (sortDir === "asc" ? " ▲" : " ▼") : ""}</button></th>`;
           })}
         </tr></thead>
-        <tbody>${rows.map((row) => html`<tr key=${row.uuid} data-uuid=${row.uuid}>
-          <td><a href=${hashFor(apiPath + "/" + row.uuid)} aria-label=${"Open " + titleOfItem(row)}>open</a></td>
+        <tbody>${rows.map((row) => html`<tr key=${row.uuid || JSON.stringify(row)} data-uuid=${row.uuid}>
+          ${collection.itemPath ? html`<td><a href=${hashFor(apiPath + "/" + row.uuid)} aria-label=${"Open " + titleOfItem(row)}>open</a></td>` : ""}
           ${columns.map((c) => html`<td>${c === "status" ? html`<${Status} status=${row.status} reason=${row.status_reason} />`
             : c === "created_at" ? shortTime(row[c]) : html`<${Value} cols=${cols} value=${row[c]} />`}</td>`)}
         </tr>`)}</tbody>
