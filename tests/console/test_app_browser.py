@@ -1,0 +1,184 @@
+"""The console's front end in headless Chromium against a real `appliance up`
+(tests/console/conftest.py): log in, the overview, a generated list and form, a field's
+error beside the field, markup in a name shown as text, a reader offered no create, the
+session's end, and the two screen sizes. Each test saves screenshots of what it saw."""
+
+import uuid
+
+import pytest
+
+import appliance
+from tests.console.conftest import csp_violations
+from tests.waiting import eventually
+
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+MARKUP = "<script>alert(1)</script>"
+WAIT_MS = 30_000
+
+
+def open_hash(page, console_appliance, fragment):
+    page.goto(console_appliance.console_url + "#" + fragment)
+
+
+def heading(page, text):
+    page.get_by_role("heading", level=1, name=text).wait_for(timeout=WAIT_MS)
+
+
+def no_page_errors(page):
+    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
+    assert errors == [], errors
+    assert csp_violations(page) == []
+
+
+def test_log_in_and_see_the_overview_with_the_version(console_appliance, page, login, shot):
+    login(page)
+    heading(page, "Overview")
+    version = page.locator("#version")
+    version.wait_for(timeout=WAIT_MS)
+    assert version.inner_text() == appliance.__version__
+    # the landmarks a screen reader offers, and the user in the header
+    assert page.get_by_role("banner").inner_text().count("admin") >= 1
+    assert page.get_by_role("navigation", name="Resources").is_visible()
+    assert page.get_by_role("main").is_visible()
+    # the event stream is open: the header says live
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
+               "the event stream to open")
+    page.get_by_role("heading", name="Latest events").wait_for()
+    shot(page, "overview")
+    no_page_errors(page)
+
+
+def test_the_overview_shows_a_new_resource_live(console_appliance, page, login, shot):
+    login(page, via="api")
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
+               "the event stream to open")
+    name = "live-" + uuid.uuid4().hex[:8]
+    created = console_appliance.admin.post("/v1/iam/projects", {"name": name})
+    assert created.status == 201, created.json
+    # no reload: the event stream brings it
+    page.locator("ol.events", has_text=name).wait_for(timeout=WAIT_MS)
+    shot(page, "overview-live-event")
+    no_page_errors(page)
+
+
+def test_create_a_project_through_the_generated_form(console_appliance, page, login, shot):
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/iam/projects")
+    heading(page, "projects")
+    page.locator("table.list").wait_for(timeout=WAIT_MS)
+    shot(page, "projects-list")
+
+    page.get_by_role("link", name="Create").click()
+    heading(page, "Create in projects")
+    # every input has a label a screen reader reads, and the name field is marked required
+    inputs = page.locator("form.resource input, form.resource select, form.resource textarea")
+    assert inputs.count() >= 2
+    for i in range(inputs.count()):
+        assert inputs.nth(i).evaluate("el => el.labels.length") == 1
+    name_box = page.get_by_label("name", exact=False).first
+    assert page.locator("#field-name").get_attribute("aria-required") == "true"
+    shot(page, "project-form")
+
+    # a bad field: the API's message appears beside that field, nothing is created
+    page.locator("#field-name").fill("bad name!")
+    page.get_by_role("button", name="Create").click()
+    error = page.locator("#error-name")
+    error.wait_for(timeout=WAIT_MS)
+    assert error.get_attribute("role") == "alert"
+    assert error.inner_text().startswith("name: ")
+    assert page.locator("#field-name").input_value() == "bad name!"   # what was typed stays
+    shot(page, "project-form-bad-name")
+    listed = console_appliance.admin.get("/v1/iam/projects?name=bad%20name!")
+    assert listed.status in (200, 400) and (listed.status == 400 or listed.json == [])
+
+    name = "console-" + uuid.uuid4().hex[:8]
+    name_box.fill(name)
+    page.locator("#field-description").fill("made in the browser")
+    page.get_by_role("button", name="Create").click()
+    heading(page, name)
+    assert "#/k/iam/projects/" in page.url
+    shot(page, "project-detail")
+    made = console_appliance.admin.get(f"/v1/iam/projects?name={name}").json
+    assert len(made) == 1 and made[0]["description"] == "made in the browser"
+    no_page_errors(page)
+
+
+def test_markup_in_a_name_is_shown_as_text(console_appliance, page, login, shot):
+    dialogs = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    made = console_appliance.admin.post("/v1/compute/placement_policies", {
+        "name": MARKUP, "project_id": ADMIN_PROJECT})
+    assert made.status == 201, made.json
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/compute/placement_policies")
+    heading(page, "placement policies")
+    cell = page.locator("table.list td", has_text=MARKUP)
+    cell.first.wait_for(timeout=WAIT_MS)
+    assert cell.first.inner_text() == MARKUP
+    shot(page, "markup-in-list")
+    open_hash(page, console_appliance, f"/k/compute/placement_policies/{made.json['uuid']}")
+    heading(page, MARKUP)
+    shot(page, "markup-in-detail")
+    # text, never an element: no script in the page but the console's own module
+    assert page.locator("main script").count() == 0
+    assert page.evaluate("document.scripts.length") == 1
+    assert dialogs == []
+    no_page_errors(page)
+
+
+def test_a_reader_is_offered_no_create_nor_delete(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    project = admin.post("/v1/iam/projects", {"name": "read-" + uuid.uuid4().hex[:8]}).json
+    username = "reader-" + uuid.uuid4().hex[:8]
+    user = admin.post("/v1/iam/users", {"username": username, "password": "reader-password-1"})
+    assert user.status == 201, user.json
+    reader = admin.get("/v1/iam/roles?name=reader").json[0]
+    bound = admin.post("/v1/iam/role_bindings", {
+        "user": user.json["uuid"], "role": reader["uuid"], "project": project["uuid"]})
+    assert bound.status == 201, bound.json
+    login(page, username, "reader-password-1", project=project["uuid"], via="api")
+    open_hash(page, console_appliance, "/k/iam/projects")
+    heading(page, "projects")
+    page.locator("table.list, main p").first.wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("link", name="Create").count() == 0
+    shot(page, "reader-projects")
+    open_hash(page, console_appliance, f"/k/iam/projects/{project['uuid']}")
+    page.locator("dl.fields").wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("button", name="Delete").count() == 0
+    assert page.get_by_role("link", name="Edit").count() == 0
+    shot(page, "reader-project-detail")
+    no_page_errors(page)
+
+
+def test_an_ended_session_returns_to_the_login_page(console_appliance, page, login, shot):
+    login(page, via="api")
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    # the session ends (as when its token expires): the next call's 401 shows the login
+    page.context.clear_cookies()
+    page.locator("nav").get_by_role("link", name="users").click()
+    heading(page, "Log in")
+    assert "session has ended" in page.get_by_role("alert").inner_text()
+    shot(page, "session-ended")
+
+
+@pytest.mark.parametrize("width,height", [(1280, 800), (768, 1024)])
+def test_usable_on_a_laptop_and_a_tablet(console_appliance, page, login, shot, width, height):
+    page.set_viewport_size({"width": width, "height": height})
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/iam/projects")
+    heading(page, "projects")
+    page.locator("table.list").wait_for(timeout=WAIT_MS)
+    # nothing of the page is wider than the screen, and the header's controls are in view
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert page.get_by_role("button", name="Log out").is_visible()
+    assert page.get_by_role("link", name="Create").is_visible()
+    # keyboard: Tab reaches the navigation's links
+    reached = set()
+    for _ in range(8):
+        page.keyboard.press("Tab")
+        reached.add(page.evaluate("document.activeElement.tagName"))
+    assert "A" in reached
+    shot(page, f"projects-{width}x{height}")
