@@ -138,14 +138,22 @@ def test_a_reader_is_offered_no_create_nor_delete(console_appliance, page, login
     bound = admin.post("/v1/iam/role_bindings", {
         "user": user.json["uuid"], "role": reader["uuid"], "project": project["uuid"]})
     assert bound.status == 201, bound.json
+    policy = admin.post("/v1/compute/placement_policies", {
+        "name": "spread", "project_id": project["uuid"]})
+    assert policy.status == 201, policy.json
     login(page, username, "reader-password-1", project=project["uuid"], via="api")
-    open_hash(page, console_appliance, "/k/iam/projects")
-    heading(page, "projects")
-    page.locator("table.list, main p").first.wait_for(timeout=WAIT_MS)
+    open_hash(page, console_appliance, "/k/compute/placement_policies")
+    heading(page, "placement policies")
+    page.locator("table.list", has_text="spread").wait_for(timeout=WAIT_MS)
     assert page.get_by_role("link", name="Create").count() == 0
-    shot(page, "reader-projects")
-    open_hash(page, console_appliance, f"/k/iam/projects/{project['uuid']}")
+    # the navigation offers only what the reader may list (no IAM projects, users...)
+    nav = page.get_by_role("navigation", name="Resources")
+    assert nav.get_by_role("link", name="placement policies").count() == 1
+    assert nav.get_by_role("link", name="users").count() == 0
+    shot(page, "reader-placement-policies")
+    open_hash(page, console_appliance, f"/k/compute/placement_policies/{policy.json['uuid']}")
     page.locator("dl.fields").wait_for(timeout=WAIT_MS)
+    heading(page, "spread")
     assert page.get_by_role("button", name="Delete").count() == 0
     assert page.get_by_role("link", name="Edit").count() == 0
     shot(page, "reader-project-detail")

@@ -128,7 +128,7 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
       ${filters.length ? html`<ul class="chips" aria-label="Active filters">${filters.map(([k, v]) => html`
         <li>${k} = ${v} <button type="button" aria-label=${`Remove filter ${k} = ${v}`} onClick=${() => removeFilter(k, v)}>×</button></li>`)}</ul>` : ""}
       <${Alert} error=${error} />
-      ${rows === null ? html`<p>Loading…</p>` : rows.length === 0 ? html`<p>Nothing here${filters.length ? " with these filters" : ""}.</p>` : html`
+      ${rows === null ? (error ? "" : html`<p>Loading…</p>`) : rows.length === 0 ? html`<p>Nothing here${filters.length ? " with these filters" : ""}.</p>` : html`
       <div class="scroll"><table class="list">
         <thead><tr>
           ${collection.itemPath ? html`<th scope="col"><span class="sr-only">Open</span></th>` : ""}
