@@ -190,3 +190,67 @@ def test_usable_on_a_laptop_and_a_tablet(console_appliance, page, login, shot, w
         reached.add(page.evaluate("document.activeElement.tagName"))
     assert "A" in reached
     shot(page, f"projects-{width}x{height}")
+
+
+def test_a_delete_refused_shows_what_uses_it(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    org = admin.post("/v1/iam/organizations", {"name": "org-" + uuid.uuid4().hex[:8]}).json
+    used_by = admin.post("/v1/iam/projects", {"name": "in-" + uuid.uuid4().hex[:8],
+                                              "organization": org["uuid"]})
+    assert used_by.status == 201, used_by.json
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/k/iam/organizations/{org['uuid']}")
+    heading(page, org["name"])
+    page.get_by_role("button", name="Delete").click()
+    page.get_by_role("button", name="Confirm delete").click()
+    refusal = page.locator("#delete-error")
+    refusal.wait_for(timeout=WAIT_MS)
+    assert refusal.get_attribute("role") == "alert"
+    assert "in use" in refusal.inner_text() and used_by.json["name"] in refusal.inner_text()
+    shot(page, "delete-refused")
+    # nothing changed
+    assert admin.get(f"/v1/iam/organizations/{org['uuid']}").status == 200
+    no_page_errors(page)
+
+
+def test_switch_project_from_the_header(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    owner = admin.get("/v1/iam/roles?name=owner").json[0]
+    username = "two-" + uuid.uuid4().hex[:8]
+    user = admin.post("/v1/iam/users", {"username": username, "password": "two-projects-1"}).json
+    projects = []
+    for n in range(2):
+        project = admin.post("/v1/iam/projects", {"name": f"p{n}-" + uuid.uuid4().hex[:6]}).json
+        bound = admin.post("/v1/iam/role_bindings", {
+            "user": user["uuid"], "role": owner["uuid"], "project": project["uuid"]})
+        assert bound.status == 201, bound.json
+        projects.append(project)
+    login(page, username, "two-projects-1", project=projects[0]["uuid"], via="api")
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    switcher = page.get_by_label("Project")
+    switcher.wait_for(timeout=WAIT_MS)
+    assert switcher.input_value() == projects[0]["uuid"]
+    switcher.select_option(projects[1]["uuid"])
+    eventually(lambda: page.evaluate("fetch('/console/session').then(r => r.json())")
+               ["project_id"] == projects[1]["uuid"], 30, "the session to move project")
+    assert page.get_by_label("Project").input_value() == projects[1]["uuid"]
+    shot(page, "project-switched")
+    no_page_errors(page)
+
+
+def test_a_detail_page_follows_changes_live(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    project = admin.post("/v1/iam/projects", {"name": "follow-" + uuid.uuid4().hex[:8]}).json
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/k/iam/projects/{project['uuid']}")
+    heading(page, project["name"])
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
+               "the event stream to open")
+    marker = page.evaluate("() => { window.__sameDocument = true; return true; }")
+    changed = admin.put(f"/v1/iam/projects/{project['uuid']}", {"description": "changed elsewhere"})
+    assert changed.status == 200, changed.json
+    page.locator('[data-field="description"]', has_text="changed elsewhere").wait_for(timeout=WAIT_MS)
+    assert marker and page.evaluate("window.__sameDocument") is True   # no reload
+    shot(page, "detail-followed")
+    no_page_errors(page)
