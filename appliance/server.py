@@ -58,8 +58,11 @@ def waitress_settings(settings, descriptors=None):
         "max_request_body_size": body_limit(settings),
         "clear_untrusted_proxy_headers": True,
         # the image's nginx on loopback appends the client's address to X-Forwarded-For:
-        # its last entry becomes REMOTE_ADDR, which login throttling keys on (docs/iam.md)
-        "trusted_proxy": "127.0.0.1", "trusted_proxy_headers": {"x-forwarded-for"},
+        # its last entry becomes REMOTE_ADDR, which login throttling keys on (docs/iam.md);
+        # its X-Forwarded-Proto https becomes wsgi.url_scheme, which makes the web
+        # console's cookies Secure (docs/console.md); from anyone else both are dropped
+        "trusted_proxy": "127.0.0.1",
+        "trusted_proxy_headers": {"x-forwarded-for", "x-forwarded-proto"},
         "trusted_proxy_count": 1,
         "connection_limit": limit,
         "channel_timeout": timeout,

@@ -34,8 +34,11 @@ _BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
 class Reply:
-    def __init__(self, body=None, status=200, headers=None):
+    """cookies: Set-Cookie values, one header each (a dict of headers holds one)."""
+
+    def __init__(self, body=None, status=200, headers=None, cookies=()):
         self.body, self.status, self.headers = body, status, headers or {}
+        self.cookies = tuple(cookies)
 
 
 class Stream(Reply):
@@ -283,6 +286,8 @@ class Api(Registry):
         response.status = result.status
         for k, v in result.headers.items():
             response.set_header(k, v)
+        for value in result.cookies:
+            response.add_header("Set-Cookie", value)
         if result.body is None and result.status == 204:
             return b""
         if isinstance(result, Stream):

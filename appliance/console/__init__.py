@@ -6,7 +6,8 @@ from appliance.capability import Capability
 
 CAPABILITY = Capability(
     name="console",
-    resources="appliance.console.files",
+    resources="appliance.console.session",
+    preload=("appliance.console.files",),
     register="appliance.console:register",
     # the folder of the front end's files; unset: the package's static/ folder
     settings={"console_static_dir": None},
@@ -15,5 +16,6 @@ CAPABILITY = Capability(
 
 def register(api):
     # Imported here: reading the descriptor must not import the API (capabilities.py).
-    from . import files
+    from . import files, session
     files.register(api)
+    session.register(api)

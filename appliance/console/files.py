@@ -13,6 +13,8 @@ import hashlib
 import os
 import threading
 
+import bottle
+
 from appliance.api.errors import NotFound
 from appliance.api.routing import PUBLIC, Reply
 
@@ -110,20 +112,28 @@ class Tree:
         return whole.hexdigest()[:16]
 
 
-def _reply(body, status, headers):
-    return Reply(body, status, {**SECURITY_HEADERS, **headers})
-
-
 def not_found(message):
     error = NotFound(message)
-    return _reply(error.body(), 404, {"Cache-Control": "no-store"})
+    return Reply(error.body(), 404, {"Cache-Control": "no-store"})
+
+
+def is_console_path(path):
+    return path == "/console" or path.startswith("/console/")
+
+
+def add_security_headers():
+    """Bottle's after_request hook: every answer under /console/ carries the headers,
+    errors raised before a handler ran (401, the CSRF refusal) included."""
+    if is_console_path(bottle.request.path):
+        for name, value in SECURITY_HEADERS.items():
+            bottle.response.set_header(name, value)
 
 
 def _file(call, body, etag, kind, cache):
     headers = {"ETag": etag, "Cache-Control": cache}
     if etag_matches(call.request.environ.get("HTTP_IF_NONE_MATCH"), etag):
-        return _reply(b"", 304, headers)
-    return _reply(body, 200, {**headers, "Content-Type": kind})
+        return Reply(b"", 304, headers)
+    return Reply(body, 200, {**headers, "Content-Type": kind})
 
 
 class Files:
@@ -144,7 +154,7 @@ class Files:
         # middleware strips from PATH_INFO; the raw request line still has it
         raw = call.request.environ.get("REQUEST_URI", "/console/").split("?", 1)[0]
         if not raw.endswith("/") and not raw.endswith("/" + INDEX):
-            return _reply(b"", 302, {"Location": "/console/", "Cache-Control": "no-store"})
+            return Reply(b"", 302, {"Location": "/console/", "Cache-Control": "no-store"})
         tree = self.tree()
         real = tree.resolve(INDEX)
         if real is None:
@@ -180,3 +190,6 @@ def register(api):
               **common)
     # where GET / sends a browser (appliance/api/system.py)
     api.browser_home = "/console/"
+    app = getattr(api, "app", None)         # none in the builder's in-process Registry
+    if app is not None:
+        app.add_hook("after_request", add_security_headers)

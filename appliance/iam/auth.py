@@ -19,7 +19,7 @@ from state import format_time
 
 from appliance.api import audit
 
-from . import builtin, passwords
+from . import builtin, cookies, passwords
 from .permissions import Principal
 from .throttle import LoginThrottle, Throttled
 from .tokens import InvalidToken, TokenSigner
@@ -148,14 +148,29 @@ class Authenticator:
     def __call__(self, request):
         # the raw value: Bottle's get_header() re-decodes it as UTF-8 and raises on other
         # bytes; a token is ASCII, so anything else is simply not a token
-        header = request.environ.get("HTTP_AUTHORIZATION", "")
+        environ = request.environ
+        header = environ.get("HTTP_AUTHORIZATION", "")
+        if not header:
+            # the web console's session: the cookie stands for the header, and a write
+            # must prove it comes from the console's own page (cookies.py)
+            jar = cookies.read_cookies(environ)
+            token = jar.get(cookies.SESSION_COOKIE)
+            if token:
+                cookies.check_csrf(environ, jar)
+                if not token.isascii():
+                    raise Unauthorized("the session cookie is not a token; log in again")
+                return self.principal_of(token)
         if not header.isascii():
             raise Unauthorized("the Authorization header must be ASCII")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise Unauthorized("a bearer token is required")
+        return self.principal_of(token.strip())
+
+    def principal_of(self, token):
+        """The caller an access token stands for; 401 for any token that does not hold."""
         try:
-            claims = self.signer.verify(token.strip(), "access")
+            claims = self.signer.verify(token, "access")
         except InvalidToken as e:
             raise Unauthorized(str(e)) from None
         for claim, principal in self.principals.items():
@@ -207,15 +222,7 @@ class Authenticator:
         refresh_ttl = _lifetime(body, "refresh_ttl", settings["refresh_token_ttl"])
         environ = getattr(call.request, "environ", None)
         if grant in PASSWORD_GRANTS:
-            # the audit trail gets the username tried and the outcome, never the password
-            username = body.get(PASSWORD_GRANTS[grant])
-            try:
-                user, project_id = self._password_grant(body, PASSWORD_GRANTS[grant],
-                                                        _source_address(call))
-            except OAuthError:
-                audit.note_login(environ, username, False)
-                raise
-            audit.note_login(environ, username, True, user)
+            user, project_id = self.password_login(call, body, PASSWORD_GRANTS[grant])
             session = str(uuidlib.uuid4())
         elif grant == "refresh_token":
             try:
@@ -236,6 +243,46 @@ class Authenticator:
                       "refresh_expires_in": refresh_ttl,
                       "scope": f"project:{project_id}" if project_id else ""},
                      200, {"Cache-Control": "no-store"})
+
+    def password_login(self, call, body, name_field="username"):
+        """(user, project_id) of a password login, throttled and audited: the token
+        endpoint's password grants and the web console's login (appliance/console/) both
+        go through here."""
+        environ = getattr(call.request, "environ", None)
+        # the audit trail gets the username tried and the outcome, never the password
+        username = body.get(name_field)
+        try:
+            user, project_id = self._password_grant(body, name_field, _source_address(call))
+        except OAuthError:
+            audit.note_login(environ, username, False)
+            raise
+        audit.note_login(environ, username, True, user)
+        return user, project_id
+
+    def console_session(self, call, username, password, project_id):
+        """A new session for the web console: (access token, expires_at, its principal).
+        No refresh token: the console's session ends when its token does."""
+        body = {"username": username, "password": password,
+                "scope": f"project:{project_id}" if project_id else ""}
+        user, project_id = self.password_login(call, body)
+        token, expires_at = self.signer.issue(
+            user["uuid"], project_id, str(uuidlib.uuid4()), "access",
+            self.api.settings["token_ttl"], password_version=password_version(user))
+        return token, expires_at, self.principal_of(token)
+
+    def rescope(self, principal, project_id):
+        """The same session moved to another project (or to none): (access token,
+        expires_at, its principal). It ends when the session's token would have, so that
+        switching projects never lengthens a session. OAuthError invalid_scope when the
+        user is not bound in that project."""
+        claims = principal.claims
+        self._check_scope(principal.user, project_id)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        ttl = max(1, int(claims["exp"] - now.timestamp()))
+        token, expires_at = self.signer.issue(
+            principal.user_uuid, project_id, claims["sid"], "access", ttl, now=now,
+            password_version=claims.get("pwv", 0))
+        return token, expires_at, self.principal_of(token)
 
     def _scope(self, body):
         scope = str(body.get("scope") or "").strip()

@@ -11,6 +11,7 @@ from tests.conftest import ADMIN_PASSWORD
 
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>appliance</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="app.css?v={{v}}">
 <script type="module" src="js/main.js?v={{v}}"></script></head>
 <body><main><h1>Appliance console</h1><p id="status">loading</p></main></body></html>
@@ -52,3 +53,188 @@ def server(tmp_path_factory, console_dir):
 @pytest.fixture(scope="module")
 def admin(server):
     return server.client(server.login("admin", ADMIN_PASSWORD))
+
+
+# ---- the browser tests: a real `appliance up` and headless Chromium ----------------------
+#
+# Debian's chromium, driven by Playwright's Python package (its node driver is bundled);
+# `playwright install` is never run and no browser is ever downloaded.
+
+import glob  # noqa: E402
+import re  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+from appliance.console.files import DEFAULT_DIR  # noqa: E402
+from tests.apiserver import TOKEN_PATH, Client, free_port  # noqa: E402
+from tests.waiting import eventually  # noqa: E402
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+CONSOLE_PASSWORD = "console-admin-password"
+ARTIFACTS = "APPLIANCE_TEST_ARTIFACTS"
+
+
+def real_front_end():
+    """Whether the front end's own files are there (appliance/console/static/, another
+    part's work); without them the browser tests serve write_console()'s page."""
+    return os.path.isfile(os.path.join(DEFAULT_DIR, "index.html"))
+
+
+class ConsoleAppliance:
+    """What a browser test needs of the running appliance."""
+
+    def __init__(self, up, console_dir):
+        self.up = up
+        self.api_port = up.api_port
+        self.url = f"http://127.0.0.1:{up.api_port}"
+        self.console_url = self.url + "/console/"
+        self.admin_password = CONSOLE_PASSWORD
+        # None: the package's own static/ folder (the real front end)
+        self.console_dir = console_dir
+        self.client = Client("127.0.0.1", up.api_port)
+        token = self.client.post(TOKEN_PATH, {
+            "grant_type": "password", "username": "admin", "password": CONSOLE_PASSWORD,
+            "scope": ""}).json["access_token"]
+        self.admin = self.client.with_token(token)
+
+
+@pytest.fixture(scope="session")
+def console_appliance(tmp_path_factory):
+    """`appliance up` (make run's entry point) on free loopback ports, in a temporary state
+    folder with a known admin password, as the supervisor's tests start it
+    (tests/supervisor/test_supervisor.py, Up)."""
+    from tests.supervisor.test_supervisor import Up  # noqa: PLC0415
+    # short, under /tmp: PostgreSQL's socket path (sqldb, on demand) has a length limit
+    base = tempfile.mkdtemp(prefix="console-", dir="/tmp")
+    os.chmod(base, 0o755)
+    state = os.path.join(base, "var")
+    console_dir = None
+    env = {"APPLIANCE_ADMIN_PASSWORD": CONSOLE_PASSWORD,
+           "APPLIANCE_SQLDB_PORT": str(free_port()),
+           # a long poll ends at once on a change anyway; a short one makes the stop quick
+           "APPLIANCE_AGENT_POLL_WAIT": "5"}
+    if not real_front_end():
+        console_dir = write_console(os.path.join(base, "console"))
+        env["APPLIANCE_CONSOLE_STATIC_DIR"] = console_dir
+    running = Up(tmp_path_factory.mktemp("up"), state_dir=state, extra_env=env)
+    try:
+        running.wait_line("appliance API is ready at ")
+        yield ConsoleAppliance(running, console_dir)
+    finally:
+        running.tree()
+        running.close()
+        from appliance import devnode  # noqa: PLC0415
+        from appliance.sqldb import pg  # noqa: PLC0415
+        for run in glob.glob(os.path.join(state, devnode.ROOT,
+                                          "var/lib/appliance/sqldb/*/run")):
+            shutil.rmtree(pg.socket_dir(run, int(env["APPLIANCE_SQLDB_PORT"])),
+                          ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's). Playwright starts it with a fresh temporary profile
+    (user-data-dir) of its own and removes it at the end; each test gets its own context
+    (`page`), so no cookie passes from one test to the next."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.fail(f"{CHROMIUM} is missing: `make setup` as root installs Debian's "
+                    "chromium and chromium-driver")
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
+                                              headless=True)
+        yield chromium
+        chromium.close()
+
+
+# collects CSP violations as the page sees them (an init script runs outside the page's
+# CSP); the console log reports them too, which the `page` fixture keeps
+_CSP_PROBE = """
+window.__cspViolations = [];
+document.addEventListener("securitypolicyviolation", (e) => {
+  window.__cspViolations.push(e.violatedDirective + " " + (e.blockedURI || "inline"));
+});
+"""
+
+
+@pytest.fixture
+def page(browser):
+    """A page in a fresh browser context (its own cookies), laptop-sized. Its console
+    messages are in `page.console_messages` ([(type, text)]) and `csp_violations(page)`
+    tells what the page's CSP refused; `page.failed_responses` is [(status, url)] of every
+    answer >= 400 it got."""
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    context.add_init_script(_CSP_PROBE)
+    opened = context.new_page()
+    opened.console_messages = []
+    opened.on("console", lambda m: opened.console_messages.append((m.type, m.text)))
+    opened.on("pageerror", lambda e: opened.console_messages.append(("pageerror", str(e))))
+    opened.failed_responses = []
+    opened.on("response", lambda r: r.status >= 400 and opened.failed_responses.append(
+        (r.status, r.url)))
+    yield opened
+    context.close()
+
+
+def csp_violations(page):
+    """What the page's Content-Security-Policy refused: the page's own reports and the
+    console's 'Refused to ...' errors."""
+    reported = page.evaluate("window.__cspViolations || []")
+    logged = [text for kind, text in page.console_messages
+              if "Content Security Policy" in text]
+    return reported + logged
+
+
+def _safe(name):
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:120]
+
+
+@pytest.fixture
+def shot(request, tmp_path):
+    """shot(page, name) -> the PNG's path: a full-page screenshot under the test's output
+    folder (<tmp_path>/screenshots/), copied to $APPLIANCE_TEST_ARTIFACTS/<test>/ when that
+    variable is set, so that a person can look at the pages a test visited."""
+    folder = tmp_path / "screenshots"
+
+    def take(page, name):
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{_safe(name)}.png"
+        page.screenshot(path=str(path), full_page=True)
+        artifacts = os.environ.get(ARTIFACTS)
+        if artifacts:
+            target = os.path.join(artifacts, _safe(request.node.nodeid))
+            os.makedirs(target, exist_ok=True)
+            shutil.copy(path, target)
+        return path
+    return take
+
+
+@pytest.fixture
+def login(console_appliance):
+    """login(page, user, password, project=None, via="form"): log the page's context in.
+    via="form": through the console's login form (its hooks: inputs named username and
+    password, a button "Log in"; docs/console.md); via="api": POST /console/session from
+    the page's context, which keeps the cookies, for tests about something else."""
+
+    def log_in(page, user="admin", password=CONSOLE_PASSWORD, project=None, via="form"):
+        if via == "api":
+            data = {"username": user, "password": password}
+            if project is not None:
+                data["project"] = project
+            resp = page.context.request.post(console_appliance.url + "/console/session",
+                                             data=data)
+            assert resp.status == 200, resp.text()
+            return resp.json()
+        page.goto(console_appliance.console_url + "#/login")
+        page.locator('input[name="username"]').fill(user)
+        page.locator('input[name="password"]').fill(password)
+        page.get_by_role("button", name="Log in").click()
+        eventually(lambda: any(c["name"] == "appliance_session"
+                               for c in page.context.cookies()),
+                   30, "the session cookie after logging in")
+        return None
+    return log_in

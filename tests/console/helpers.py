@@ -42,6 +42,7 @@ class Browser:
         self.jar = {}
         self.headers = headers or {}
         self.last_cookies = {}
+        self.source = None          # a loopback address to connect from (127.0.0.2, ...)
 
     def request(self, method, path, body=None, *, headers=None, csrf=True, raw=None):
         hdrs = {**self.headers, **(headers or {})}
@@ -53,7 +54,9 @@ class Browser:
         if body is not None:
             data = json.dumps(body).encode()
             hdrs.setdefault("Content-Type", "application/json")
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=60)
+        conn = http.client.HTTPConnection(
+            self.host, self.port, timeout=60,
+            source_address=(self.source, 0) if self.source else None)
         try:
             conn.request(method, path, body=data, headers=hdrs)
             resp = conn.getresponse()

@@ -97,7 +97,11 @@ def test_matrix_covers_the_route_table(world):
         # a node agent's enrollment: the single-use token is the authentication
         "/v1/ua/enroll",
         # DBaaS's constant list of database types, ["postgres"] (reference-api.md 9)
-        "/v1/types", "/api/dbaas/v1/types"}
+        "/v1/types", "/api/dbaas/v1/types",
+        # the web console's files, its login (the password is the authentication) and
+        # its logout (clears the cookies even of a dead session; a live one is checked,
+        # CSRF included, by the authenticator: tests/console/test_session.py)
+        "/console", "/console/<path:path>", "/console/session"}
 
 
 def test_every_guarded_route_without_token_is_401(world):
@@ -149,9 +153,12 @@ def test_self_service_routes_touch_only_the_callers_token(world):
     routes = [r for r in guarded_routes(world) if self_service(r)]
     # the one such route that is not about the caller's token: the event stream, open to
     # any token, which shows each event only by its resource's own read rule
-    # (tests/api/test_events.py holds that matrix)
-    assert [r.path for r in routes if "/actions/" not in r.path] == ["/v1/events"]
-    routes = [r for r in routes if r.path != "/v1/events"]
+    # (tests/api/test_events.py holds that matrix); and the web console's session (GET
+    # describes the caller's own session, PUT moves it to one of the caller's projects:
+    # tests/console/test_session.py)
+    assert sorted(r.path for r in routes if "/actions/" not in r.path) == [
+        "/console/session", "/console/session", "/v1/events"]
+    routes = [r for r in routes if "/actions/" in r.path]
     assert sorted(r.path.rsplit("/actions/", 1)[1] for r in routes) == [
         "introspect", "logout/invoke", "me"]
     # every other route open to any token is an action on one record that checks the
