@@ -2,7 +2,7 @@
 // main). Routes: #/login, #/ (overview), #/k/<API path after /v1/> (a list or an item),
 // .../new (create form), .../<uuid>/edit (edit form). docs/console.md.
 import { html, render, useState, useEffect, useCallback } from "./html.js";
-import { request, get, onUnauthorized, ApiError } from "./api.js";
+import { request, get, onUnauthorized, ApiError, csrfToken } from "./api.js";
 import { collections, allows, locate } from "./openapi.js";
 import { connect, disconnect, onStreamState } from "./events.js";
 import { Alert } from "./view.js";
@@ -132,11 +132,14 @@ function App() {
 
   useEffect(() => {
     onUnauthorized((text) => ended(`Your session has ended (${text}): log in again.`));
+    get("/").then((root) => root && root.name && setName(root.name), () => {});
+    // no CSRF cookie: no session was opened in this browser (both cookies come and go
+    // together), so straight to the login page without asking
+    if (!csrfToken()) { setSession(null); return; }
     request("GET", "/console/session").then((r) => setSession(r.data), (e) => {
       if (e.status === 401) setSession(null);
       else setFatal(e);
     });
-    get("/").then((root) => root && root.name && setName(root.name), () => {});
   }, []);
 
   useEffect(() => {
