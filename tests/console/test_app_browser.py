@@ -3,6 +3,7 @@
 error beside the field, markup in a name shown as text, a reader offered no create, the
 session's end, and the two screen sizes. Each test saves screenshots of what it saw."""
 
+import json
 import uuid
 
 import pytest
@@ -253,4 +254,33 @@ def test_a_detail_page_follows_changes_live(console_appliance, page, login, shot
     page.locator('[data-field="description"]', has_text="changed elsewhere").wait_for(timeout=WAIT_MS)
     assert marker and page.evaluate("window.__sameDocument") is True   # no reload
     shot(page, "detail-followed")
+    no_page_errors(page)
+
+
+def test_the_accessibility_tree_names_forms_and_landmarks(console_appliance, page, login, shot):
+    """What a screen reader is given: the browser's accessibility tree (ARIA snapshot)."""
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/iam/users/new")
+    heading(page, "Create in users")
+    tree = page.locator("body").aria_snapshot()
+    for expected in ('banner', 'navigation "Resources"', 'main', 'heading "Create in users" [level=1]',
+                     'textbox "username', 'textbox "password', 'button "Create"',
+                     'button "Log out"'):
+        assert expected in tree, (expected, tree)
+    shot(page, "users-form")
+
+
+def test_a_read_action_shows_its_answer(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    project = admin.post("/v1/iam/projects", {"name": "quota-" + uuid.uuid4().hex[:8]}).json
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/k/iam/projects/{project['uuid']}")
+    heading(page, project["name"])
+    # GET .../actions/quotas, a button from the OpenAPI paths
+    page.get_by_role("button", name="Show quotas").click()
+    page.get_by_role("heading", name="quotas").wait_for(timeout=WAIT_MS)
+    answer = admin.get(f"/v1/iam/projects/{project['uuid']}/actions/quotas").json
+    shown = json.loads(page.locator("section.result pre").inner_text())
+    assert shown == answer
+    shot(page, "project-quotas")
     no_page_errors(page)
