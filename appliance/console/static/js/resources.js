@@ -142,7 +142,9 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
         <tbody>${rows.map((row) => html`<tr key=${row.uuid || JSON.stringify(row)} data-uuid=${row.uuid}>
           ${collection.itemPath ? html`<td><a href=${hashFor(apiPath + "/" + row.uuid)} aria-label=${"Open " + titleOfItem(row)}>open</a></td>` : ""}
           ${columns.map((c) => html`<td>${c === "status" ? html`<${Status} status=${row.status} reason=${row.status_reason} />`
-            : c === "created_at" ? shortTime(row[c]) : html`<${Value} cols=${cols} value=${row[c]} />`}</td>`)}
+            : c === "created_at" ? shortTime(row[c])
+            : (c === "name" || c === "username") && collection.itemPath && row[c] ? html`<a href=${hashFor(apiPath + "/" + row.uuid)}>${row[c]}</a>`
+            : html`<${Value} cols=${cols} value=${row[c]} />`}</td>`)}
         </tr>`)}</tbody>
       </table></div>`}
       <nav class="pager" aria-label="Pages">
