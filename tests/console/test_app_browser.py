@@ -13,6 +13,7 @@ from tests.console.conftest import csp_violations
 from tests.waiting import eventually
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+ADMIN_ORGANIZATION = "00000000-0000-0000-0000-000000000000"   # made at first start
 MARKUP = "<script>alert(1)</script>"
 WAIT_MS = 30_000
 
@@ -80,6 +81,10 @@ def test_create_a_project_through_the_generated_form(console_appliance, page, lo
         assert inputs.nth(i).evaluate("el => el.labels.length") == 1
     name_box = page.get_by_label("name", exact=False).first
     assert page.locator("#field-name").get_attribute("aria-required") == "true"
+    # a reference field suggests the referenced collection's items (organization -> orgs)
+    page.locator("#field-organization-choices option[value='%s']" % ADMIN_ORGANIZATION).wait_for(
+        state="attached", timeout=WAIT_MS)
+    assert page.locator("#field-organization").get_attribute("list") == "field-organization-choices"
     shot(page, "project-form")
 
     # a bad field: the API's message appears beside that field, nothing is created

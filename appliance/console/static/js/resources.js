@@ -332,7 +332,9 @@ function Field({ doc, name, schema, required, error, value }) {
     input = html`<textarea rows="4" ...${common} defaultValue=${display(kind, value)}></textarea>`;
   } else {
     const secret = /password|secret|private_key/.test(name);
-    input = html`<input type=${secret ? "password" : "text"} autocomplete=${secret ? "new-password" : "off"} ...${common} defaultValue=${display(kind, value)} />`;
+    const target = referenceTarget(s);
+    input = html`<input type=${secret ? "password" : "text"} autocomplete=${secret ? "new-password" : "off"} list=${target ? id + "-choices" : undefined} ...${common} defaultValue=${display(kind, value)} />
+      ${target ? html`<${Choices} id=${id + "-choices"} path=${target} />` : ""}`;
   }
   return html`<div class=${"field" + (error ? " invalid" : "")} data-kind=${kind}>
     <label for=${id}>${name}${required ? html`<span class="required" aria-hidden="true"> *</span>` : ""}${required ? html`<span class="sr-only"> (required)</span>` : ""}</label>
@@ -340,6 +342,21 @@ function Field({ doc, name, schema, required, error, value }) {
     ${hint ? html`<p class="hint" id=${id + "-hint"}>${hint}</p>` : ""}
     ${error ? html`<p class="field-error" id=${"error-" + name} role="alert">${error}</p>` : ""}
   </div>`;
+}
+
+/** A reference field's collection, from its input pattern "^(/v1/<collection>/)?<uuid>$". */
+function referenceTarget(schema) {
+  const m = typeof schema.pattern === "string" && schema.pattern.match(/^\^\((\/v1\/[a-z_/]+)\/\)\?/);
+  return m ? m[1] : null;
+}
+
+/** The referenced collection's first 200 items as suggestions (uuid, labelled by name). */
+function Choices({ id, path }) {
+  const [items, setItems] = useState([]);
+  useEffect(() => {
+    get(path + "?page_limit=200").then((rows) => Array.isArray(rows) && setItems(rows), () => {});
+  }, [path]);
+  return html`<datalist id=${id}>${items.map((r) => html`<option value=${r.uuid} label=${titleOfItem(r)} />`)}</datalist>`;
 }
 
 /** The body a form describes: on create the fields filled, on edit the fields changed. */
