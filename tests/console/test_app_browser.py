@@ -162,6 +162,13 @@ def test_a_reader_is_offered_no_create_nor_delete(console_appliance, page, login
     heading(page, "spread")
     assert page.get_by_role("button", name="Delete").count() == 0
     assert page.get_by_role("link", name="Edit").count() == 0
+    # the reader's overview counts by listing what it may read (no metrics permission)
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    counts = page.locator("table.counts")
+    counts.wait_for(timeout=WAIT_MS)
+    assert "/v1/compute/placement_policies" in counts.inner_text()
+    assert page.get_by_role("heading", name="Daemons").count() == 0
     shot(page, "reader-project-detail")
     no_page_errors(page)
 

@@ -82,7 +82,9 @@ export function Overview({ cols, session }) {
     let byCollection = {};
     await Promise.all(readable.map(async (c) => {
       try {
-        const rows = await get(c.path + "?fields=uuid&fields=status");
+        const hasStatus = "status" in (c.itemSchema.properties || {});
+        const rows = await get(c.path + (hasStatus ? "?fields=uuid&fields=status" : "?fields=uuid"));
+        if (!rows.length) byCollection = { ...byCollection, [c.path]: {} };
         for (const r of rows) byCollection = bump(byCollection, c.path, r.status, 1);
       } catch { /* a kind the session may list but not read here: left out */ }
     }));

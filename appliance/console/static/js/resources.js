@@ -243,7 +243,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
         <${Alert} error=${deleteError} id="delete-error" />
         ${openAction ? html`<${ActionForm} doc=${doc} action=${openAction} onInvoke=${(body) => invoke(openAction, body)} onCancel=${() => setOpenAction(null)} />` : ""}
         ${result ? html`<section class="result" aria-labelledby="h-result"><h2 id="h-result">${result.action}</h2>
-          ${result.error ? html`<${Alert} error=${result.error} id="action-error" />` : html`<pre class="json">${typeof result.data === "string" ? result.data : JSON.stringify(result.data, null, 2)}</pre>`}</section>` : ""}
+          ${result.error ? html`<${Alert} error=${result.error} id="action-error" />` : html`<${ActionAnswer} data=${result.data} />`}</section>` : ""}
         <dl class="fields">${fields.map((f) => html`<dt>${f}</dt><dd data-field=${f}>${f === "status" ? html`<${Status} status=${item.status} reason=${item.status_reason} />` : html`<${Value} cols=${cols} value=${item[f]} />`}</dd>`)}</dl>
         ${collection.children.length ? html`<section aria-labelledby="h-children"><h2 id="h-children">Contains</h2><ul>
           ${collection.children.filter((c) => allows(perms, c.list["x-permission"])).map((c) => html`<li><a href=${hashFor(apiPath + "/" + c.path.split("/").pop())}>${c.path.split("/").pop().replace(/_/g, " ")}</a></li>`)}</ul></section>` : ""}
@@ -251,6 +251,14 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
           ${linking.map(([c, field]) => html`<li><a href=${hashFor(c.path) + "?" + new URLSearchParams({ [field]: uuid })}>${c.service} ${titleOf(c.path)}</a> <span class="muted">by ${field}</span></li>`)}</ul></section>` : ""}
       ` : error ? "" : html`<p>Loading…</p>`}
     </main>`;
+}
+
+/** An action's answer: a text answer ({"log": "..."}, a node's console) as its lines. */
+function ActionAnswer({ data }) {
+  const keys = data && typeof data === "object" ? Object.keys(data) : [];
+  if (keys.length === 1 && typeof data[keys[0]] === "string")
+    return html`<p class="hint">${keys[0]}</p><pre class="text" data-answer=${keys[0]}>${data[keys[0]]}</pre>`;
+  return html`<pre class="json">${typeof data === "string" ? data : JSON.stringify(data, null, 2)}</pre>`;
 }
 
 /** Collections with a filterable field documented as a path under this collection. */
