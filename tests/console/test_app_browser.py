@@ -265,6 +265,10 @@ def test_a_detail_page_follows_changes_live(console_appliance, page, login, shot
     assert changed.status == 200, changed.json
     page.locator('[data-field="description"]', has_text="changed elsewhere").wait_for(timeout=WAIT_MS)
     assert marker and page.evaluate("window.__sameDocument") is True   # no reload
+    # its history: the create read from the feed, the update as it came
+    history = page.locator("ol.history")
+    history.locator("li", has_text="updated").first.wait_for(timeout=WAIT_MS)
+    assert "created" in history.inner_text()
     shot(page, "detail-followed")
     no_page_errors(page)
 

@@ -65,3 +65,16 @@ export function onStreamState(fn) {
   fn(state);
   return () => statusListeners.delete(fn);
 }
+
+/** The body of GET /v1/events?follow=false: the latest entries the caller may see. */
+export function parseEventStream(text) {
+  const events = [];
+  for (const block of text.split(/\n\n/)) {
+    const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+    const type = (block.match(/^event:\s*(.*)$/m) || [])[1];
+    if (data && type === "lifecycle") {
+      try { events.push(JSON.parse(data)); } catch { /* a torn block: skip */ }
+    }
+  }
+  return events;
+}

@@ -4,7 +4,7 @@
 import { html, useState, useEffect } from "./html.js";
 import { get, request } from "./api.js";
 import { allows } from "./openapi.js";
-import { subscribe } from "./events.js";
+import { subscribe, parseEventStream } from "./events.js";
 import { Alert, Status, shortTime, hashFor } from "./view.js";
 
 const METRIC = /^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}\s+(\S+)/;
@@ -19,19 +19,6 @@ function parseMetrics(text) {
     out.push({ name: m[1], labels, value: Number(m[3]) });
   }
   return out;
-}
-
-/** The body of GET /v1/events?follow=false: the latest entries the caller may see. */
-function parseEventStream(text) {
-  const events = [];
-  for (const block of text.split(/\n\n/)) {
-    const data = block.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
-    const type = (block.match(/^event:\s*(.*)$/m) || [])[1];
-    if (data && type === "lifecycle") {
-      try { events.push(JSON.parse(data)); } catch { /* a torn block: skip */ }
-    }
-  }
-  return events;
 }
 
 function bump(counts, key, status, delta) {

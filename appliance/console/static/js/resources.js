@@ -4,7 +4,7 @@
 import { html, useState, useEffect, useRef } from "./html.js";
 import { request, get, post, put, del } from "./api.js";
 import { allows, plain, deref, titleOf } from "./openapi.js";
-import { subscribe } from "./events.js";
+import { subscribe, parseEventStream } from "./events.js";
 import { Alert, Status, Value, hashFor, shortTime } from "./view.js";
 
 const PAGE = 50;
@@ -187,8 +187,20 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
     get(apiPath).then((data) => live && (setItem(data), setError(null)), (e) => live && setError(e));
     return () => { live = false; };
   }, [apiPath, reload]);
+  const [history, setHistory] = useState([]);
+  const createdAt = item && item.created_at;
+  useEffect(() => {
+    // this resource's past events still in the feed's window, then the live ones below
+    if (!createdAt) return;
+    const query = new URLSearchParams({ follow: "false", uuid, since: createdAt });
+    request("GET", "/v1/events?" + query).then((r) => setHistory((live) => {
+      const seen = new Set(live.map((e) => e.revision));
+      return [...live, ...parseEventStream(String(r.data)).reverse().filter((e) => !seen.has(e.revision))].slice(0, 50);
+    }), () => {});
+  }, [createdAt]);
   useEffect(() => subscribe((event) => {
     if (event.type === "resync" || event.uuid === uuid) {
+      if (event.uuid === uuid) setHistory((h) => [event, ...h].slice(0, 50));
       if (event.type === "deleted") setGone(true);
       else setReload((n) => n + 1);
     }
@@ -245,6 +257,14 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
         ${result ? html`<section class="result" aria-labelledby="h-result"><h2 id="h-result">${result.action}</h2>
           ${result.error ? html`<${Alert} error=${result.error} id="action-error" />` : html`<${ActionAnswer} data=${result.data} />`}</section>` : ""}
         <dl class="fields">${fields.map((f) => html`<dt>${f}</dt><dd data-field=${f}>${f === "status" ? html`<${Status} status=${item.status} reason=${item.status_reason} />` : html`<${Value} cols=${cols} value=${item[f]} />`}</dd>`)}</dl>
+        ${history.length ? html`<section aria-labelledby="h-history"><h2 id="h-history">History</h2>
+          <ol class="events history" aria-live="polite">${history.map((e) => html`<li key=${e.revision}>
+            <span class="time">${shortTime(e.timestamp)}</span>
+            <span class="etype">${e.type}${e.action ? " " + e.action.name : ""}</span>
+            ${e.type === "status_changed" ? html`<span>${e.old_status || "—"} → </span>` : ""}
+            ${e.status ? html`<${Status} status=${e.status} reason=${e.status_reason} />` : ""}
+            ${e.actor && e.actor.name ? html`<span class="actor">by ${e.actor.name}</span>` : ""}
+          </li>`)}</ol></section>` : ""}
         ${collection.children.length ? html`<section aria-labelledby="h-children"><h2 id="h-children">Contains</h2><ul>
           ${collection.children.filter((c) => allows(perms, c.list["x-permission"])).map((c) => html`<li><a href=${hashFor(apiPath + "/" + c.path.split("/").pop())}>${c.path.split("/").pop().replace(/_/g, " ")}</a></li>`)}</ul></section>` : ""}
         ${linking.length ? html`<section aria-labelledby="h-links"><h2 id="h-links">What links to it</h2><ul class="links">
