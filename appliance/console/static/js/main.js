@@ -61,7 +61,7 @@ function Header({ name, session, onSwitch, onLogout }) {
             <option value="">(no project: unscoped)</option>
             ${projects.map((p) => html`<option value=${p.uuid}>${p.name}</option>`)}
           </select>
-        </label>` : projects.length === 1 ? html`<span class="project">${projects[0].name}</span>` : ""}
+        </label>` : html`<span class="project">Project: ${(projects.find((p) => p.uuid === session.project_id) || { name: "none (unscoped)" }).name}</span>`}
       <button type="button" onClick=${onLogout}>Log out</button>
     </header>`;
 }
