@@ -22,6 +22,9 @@ function columnsOf(doc, schema, rows) {
   const scalar = (name) => ["string", "integer", "number", "boolean"].includes(plain(doc, props[name]).type);
   const names = Object.keys(props);
   const cols = FIRST.filter((n) => n in props);
+  // a kind-object such as a DNS record's {"kind", "name", "address"}: one compact column
+  const objectField = names.find((n) => !NOT_A_COLUMN.has(n) && plain(doc, props[n]).type === "object");
+  if (objectField) cols.push(objectField);
   for (const n of names) {
     if (cols.length >= 6) break;
     if (!cols.includes(n) && !NOT_A_COLUMN.has(n) && n !== "created_at" && scalar(n)) cols.push(n);
@@ -144,6 +147,7 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
           ${columns.map((c) => html`<td>${c === "status" ? html`<${Status} status=${row.status} reason=${row.status_reason} />`
             : c === "created_at" ? shortTime(row[c])
             : (c === "name" || c === "username") && collection.itemPath && row[c] ? html`<a href=${hashFor(apiPath + "/" + row.uuid)}>${row[c]}</a>`
+            : row[c] && typeof row[c] === "object" && !Array.isArray(row[c]) ? compact(row[c])
             : html`<${Value} cols=${cols} value=${row[c]} />`}</td>`)}
         </tr>`)}</tbody>
       </table></div>`}
@@ -152,6 +156,13 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
         ${marker ? html`<button type="button" onClick=${() => go({ page_marker: marker })}>Next page</button>` : ""}
       </nav>
     </main>`;
+}
+
+/** An object in one table cell: "key: value, ..." of its scalar members, as text. */
+function compact(value) {
+  const text = Object.entries(value).filter(([, v]) => v === null || typeof v !== "object")
+    .map(([k, v]) => `${k}: ${v}`).join(", ");
+  return text.length > 80 ? text.slice(0, 79) + "…" : text;
 }
 
 function Breadcrumbs({ cols, apiPath }) {
