@@ -107,6 +107,8 @@ export function Overview({ cols, session }) {
     if (hypervisorsAllowed && event.path && event.path.startsWith("/v1/compute/hypervisors/")) loadHypervisors();
   }), [countsBy]);
 
+  // a store kind is named <service>_<collection> for most kinds (iam_projects): link those
+  const kindPath = (kind) => (readable.find((c) => `${c.service}_${c.path.split("/").pop()}` === kind) || {}).path;
   const statuses = counts ? [...new Set(Object.values(counts).flatMap((r) => Object.keys(r)))].sort() : [];
   return html`
     <main id="main" tabindex="-1">
@@ -124,7 +126,8 @@ export function Overview({ cols, session }) {
         ${counts ? html`<div class="scroll"><table class="counts">
           <thead><tr><th scope="col">${countsBy === "kind" ? "Kind" : "Collection"}</th>${statuses.map((s) => html`<th scope="col">${s}</th>`)}<th scope="col">Total</th></tr></thead>
           <tbody>${Object.keys(counts).sort().filter((k) => Object.keys(counts[k]).length).map((k) => html`<tr>
-            <th scope="row">${countsBy === "collection" ? html`<a href=${hashFor(k)}>${k}</a>` : k}</th>
+            <th scope="row">${countsBy === "collection" ? html`<a href=${hashFor(k)}>${k}</a>`
+              : kindPath(k) ? html`<a href=${hashFor(kindPath(k))}>${k}</a>` : k}</th>
             ${statuses.map((s) => html`<td>${counts[k][s] || ""}</td>`)}
             <td>${Object.values(counts[k]).reduce((a, b) => a + b, 0)}</td></tr>`)}</tbody>
         </table></div>` : html`<p>Counting…</p>`}
