@@ -121,13 +121,13 @@ export function ListPage({ doc, cols, session, collection, apiPath, query }) {
       <div class="toolbar">
         ${canCreate ? html`<a class="button" href=${hashFor(apiPath) + "/new"}>Create</a>` : ""}
       </div>
-      <form class="filters" onSubmit=${addFilter} aria-label="Filter">
+      ${collection.filters.length ? html`<form class="filters" onSubmit=${addFilter} aria-label="Filter">
         <label for="filter-field">Filter on</label>
         <select id="filter-field" name="filter_field">${collection.filters.map((f) => html`<option value=${f}>${f}</option>`)}</select>
         <label for="filter-value">equal to</label>
         <input id="filter-value" name="filter_value" required />
         <button type="submit">Filter</button>
-      </form>
+      </form>` : ""}
       ${filters.length ? html`<ul class="chips" aria-label="Active filters">${filters.map(([k, v]) => html`
         <li>${k} = ${v} <button type="button" aria-label=${`Remove filter ${k} = ${v}`} onClick=${() => removeFilter(k, v)}>×</button></li>`)}</ul>` : ""}
       <${Alert} error=${error} />
