@@ -300,3 +300,38 @@ def test_a_read_action_shows_its_answer(console_appliance, page, login, shot):
     assert shown == answer
     shot(page, "project-quotas")
     no_page_errors(page)
+
+
+def test_a_list_filters_sorts_and_pages(console_appliance, page, login, shot):
+    admin = console_appliance.admin
+    tag = uuid.uuid4().hex[:6]
+    names = [f"page-{tag}-{n}" for n in range(3)]
+    for name in names:
+        assert admin.post("/v1/iam/projects", {"name": name, "description": tag}).status == 201
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/iam/projects")
+    heading(page, "projects")
+    # filter: the conventions' ?field=value, from the form
+    page.get_by_label("Filter on").select_option("description")
+    page.get_by_label("equal to").fill(tag)
+    page.get_by_role("button", name="Filter").click()
+    rows = page.locator("table.list tbody tr")
+    eventually(lambda: rows.count() == 3, 30, "the three filtered rows")
+    assert f"description={tag}" in page.url
+    # sort by name, descending (the header twice)
+    page.get_by_role("button", name="name").click()
+    page.get_by_role("button", name="name ▲").click()
+    eventually(lambda: names[2] in rows.first.inner_text(), 30, "the last name first")
+    assert page.locator("th[aria-sort=descending]").count() == 1
+    shot(page, "projects-filtered-sorted")
+    # paging: two a page, then the marker of the X-Pagination-Marker header
+    open_hash(page, console_appliance, f"/k/iam/projects?description={tag}&sort_key=name&page_limit=2")
+    eventually(lambda: rows.count() == 2, 30, "a page of two")
+    first_page = rows.all_inner_texts()
+    page.get_by_role("button", name="Next page").click()
+    eventually(lambda: rows.count() == 1, 30, "the last page of one")
+    assert names[2] in rows.first.inner_text() and not any(names[2] in r for r in first_page)
+    assert page.get_by_role("button", name="Next page").count() == 0
+    page.get_by_role("button", name="First page").wait_for()
+    shot(page, "projects-second-page")
+    no_page_errors(page)
