@@ -335,3 +335,32 @@ def test_a_list_filters_sorts_and_pages(console_appliance, page, login, shot):
     page.get_by_role("button", name="First page").wait_for()
     shot(page, "projects-second-page")
     no_page_errors(page)
+
+
+def test_create_a_user_with_a_password_then_log_in_as_it(console_appliance, browser, page,
+                                                         login, shot):
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/iam/users/new")
+    heading(page, "Create in users")
+    username = "made-" + uuid.uuid4().hex[:8]
+    page.locator("#field-username").fill(username)
+    password = page.locator("#field-password")
+    assert password.get_attribute("type") == "password"
+    password.fill("made-in-the-console-1")
+    page.get_by_role("button", name="Create").click()
+    heading(page, username)
+    # the password is write-only: the detail page never shows one
+    assert "made-in-the-console-1" not in page.inner_text("main")
+    shot(page, "user-created")
+    other = browser.new_context(viewport={"width": 1280, "height": 800})
+    try:
+        second = other.new_page()
+        second.goto(console_appliance.console_url)
+        second.locator('input[name="username"]').fill(username)
+        second.locator('input[name="password"]').fill("made-in-the-console-1")
+        second.get_by_role("button", name="Log in").click()
+        second.get_by_role("heading", level=1, name="Overview").wait_for(timeout=WAIT_MS)
+        assert username in second.get_by_role("banner").inner_text()
+        shot(second, "logged-in-as-the-new-user")
+    finally:
+        other.close()
