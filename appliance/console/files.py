@@ -65,7 +65,7 @@ class Tree:
 
     def __init__(self, root):
         self.root = root
-        self._digests = {}          # relative path -> ((ino, size, mtime_ns), digest)
+        self._digests = {}          # real path -> ((ino, size, mtime_ns), digest)
         self._lock = threading.Lock()
 
     def resolve(self, path):
@@ -83,18 +83,24 @@ class Tree:
         return real
 
     def digest(self, real):
-        """(sha256 hex, content) of a file; the content read again only when it changed."""
+        """The sha256 (hex) of a file, read again only when its (inode, size, mtime)
+        changed: the tree's hash is asked for at every page load."""
         st = os.stat(real)
         key = (st.st_ino, st.st_size, st.st_mtime_ns)
-        with open(real, "rb") as f:
-            content = f.read()
         with self._lock:
             known = self._digests.get(real)
         if known is not None and known[0] == key:
-            return known[1], content
+            return known[1]
+        return self.read(real)[0]
+
+    def read(self, real):
+        """(sha256 hex, content) of a file as read now; the digest is remembered."""
+        with open(real, "rb") as f:
+            st = os.fstat(f.fileno())
+            content = f.read()
         digest = hashlib.sha256(content).hexdigest()
         with self._lock:
-            self._digests[real] = (key, digest)
+            self._digests[real] = ((st.st_ino, st.st_size, st.st_mtime_ns), digest)
         return digest, content
 
     def version(self):
@@ -106,7 +112,7 @@ class Tree:
                 real = os.path.join(folder, name)
                 if not os.path.isfile(real):
                     continue
-                digest, _ = self.digest(real)
+                digest = self.digest(real)
                 whole.update(os.path.relpath(real, self.root).encode() + b"\0" +
                              digest.encode() + b"\0")
         return whole.hexdigest()[:16]
@@ -160,7 +166,7 @@ class Files:
         if real is None:
             return not_found(f"the console's files are not installed: no {INDEX} in "
                              f"{tree.root} (setting console_static_dir)")
-        _, content = tree.digest(real)
+        _, content = tree.read(real)
         page = content.replace(VERSION_MARK, tree.version().encode())
         etag = '"' + hashlib.sha256(page).hexdigest()[:32] + '"'
         return _file(call, page, etag, content_type(INDEX), REVALIDATE)
@@ -173,7 +179,8 @@ class Files:
         real = tree.resolve(path)
         if real is None:
             return not_found(f"no such console file: {path}")
-        digest, content = tree.digest(real)
+        # the ETag is the hash of the bytes sent, whatever changed since the tree's hash
+        digest, content = tree.read(real)
         wanted = call.query.get("v")
         cache = IMMUTABLE if wanted and wanted == tree.version() else REVALIDATE
         return _file(call, content, f'"{digest[:32]}"', content_type(real), cache)

@@ -18,7 +18,7 @@ from appliance.api.errors import ApiError, BadRequest, Forbidden, Unauthorized
 from appliance.api.fields import UUID_RE
 from appliance.api.routing import AUTHENTICATED, PUBLIC, Reply
 from appliance.iam.auth import OAuthError
-from appliance.iam.cookies import CSRF_COOKIE, SESSION_COOKIE
+from appliance.iam.cookies import CSRF_COOKIE, SESSION_COOKIE, read_cookies
 
 PATH = "/console/session"
 _USER_FIELDS = ("uuid", "username", "first_name", "last_name", "email", "type", "status")
@@ -140,12 +140,16 @@ class Sessions:
     def logout(self, call):
         """204 always, the cookies cleared; the session revoked when the cookie still
         held one (an expired one needs no revoking). A cookie that holds a session must
-        pass the CSRF check: another site may not log the user out."""
+        pass the CSRF check: another site may not log the user out. Only the cookie's
+        session: a bearer client logs out at the IAM's logout route, and a token in the
+        Authorization header is not read here."""
         environ = call.request.environ
-        try:
-            call.principal = self.auth(call.request) if self.auth is not None else None
-        except Unauthorized:
-            call.principal = None
+        call.principal = None
+        if read_cookies(environ).get(SESSION_COOKIE) and "HTTP_AUTHORIZATION" not in environ:
+            try:
+                call.principal = self.auth(call.request)
+            except Unauthorized:
+                pass
         if getattr(call.principal, "user", None) is not None:
             request_context.set_actor(request_context.actor_of(call.principal))
             self.auth.logout(call)
@@ -166,6 +170,18 @@ def _api_error(error):
     return BadRequest(error.description)
 
 
+def _error(description):
+    return {"description": description, "$ref": "#/components/schemas/Error"}
+
+
+LOGIN_ERRORS = {"401": _error("wrong username or password"),
+                "403": _error("the user is not bound in that project"),
+                "429": _error("too many failed logins for this username or from this "
+                              "address (TooManyRequests); wait Retry-After seconds")}
+LOGOUT_ERRORS = {"403": _error("the cookie's session, without X-CSRF-Token echoing the "
+                               "appliance_csrf cookie")}
+
+
 def register(api):
     sessions = Sessions(api)
     common = {"tag": "console", "response_schema": _SESSION_SCHEMA}
@@ -175,7 +191,8 @@ def register(api):
               request_schema={"type": "object", "required": ["username", "password"],
                               "properties": {"username": {"type": "string"},
                                              "password": {"type": "string"},
-                                             "project": _PROJECT}}, **common)
+                                             "project": _PROJECT}},
+              error_schemas=LOGIN_ERRORS, **common)
     api.route("GET", PATH, sessions.show, permission=AUTHENTICATED,
               summary="The web console's session: user, project, projects, permissions",
               **common)
@@ -186,4 +203,4 @@ def register(api):
     # public: an expired session must still be able to clear its cookies
     api.route("DELETE", PATH, sessions.logout, permission=PUBLIC, status=204,
               summary="Log out of the web console: the session revoked, its cookies "
-                      "cleared", tag="console")
+                      "cleared", tag="console", error_schemas=LOGOUT_ERRORS)

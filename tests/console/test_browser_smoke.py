@@ -56,3 +56,38 @@ def test_the_browser_enforces_the_console_policy(console_appliance, page, shot):
         != "rgb(255, 0, 0)"
     refused = csp_violations(page)
     assert any("script-src" in v for v in refused), refused
+
+
+WRITE = """async ([name, withCsrf]) => {
+  const headers = {"Content-Type": "application/json"};
+  const csrf = document.cookie.split("; ").find((c) => c.startsWith("appliance_csrf="));
+  if (withCsrf && csrf) headers["X-CSRF-Token"] = csrf.split("=")[1];
+  const r = await fetch("/v1/iam/projects", {method: "POST", headers,
+                                             credentials: "same-origin",
+                                             body: JSON.stringify({name})});
+  return r.status;
+}"""
+
+
+def test_the_session_cookie_in_a_real_browser(console_appliance, page, login, shot):
+    """What the browser itself does with the cookies: the page's script cannot read the
+    session cookie (HttpOnly) but reads the CSRF one, and a write from the page is refused
+    without the header and accepted with it."""
+    page.goto(console_appliance.console_url)
+    described = login(page, via="api")
+    assert described["user"]["username"] == "admin"
+    cookies = {c["name"]: c for c in page.context.cookies()}
+    assert cookies["appliance_session"]["httpOnly"] is True
+    assert cookies["appliance_session"]["sameSite"] == "Strict"
+    assert cookies["appliance_csrf"]["httpOnly"] is False
+    seen_by_script = page.evaluate("document.cookie")
+    assert "appliance_session" not in seen_by_script
+    assert "appliance_csrf=" in seen_by_script
+    before = {p["name"] for p in console_appliance.admin.get("/v1/iam/projects").json}
+    assert page.evaluate(WRITE, ["from-the-browser-forged", False]) == 403
+    names = {p["name"] for p in console_appliance.admin.get("/v1/iam/projects").json}
+    assert names == before
+    assert page.evaluate(WRITE, ["from-the-browser", True]) == 201
+    assert "from-the-browser" in {
+        p["name"] for p in console_appliance.admin.get("/v1/iam/projects").json}
+    shot(page, "logged-in")

@@ -252,3 +252,87 @@ def test_a_reader_s_cookie_may_do_what_its_token_may_and_no_more(server, admin):
     # another project's records: no more visible by cookie than by token
     assert token_client.get(f"/v1/iam/projects/{ADMIN_PROJECT}").status == \
         browser.request("GET", f"/v1/iam/projects/{ADMIN_PROJECT}").status
+
+
+def test_logout_reads_only_the_cookie(server):
+    """A bearer token sent to the console's logout is not read, let alone revoked: bearer
+    clients log out at the IAM's logout route."""
+    token = server.login("admin", ADMIN_PASSWORD)
+    resp = server.client(token).delete(SESSION)
+    assert resp.status == 204, resp
+    assert server.client(token).get("/v1/iam/projects").status == 200
+
+
+def test_a_cookie_behind_nginx_auth_request_is_a_write_when_the_original_is(server, admin):
+    """nginx's auth_request asks with a GET on behalf of the real request (an element
+    upload, docs/upload-auth.md) and names its method in X-Original-Method: a cookie
+    request standing for a PUT must carry the CSRF header like the PUT itself."""
+    browser = Browser(server)
+    assert browser.login("admin", ADMIN_PASSWORD).status == 200
+    refused = browser.request("GET", "/v1/iam/projects", headers={"X-Original-Method": "PUT"})
+    assert refused.status == 403, refused
+    assert refused.json["message"] == CSRF_MESSAGE
+    allowed = browser.request("GET", "/v1/iam/projects", headers={
+        "X-Original-Method": "PUT", "X-CSRF-Token": browser.jar["appliance_csrf"]})
+    assert allowed.status == 200, allowed
+    assert browser.request("GET", "/v1/iam/projects",
+                           headers={"X-Original-Method": "GET"}).status == 200
+
+
+def test_console_logins_are_in_the_audit_trail_without_the_password(server, admin):
+    user, name, password = make_user(admin, password="console-secret-password")
+    browser = Browser(server)
+    assert browser.login(name, "wrong-password").status == 401
+    assert browser.login(name, password).status == 200
+    listed = admin.get("/v1/audit/")
+    assert listed.status == 200
+    logins = [e["login"] for e in admin.get("/v1/audit/", query={"actor": name}).json
+              if "login" in e]
+    assert {"username": name, "succeeded": False} in logins
+    assert {"username": name, "succeeded": True} in logins
+    assert password.encode() not in listed.raw and b"wrong-password" not in listed.raw
+
+
+@pytest.fixture
+def quick_heartbeat_server(tmp_path, console_dir):
+    srv = ApiServer(str(tmp_path / "state"), ADMIN_PASSWORD, console_static_dir=console_dir,
+                    events_heartbeat_seconds=0.5).start()
+    yield srv
+    srv.stop()
+
+
+def test_an_event_stream_by_cookie_ends_when_the_session_is_logged_out(
+        quick_heartbeat_server):
+    """An EventSource sends no header of its own, so the console's live view holds the
+    stream by cookie; logging out ends it (at its next heartbeat), as revoking a token does."""
+    import socket
+    import time
+    srv = quick_heartbeat_server
+    browser = Browser(srv)
+    assert browser.login("admin", ADMIN_PASSWORD).status == 200
+    cookie = "; ".join(f"{k}={v}" for k, v in browser.jar.items())
+    sock = socket.create_connection((srv.host, srv.port), timeout=30)
+    try:
+        sock.sendall(f"GET /v1/events HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\n"
+                     f"Accept: text/event-stream\r\n\r\n".encode())
+        seen = b""
+        sock.settimeout(1)
+        deadline = time.monotonic() + 60
+        while b"retry:" not in seen and time.monotonic() < deadline:
+            try:
+                seen += sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                pass
+        assert seen.startswith(b"HTTP/1.1 200"), seen
+        assert browser.request("DELETE", SESSION).status == 204
+        while b"event: end" not in seen and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                continue
+            if not chunk:
+                break
+            seen += chunk
+        assert b"event: end" in seen and b"token revoked" in seen, seen[-500:]
+    finally:
+        sock.close()

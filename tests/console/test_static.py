@@ -179,3 +179,27 @@ def test_root_sends_a_browser_to_the_console(server, accept):
     assert resp.status == 302, resp
     assert resp.header("location") == "/console/"
     assert "Accept" in resp.header("vary")
+
+
+def test_head_and_concurrent_loads(server):
+    """HEAD answers as GET without a body; many loads at once all answer whole (the tree's
+    digests are shared between request threads)."""
+    import threading
+    head = server.client().request("HEAD", "/console/")
+    assert head.status == 200 and head.raw == b""
+    assert_security_headers(head)
+    statuses, lock = [], threading.Lock()
+
+    def load():
+        for path in ("/console/", "/console/js/main.js", "/console/app.css"):
+            resp = server.client().get(path)
+            with lock:
+                statuses.append((resp.status, path, len(resp.raw) > 0))
+
+    threads = [threading.Thread(target=load) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(statuses) == 36
+    assert all(status == 200 and whole for status, _, whole in statuses), statuses
