@@ -214,8 +214,13 @@ def test_a_delete_refused_shows_what_uses_it(console_appliance, page, login, sho
     login(page, via="api")
     open_hash(page, console_appliance, f"/k/iam/organizations/{org['uuid']}")
     heading(page, org["name"])
+    # keyboard: the confirmation takes the focus, Escape cancels, Enter confirms
     page.get_by_role("button", name="Delete").click()
-    page.get_by_role("button", name="Confirm delete").click()
+    page.keyboard.press("Escape")
+    assert page.get_by_role("button", name="Confirm delete").count() == 0
+    page.get_by_role("button", name="Delete").click()
+    assert page.evaluate("document.activeElement.textContent") == "Confirm delete"
+    page.keyboard.press("Enter")
     refusal = page.locator("#delete-error")
     refusal.wait_for(timeout=WAIT_MS)
     assert refusal.get_attribute("role") == "alert"

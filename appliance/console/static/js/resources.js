@@ -259,10 +259,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
           ${canDelete ? html`<button type="button" class="danger" onClick=${() => { setConfirming(true); setDeleteError(null); }}>Delete</button>` : ""}
           ${actions.map((a) => html`<button type="button" onClick=${() => (a.invoke && a.body && a.body.properties && Object.keys(a.body.properties).length ? setOpenAction(a) : invoke(a))}>${a.invoke ? a.name.replace(/_/g, " ") : "Show " + a.name.replace(/_/g, " ")}</button>`)}
         </div>
-        ${confirming ? html`<div class="confirm" role="alertdialog" aria-labelledby="confirm-text">
-          <p id="confirm-text">Delete ${titleOfItem(item)}? This cannot be undone.</p>
-          <button type="button" class="danger" onClick=${remove}>Confirm delete</button>
-          <button type="button" onClick=${() => setConfirming(false)}>Cancel</button></div>` : ""}
+        ${confirming ? html`<${Confirm} text=${`Delete ${titleOfItem(item)}? This cannot be undone.`} onConfirm=${remove} onCancel=${() => setConfirming(false)} />` : ""}
         <${Alert} error=${deleteError} id="delete-error" />
         ${openAction ? html`<${ActionForm} doc=${doc} action=${openAction} onInvoke=${(body) => invoke(openAction, body)} onCancel=${() => setOpenAction(null)} />` : ""}
         ${result ? html`<section class="result" aria-labelledby="h-result"><h2 id="h-result">${result.action}</h2>
@@ -282,6 +279,16 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
           ${linking.map(([c, field]) => html`<li><a href=${hashFor(c.path) + "?" + new URLSearchParams({ [field]: uuid })}>${c.service} ${titleOf(c.path)}</a> <span class="muted">by ${field}</span></li>`)}</ul></section>` : ""}
       ` : error ? "" : html`<p>Loading…</p>`}
     </main>`;
+}
+
+/** The delete's confirmation, in the page: it takes the focus, Escape cancels. */
+function Confirm({ text, onConfirm, onCancel }) {
+  const ref = useRef(null);
+  useEffect(() => { ref.current && ref.current.focus(); }, []);
+  return html`<div class="confirm" role="alertdialog" aria-labelledby="confirm-text" onKeyDown=${(e) => e.key === "Escape" && onCancel()}>
+    <p id="confirm-text">${text}</p>
+    <button type="button" class="danger" ref=${ref} onClick=${onConfirm}>Confirm delete</button>
+    <button type="button" onClick=${onCancel}>Cancel</button></div>`;
 }
 
 /** An action's answer: a text answer ({"log": "..."}, a node's console) as its lines. */
