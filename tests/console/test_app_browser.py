@@ -215,11 +215,16 @@ def test_a_delete_refused_shows_what_uses_it(console_appliance, page, login, sho
     open_hash(page, console_appliance, f"/k/iam/organizations/{org['uuid']}")
     heading(page, org["name"])
     # keyboard: the confirmation takes the focus, Escape cancels, Enter confirms
+    def confirmation_focused():
+        return page.evaluate("document.activeElement.textContent") == "Confirm delete"
+
     page.get_by_role("button", name="Delete").click()
+    eventually(confirmation_focused, 30, "the confirmation to take the focus")
     page.keyboard.press("Escape")
-    assert page.get_by_role("button", name="Confirm delete").count() == 0
+    eventually(lambda: page.get_by_role("button", name="Confirm delete").count() == 0, 30,
+               "Escape to close the confirmation")
     page.get_by_role("button", name="Delete").click()
-    assert page.evaluate("document.activeElement.textContent") == "Confirm delete"
+    eventually(confirmation_focused, 30, "the confirmation to take the focus")
     page.keyboard.press("Enter")
     refusal = page.locator("#delete-error")
     refusal.wait_for(timeout=WAIT_MS)

@@ -7,7 +7,9 @@ import { collections, allows, locate } from "./openapi.js";
 import { connect, disconnect, onStreamState } from "./events.js";
 import { Alert } from "./view.js";
 import { Overview } from "./overview.js";
-import { ListPage, DetailPage, FormPage } from "./resources.js";
+import { ListPage } from "./list.js";
+import { DetailPage } from "./detail.js";
+import { FormPage } from "./form.js";
 
 function parseHash() {
   const raw = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
