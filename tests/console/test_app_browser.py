@@ -374,3 +374,28 @@ def test_create_a_user_with_a_password_then_log_in_as_it(console_appliance, brow
         shot(second, "logged-in-as-the-new-user")
     finally:
         other.close()
+
+
+def test_an_action_with_a_body_opens_a_form_and_shows_its_errors(console_appliance, page,
+                                                                login, shot):
+    volume = console_appliance.admin.post("/v1/compute/volumes", {
+        "size": 1, "project_id": ADMIN_PROJECT})
+    assert volume.status == 201, volume.json
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/k/compute/volumes/{volume.json['uuid']}")
+    page.locator("dl.fields").wait_for(timeout=WAIT_MS)
+    # attach's body schema requires node: a form, and the API's message beside the field
+    page.get_by_role("button", name="attach").click()
+    page.get_by_role("button", name="Invoke attach").click()
+    error = page.locator("#error-node")
+    error.wait_for(timeout=WAIT_MS)
+    assert error.inner_text().startswith("node")
+    shot(page, "attach-missing-node")
+    # a node that does not exist: the API's refusal, and the volume is as it was
+    page.locator("#field-node").fill(str(uuid.uuid4()))
+    page.get_by_role("button", name="Invoke attach").click()
+    page.locator("#action-error").wait_for(timeout=WAIT_MS)
+    assert "not found" in page.locator("#action-error").inner_text()
+    after = console_appliance.admin.get(f"/v1/compute/volumes/{volume.json['uuid']}").json
+    assert after["node"] == volume.json["node"]
+    shot(page, "attach-unknown-node")

@@ -6,7 +6,7 @@ import { allows, plain, titleOf } from "./openapi.js";
 import { subscribe, parseEventStream } from "./events.js";
 import { Alert, Status, Value, hashFor, shortTime } from "./view.js";
 import { Breadcrumbs, Heading, titleOfItem, useTitle } from "./page.js";
-import { Field, readForm } from "./form.js";
+import { Field, readForm, fieldOfMessage } from "./form.js";
 
 export function DetailPage({ doc, cols, session, collection, apiPath }) {
   const [item, setItem] = useState(null);
@@ -64,6 +64,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
       if (action.invoke) setReload((n) => n + 1);
     } catch (e) {
       setResult({ action: action.name, error: e });
+      return e;
     }
   };
 
@@ -147,11 +148,15 @@ function whatLinksHere(doc, cols, collection, perms) {
 
 function ActionForm({ doc, action, onInvoke, onCancel }) {
   const [errors, setErrors] = useState({});
-  const submit = (event) => {
+  const submit = async (event) => {
     event.preventDefault();
     const { body, errors: found } = readForm(doc, action.body, event.target, "create", {});
     setErrors(found);
-    if (!Object.keys(found).length) onInvoke(body);
+    if (Object.keys(found).length) return;
+    // the API's message naming one of the action's fields goes beside it, as in the forms
+    const refused = await onInvoke(body);
+    const field = refused && fieldOfMessage(refused.message, Object.keys(action.body.properties));
+    if (field) setErrors({ [field]: refused.message });
   };
   return html`<form class="action" onSubmit=${submit} aria-label=${action.name}>
     <h2>${action.name.replace(/_/g, " ")}</h2>
