@@ -183,6 +183,7 @@ def test_an_ended_session_returns_to_the_login_page(console_appliance, page, log
     heading(page, "Log in")
     assert "session has ended" in page.get_by_role("alert").inner_text()
     shot(page, "session-ended")
+    no_page_errors(page)
 
 
 @pytest.mark.parametrize("width,height", [(1280, 800), (768, 1024)])
@@ -203,6 +204,7 @@ def test_usable_on_a_laptop_and_a_tablet(console_appliance, page, login, shot, w
         reached.add(page.evaluate("document.activeElement.tagName"))
     assert "A" in reached
     shot(page, f"projects-{width}x{height}")
+    no_page_errors(page)
 
 
 def test_a_delete_refused_shows_what_uses_it(console_appliance, page, login, shot):
@@ -294,6 +296,7 @@ def test_the_accessibility_tree_names_forms_and_landmarks(console_appliance, pag
                      'button "Log out"'):
         assert expected in tree, (expected, tree)
     shot(page, "users-form")
+    no_page_errors(page)
 
 
 def test_a_read_action_shows_its_answer(console_appliance, page, login, shot):
@@ -362,6 +365,7 @@ def test_create_a_user_with_a_password_then_log_in_as_it(console_appliance, brow
     # the password is write-only: the detail page never shows one
     assert "made-in-the-console-1" not in page.inner_text("main")
     shot(page, "user-created")
+    no_page_errors(page)
     other = browser.new_context(viewport={"width": 1280, "height": 800})
     try:
         second = other.new_page()
@@ -399,3 +403,4 @@ def test_an_action_with_a_body_opens_a_form_and_shows_its_errors(console_applian
     after = console_appliance.admin.get(f"/v1/compute/volumes/{volume.json['uuid']}").json
     assert after["node"] == volume.json["node"]
     shot(page, "attach-unknown-node")
+    no_page_errors(page)
