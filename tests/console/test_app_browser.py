@@ -404,3 +404,28 @@ def test_an_action_with_a_body_opens_a_form_and_shows_its_errors(console_applian
     assert after["node"] == volume.json["node"]
     shot(page, "attach-unknown-node")
     no_page_errors(page)
+
+
+def test_the_overview_shows_a_hypervisor_capacity_live(console_appliance, page, login, shot):
+    """libvirt's test:///default driver (in-process, no daemon) stands for a hypervisor:
+    the compute daemon reads its capacity, and the overview shows it as it arrives."""
+    login(page, via="api")
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
+               "the event stream to open")
+    name = "hv-" + uuid.uuid4().hex[:6]
+    made = console_appliance.admin.post("/v1/compute/hypervisors", {"name": name, "driver_spec": {
+        "kind": "libvirt", "connection_uri": "test:///default", "storage_pool": "default-pool"}})
+    assert made.status == 201, made.json
+    try:
+        row = page.locator("tr", has_text=name)
+        row.wait_for(timeout=WAIT_MS)
+        eventually(lambda: "ACTIVE" in row.inner_text(), 60, "the hypervisor to turn ACTIVE")
+        hv = console_appliance.admin.get(f"/v1/compute/hypervisors/{made.json['uuid']}").json
+        cores = f"{hv['all_cores'] - hv['avail_cores']} / {hv['avail_cores']}"
+        eventually(lambda: cores in row.inner_text(), 30, "the cores used / free")
+        shot(page, "overview-hypervisor-capacity")
+        no_page_errors(page)
+    finally:
+        console_appliance.admin.delete(f"/v1/compute/hypervisors/{made.json['uuid']}")
