@@ -60,3 +60,9 @@ image: setup
 
 clean:
 	rm -rf $(VENV) var
+
+# the web console's front-end libraries, at the versions pinned in
+# appliance/console/vendor-src/package-lock.json, copied to appliance/console/static/vendor/
+.PHONY: console-vendor
+console-vendor:
+	cd appliance/console/vendor-src && npm ci --ignore-scripts --no-audit --no-fund && $(PYTHON) vendor.py
