@@ -51,7 +51,23 @@ def own_descriptors(needed):
 
 
 class ApiProcess:
+    # free_port() is a guess: on a machine shared with other test runs another process
+    # may bind the port first. A start that exits saying so is retried on another port
+    # (it used to leave the test waiting its whole minute for an answer, then fail).
+    STARTS = 3
+
     def __init__(self, tmp_path, **overrides):
+        for attempt in range(self.STARTS):
+            self._start(tmp_path, overrides)
+            wait_for(lambda: self.answers() or self.proc.poll() is not None, timeout=60)
+            if self.proc.poll() is None:
+                return
+            with open(self.log_path, errors="replace") as f:
+                said = f.read()
+            if "Address already in use" not in said or attempt == self.STARTS - 1:
+                raise AssertionError(f"the API process exited at start:\n{said[-3000:]}")
+
+    def _start(self, tmp_path, overrides):
         self.settings = config.load(environ={}, overrides={
             "state_dir": str(tmp_path / "state"), "admin_password": ADMIN_PASSWORD,
             "api_port": free_port(), **overrides})
@@ -67,7 +83,6 @@ class ApiProcess:
             stdout=log, stderr=log, preexec_fn=lambda: resource.setrlimit(
                 resource.RLIMIT_NOFILE, (SERVICE_SOFT_LIMIT, hard)))
         log.close()
-        wait_for(self.answers, timeout=60)
 
     def answers(self):
         try:
