@@ -46,8 +46,9 @@ $(STAMP): pyproject.toml
 run: setup
 	$(VENV)/bin/appliance up
 
+# --durations: every CI log ends with the 40 slowest tests (setup and teardown counted apart)
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=40
 
 bench: setup
 	$(PY) -m tests.bench

@@ -61,8 +61,10 @@ def accepted_value(schema):
         return True
 
     strategy = st.from_regex(compiled(schema["pattern"]), fullmatch=True)
+    # the first value taken will do (the newline must be refused after any of them):
+    # shrinking it to the smallest one cost two thirds of the test's time
     return find(strategy, takes, settings=settings(
-        database=None, max_examples=2000, phases=[Phase.generate, Phase.shrink],
+        database=None, max_examples=2000, phases=[Phase.generate],
         suppress_health_check=list(HealthCheck)))
 
 

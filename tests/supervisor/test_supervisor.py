@@ -123,6 +123,11 @@ class Up:
     # guard against a hang.
 
     def wait_line(self, startswith):
+        """The first line printed that starts with `startswith`: one seen already (a test
+        before this one on a shared supervisor read past it), or the next such line."""
+        for line in self.seen:
+            if line.startswith(startswith):
+                return line
         while True:
             try:
                 line = self.lines.get(timeout=0.1)
@@ -176,8 +181,19 @@ def up(tmp_path):
     running.close()
 
 
+@pytest.fixture(scope="module")
+def shared_up(tmp_path_factory):
+    """One `appliance up` for the tests that only look at a running one (or kill one child
+    and see it come back): starting seven processes is the seconds such a test costs. A
+    test that stops the supervisor takes its own `up`."""
+    running = Up(tmp_path_factory.mktemp("shared-up"))
+    yield running
+    running.close()
+
+
 @pytest.mark.timeout(60)
-def test_health_answers_and_url_is_printed(up):
+def test_health_answers_and_url_is_printed(shared_up):
+    up = shared_up
     line = up.wait_line("appliance API is ready at ")
     url = line.rsplit(" ", 1)[1]
     assert url == f"http://127.0.0.1:{up.api_port}"
@@ -187,7 +203,8 @@ def test_health_answers_and_url_is_printed(up):
 
 
 @pytest.mark.timeout(60)
-def test_killed_daemon_is_restarted_within_two_seconds(up):
+def test_killed_daemon_is_restarted_within_two_seconds(shared_up):
+    up = shared_up
     victim = up.wait_all_children()["dns"]
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -232,7 +249,8 @@ def test_sigkilled_supervisor_takes_its_children_along(up):
 
 
 @pytest.mark.timeout(60)
-def test_admin_password_line_and_file_mode(up):
+def test_admin_password_line_and_file_mode(shared_up):
+    up = shared_up
     line = up.wait_line("admin password of user 'admin' is in ")
     path = line.rsplit(" ", 1)[1]
     assert path == str(up.state_dir / "admin-password")
@@ -275,12 +293,14 @@ def health(port):
 
 
 @pytest.mark.timeout(120)
-def test_a_second_up_on_the_same_state_is_refused_at_once_and_the_first_runs_on(up, tmp_path):
+def test_a_second_up_on_the_same_state_is_refused_at_once_and_the_first_runs_on(shared_up,
+                                                                            tmp_path):
+    up = shared_up
     up.wait_line("appliance API is ready at ")
     first_children = up.wait_all_children()
 
     # other ports: what refuses it is the state directory, not a port already taken
-    second = Up(tmp_path, log_name="second.log")
+    second = Up(tmp_path, state_dir=up.state_dir, log_name="second.log")
     try:
         assert second.proc.wait(timeout=60) == 1
         said = second.log()
