@@ -17,6 +17,21 @@ def _ensure(coll, record, **key):
         return coll.find_one(**key)
 
 
+def _ensure_all(coll, records, key):
+    """_ensure of many records in one write (a first start writes dozens: one fdatasync
+    each was most of a fresh state's seeding), falling back to one by one when another
+    process seeded some in between."""
+    def key_of(record):
+        return {field: record[field] for field in key}
+    missing = [r for r in records if coll.find_one(**key_of(r)) is None]
+    if missing:
+        try:
+            coll.insert_many(missing)
+        except DuplicateKey:
+            pass
+    return [_ensure(coll, r, **key_of(r)) for r in records]
+
+
 def seed(store: Store, admin_password):
     orgs = store.collection("iam_organizations", unique=[("name",)])
     _ensure(orgs, {"uuid": builtin.DEFAULT_ORGANIZATION, "name": "default",
@@ -40,15 +55,15 @@ def seed(store: Store, admin_password):
     perms = store.collection("iam_permissions", unique=[("name",)])
     pbindings = store.collection("iam_permission_bindings", unique=[("role", "permission")])
     role_ids = {}
-    for name, (description, granted) in builtin.ROLES.items():
-        role = _ensure(roles, {"name": name, "description": description, "builtin": True},
-                       name=name)
-        role_ids[name] = role["uuid"]
-        for perm_name in granted:
-            perm = _ensure(perms, {"name": perm_name, "description": "built-in"},
-                           name=perm_name)
-            _ensure(pbindings, {"role": role["uuid"], "permission": perm["uuid"]},
-                    role=role["uuid"], permission=perm["uuid"])
+    for name, (description, _) in builtin.ROLES.items():
+        role_ids[name] = _ensure(roles, {"name": name, "description": description,
+                                         "builtin": True}, name=name)["uuid"]
+    granted = {(name, perm) for name, (_, perms_of) in builtin.ROLES.items() for perm in perms_of}
+    perm_ids = {p["name"]: p["uuid"] for p in _ensure_all(
+        perms, [{"name": perm, "description": "built-in"}
+                for perm in sorted({perm for _, perm in granted})], ("name",))}
+    _ensure_all(pbindings, [{"role": role_ids[name], "permission": perm_ids[perm]}
+                            for name, perm in sorted(granted)], ("role", "permission"))
     users = store.collection("iam_users", unique=[("username",)])
     admin = users.find_one(username=builtin.ADMIN_USERNAME)
     if admin is None:
