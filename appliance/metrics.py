@@ -32,6 +32,7 @@ import logging
 import os
 import re
 import shutil
+import struct
 import sys
 import threading
 import time
@@ -433,13 +434,42 @@ def _merged_files(path, attempts=3):
         # a file of another user's process (the node agent runs as root) is left out
         # rather than failing the scrape
         files = [f for f in glob.glob(os.path.join(path, "*.db")) if os.access(f, os.R_OK)]
+        if attempt == attempts - 1:
+            # a process that has just made its file has not yet sized it: left out
+            files = [f for f in files if _sized(f)]
         try:
             return list(MultiProcessCollector.merge(files, accumulate=True))
-        except FileNotFoundError:
-            # a dead process's live file removed between the listing and the read
+        except (FileNotFoundError, struct.error):
+            # a dead process's live file removed between the listing and the read, or a
+            # new one still empty (prometheus_client cannot read its header)
             if attempt == attempts - 1:
                 raise
     return []
+
+
+def _sized(path):
+    try:
+        return os.path.getsize(path) >= 8
+    except OSError:
+        return False
+
+
+def last_successes(state_dir):
+    """{daemon: (Unix time, kind)} of each daemon's last successful reconcile, from
+    every process's files (GET /v1/system/daemons); {} when there are none."""
+    path = os.environ.get(ENV) or directory(state_dir)
+    if not (path and os.path.isdir(path)):
+        return {}
+    full_client()
+    out = {}
+    for family in _merged_files(path):
+        if family.name != "appliance_daemon_last_success_timestamp_seconds":
+            continue
+        for sample in family.samples:
+            daemon, kind = sample.labels.get("daemon"), sample.labels.get("kind")
+            if sample.value > 0 and (daemon not in out or sample.value > out[daemon][0]):
+                out[daemon] = (sample.value, kind)
+    return out
 
 
 def resource_counts(store):
