@@ -23,7 +23,6 @@ record of it.
 import json
 import os
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 
@@ -74,14 +73,12 @@ def process_start(pid):
 
 
 def _write(state_dir, name, record):
-    path = directory(state_dir)
+    from appliance import files  # noqa: PLC0415 (the one writer of whole files)
+    path = os.path.abspath(directory(state_dir))
     try:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path, prefix=f".{name}.")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, os.path.join(path, f"{name}.json"))
+        # a state shown to people: a power loss may bring back the previous one
+        files.write_file(os.path.join(path, f"{name}.json"), json.dumps(record),
+                         mode=0o644, sync=False)
     except OSError:
         # a state the console shows, never a reason for a daemon or the supervisor to fail
         import logging  # noqa: PLC0415
