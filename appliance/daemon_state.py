@@ -79,7 +79,7 @@ def _write(state_dir, name, record):
         # a state shown to people: a power loss may bring back the previous one
         files.write_file(os.path.join(path, f"{name}.json"), json.dumps(record),
                          mode=0o644, sync=False)
-    except OSError:
+    except (OSError, ValueError):      # ValueError: files.PathRefused
         # a state the console shows, never a reason for a daemon or the supervisor to fail
         import logging  # noqa: PLC0415
         logging.getLogger("appliance.daemon_state").warning(

@@ -78,3 +78,15 @@ def test_lb_rendered(logged_in, real_api):
     assert "http:8080 front.example.test prefix /shop/ -> 10.4.0.5:80" in shown.stdout
     assert "# ---- http {} ----" in shown.stdout and "server 10.4.0.5:80" in shown.stdout
     assert logged_in.sent[-1].path.endswith("/actions/routes")
+
+
+def test_sqldb_replication(logged_in, real_api):
+    from tests.sqldb.helpers import make_instance
+    admin = real_api.client(real_api.login("admin", ADMIN_PASSWORD))
+    instance = make_instance(admin, name="shopdb")
+    shown = logged_in("sqldb", "instances", "replication", "shopdb")
+    assert shown.code == 0, shown.stderr
+    assert shown.stdout.startswith("uri: ") and "epoch: 0" in shown.stdout
+    asked = logged_in("--json", "sqldb", "instances", "replication", instance["uuid"])
+    assert asked.code == 0 and asked.json()["instance"] == instance["uuid"]
+    assert logged_in.sent[-1].path.endswith("/actions/replication")
