@@ -91,10 +91,24 @@ def _now_text(now=None):
         .strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def supervised(state_dir):
+    """Whether something that records this process's end and restarts it watches it:
+    systemd (which sets INVOCATION_ID for a unit's processes) or the `appliance up` of
+    this state (its pid is in <state>/appliance-up.pid, and it is our parent)."""
+    if os.environ.get("INVOCATION_ID"):
+        return True
+    try:
+        with open(os.path.join(state_dir, "appliance-up.pid")) as f:
+            return f.read().strip() == str(os.getppid())
+    except OSError:
+        return False
+
+
 def record_started(state_dir, name, pid=None):
     pid = pid or os.getpid()
     _write(state_dir, name, {"name": name, "boot_id": boot_id(), "pid": pid,
-                             "pid_start": process_start(pid), "started_at": time.time()})
+                             "pid_start": process_start(pid), "started_at": time.time(),
+                             "supervised": supervised(state_dir)})
 
 
 def record_ended(state_dir, name, reason, *, clean=False, restart_at=None):
@@ -125,6 +139,10 @@ def state_of(daemon, record, on_demand, now, this_boot):
         pid = record.get("pid")
         if isinstance(pid, int) and process_start(pid) == record.get("pid_start"):
             return "running", record.get("started_at"), None
+        if record.get("supervised"):
+            # its supervisor records the end at once (appliance up reaps within 0.1 s,
+            # systemd runs ExecStopPost): the moment between is a restart's beginning
+            return "restarting", None, f"its process (pid {pid}) ended"
         return "failed", None, f"its process (pid {pid}) is gone and nobody recorded its end"
     ended = record["ended_at"]
     if record.get("clean"):

@@ -91,6 +91,10 @@ def test_states_from_the_records(tmp_path):
         sleeper.kill()
         sleeper.wait()
     assert state_of("x")[0] == "failed"
+    # under a supervisor (systemd, appliance up), the moment before it records the end
+    daemon_state._write(state, "x", {**daemon_state.read_record(state, "x"),
+                                     "supervised": True})
+    assert state_of("x")[0] == "restarting"
     # the supervisor reaped it and restarts it in 2 s
     daemon_state.record_ended(state, "x", "killed by SIGKILL", restart_at=now + 2)
     assert state_of("x")[0] == "restarting"
