@@ -333,3 +333,13 @@ def test_images_named_by_repository_artifacts(admin, server, member, other):
     assert len(member.client.get(N).json) == before
     # the platform may boot any project's image artifact
     created(admin.post(N, node_body(disk_spec=spec(theirs))))
+
+
+def test_console_offset_is_in_openapi(server):
+    op = server.client().get("/v1/openapi.json").json["paths"][
+        "/v1/compute/nodes/{uuid}/actions/console"]["get"]
+    assert op["x-permission"] == "compute.node.console"
+    offset = next(p for p in op["parameters"] if p["name"] == "offset")
+    assert offset["in"] == "query" and offset["schema"]["minimum"] == 0
+    assert "next_offset" in op["responses"]["200"]["content"]["application/json"]["schema"][
+        "properties"]
