@@ -226,7 +226,11 @@ def main(argv=None):
     code, status = os.environ.get("EXIT_CODE", ""), os.environ.get("EXIT_STATUS", "")
     clean = result == "success"
     reason = "stopped" if clean else f"{result}: {code} {status}".strip()
-    record_ended(config.load()["state_dir"], argv[1], reason, clean=clean)
+    try:
+        record_ended(config.load()["state_dir"], argv[1], reason, clean=clean)
+    except config.ConfigError as e:
+        # the state shown stays the last one; the unit's own result is systemd's
+        print(f"daemon_state: {e}", file=sys.stderr)
     return 0
 
 
