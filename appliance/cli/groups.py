@@ -250,6 +250,7 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
                 sub.add_argument(*flags, dest=f"query_{parameter}", help=text)
             else:
                 sub.add_argument(f"query_{parameter}", metavar=parameter.upper(), help=text)
+                sub.epilog = f"{sub.epilog.rstrip()} {parameter.upper()}"
 
 
 def _read_action(action, query=()):
