@@ -32,7 +32,6 @@ import logging
 import os
 import re
 import shutil
-import struct
 import sys
 import threading
 import time
@@ -418,7 +417,7 @@ class _Everything:
         seen = set()
         path = os.environ.get(ENV)
         if path and os.path.isdir(path):
-            for family in _merged_files(path):
+            for family in merged_files(path):
                 seen.add(family.name)
                 yield family
         for family in REGISTRY.collect():
@@ -428,20 +427,21 @@ class _Everything:
         yield resource_counts(self.store)
 
 
-def _merged_files(path, attempts=3):
+def merged_files(path, attempts=3):
+    """The families of every process's files under `path`, summed."""
+    import struct  # noqa: PLC0415
     from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
     for attempt in range(attempts):
         # a file of another user's process (the node agent runs as root) is left out
-        # rather than failing the scrape
-        files = [f for f in glob.glob(os.path.join(path, "*.db")) if os.access(f, os.R_OK)]
-        if attempt == attempts - 1:
-            # a process that has just made its file has not yet sized it: left out
-            files = [f for f in files if _sized(f)]
+        # rather than failing the scrape; so is one its process has created but not yet
+        # sized (0 bytes: prometheus_client's reader fails on it)
+        files = [f for f in glob.glob(os.path.join(path, "*.db"))
+                 if os.access(f, os.R_OK) and _sized(f)]
         try:
             return list(MultiProcessCollector.merge(files, accumulate=True))
         except (FileNotFoundError, struct.error):
             # a dead process's live file removed between the listing and the read, or a
-            # new one still empty (prometheus_client cannot read its header)
+            # file being created read in the moment before its header was written
             if attempt == attempts - 1:
                 raise
     return []
@@ -452,24 +452,6 @@ def _sized(path):
         return os.path.getsize(path) >= 8
     except OSError:
         return False
-
-
-def last_successes(state_dir):
-    """{daemon: (Unix time, kind)} of each daemon's last successful reconcile, from
-    every process's files (GET /v1/system/daemons); {} when there are none."""
-    path = os.environ.get(ENV) or directory(state_dir)
-    if not (path and os.path.isdir(path)):
-        return {}
-    full_client()
-    out = {}
-    for family in _merged_files(path):
-        if family.name != "appliance_daemon_last_success_timestamp_seconds":
-            continue
-        for sample in family.samples:
-            daemon, kind = sample.labels.get("daemon"), sample.labels.get("kind")
-            if sample.value > 0 and (daemon not in out or sample.value > out[daemon][0]):
-                out[daemon] = (sample.value, kind)
-    return out
 
 
 def resource_counts(store):
@@ -486,3 +468,21 @@ def resource_counts(store):
         for (status, project), count in sorted(counts.items()):
             family.add_metric([kind, status, project], count)
     return family
+
+
+def last_successes(state_dir):
+    """{daemon: (Unix time, kind)} of each daemon's last successful reconcile, from
+    every process's files (GET /v1/system/daemons); {} when there are none."""
+    path = os.environ.get(ENV) or directory(state_dir)
+    if not (path and os.path.isdir(path)):
+        return {}
+    full_client()
+    out = {}
+    for family in merged_files(path):
+        if family.name != "appliance_daemon_last_success_timestamp_seconds":
+            continue
+        for sample in family.samples:
+            daemon, kind = sample.labels.get("daemon"), sample.labels.get("kind")
+            if sample.value > 0 and (daemon not in out or sample.value > out[daemon][0]):
+                out[daemon] = (sample.value, kind)
+    return out
