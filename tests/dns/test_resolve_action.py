@@ -175,3 +175,18 @@ def test_a_foreign_zone_below_the_domain_is_refused():
     assert zone_rule.resolve_refusal(zones[0], "www.x.a.test", zones) is not None
     assert zone_rule.resolve_refusal(zones[0], "a.test.", zones) is None
     assert zone_rule.resolve_refusal(zones[0], "ba.test", zones) is not None
+
+
+def test_concurrent_asks_all_answer(world):
+    """Requests in parallel (more than the API's threads) each get their own answer."""
+    import concurrent.futures
+    _, _, people, domains = world
+    names = [("www.mine.resolve.test", "mine", "10.9.0.1"),
+             ("www.theirs.resolve.test", "theirs", "10.9.0.2")] * 8
+    who = {"mine": people["mine-owner"], "theirs": people["theirs-owner"]}
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda n: (resolve(who[n[1]], domains[n[1]], name=n[0]),
+                                           n[2]), names))
+    for resp, wanted in answers:
+        assert resp.status == 200, resp
+        assert resp.json["answer"][0]["data"] == wanted
