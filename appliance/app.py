@@ -5,7 +5,7 @@ import importlib
 
 from state import Store
 
-from appliance import metrics
+from appliance import daemon_state, metrics
 from appliance import audit
 from appliance.api import events, system
 from appliance.api.audit import open_trail
@@ -35,6 +35,7 @@ def build_api(settings, store=None):
     # migrated an older state and refused a newer one (docs/migrations.md)
     system.register(api, {"schema_version": latest()})
     metrics.register(api)
+    daemon_state.register(api)
     api.trail = open_trail(settings)
     api.closers.append(api.trail.close)
     audit.register(api)

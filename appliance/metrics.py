@@ -460,3 +460,21 @@ def resource_counts(store):
         for (status, project), count in sorted(counts.items()):
             family.add_metric([kind, status, project], count)
     return family
+
+
+def last_successes(state_dir):
+    """{daemon: (Unix time, kind)} of each daemon's last successful reconcile, from
+    every process's files (GET /v1/system/daemons); {} when there are none."""
+    path = os.environ.get(ENV) or directory(state_dir)
+    if not (path and os.path.isdir(path)):
+        return {}
+    full_client()
+    out = {}
+    for family in merged_files(path):
+        if family.name != "appliance_daemon_last_success_timestamp_seconds":
+            continue
+        for sample in family.samples:
+            daemon, kind = sample.labels.get("daemon"), sample.labels.get("kind")
+            if sample.value > 0 and (daemon not in out or sample.value > out[daemon][0]):
+                out[daemon] = (sample.value, kind)
+    return out

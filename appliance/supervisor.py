@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 
-from appliance import config, devnode, logs, metrics
+from appliance import config, daemon_state, devnode, logs, metrics
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
@@ -275,6 +275,9 @@ class Supervisor:
         child.start_after = time.monotonic() + delay
         log.warning("%s %s after %.1f s; restarting in %.1f s",
                     child.name, describe_status(status), uptime, delay)
+        # what GET /v1/system/daemons reads (appliance/daemon_state.py)
+        daemon_state.record_ended(self.settings["state_dir"], child.name,
+                                  describe_status(status), restart_at=time.time() + delay)
 
     # -- readiness -----------------------------------------------------------------------
 
@@ -614,6 +617,7 @@ def run(settings, out=sys.stdout, config_file=None):
     tune_malloc()
     # before anything that makes a metric is imported: every child inherits the variable
     metrics.prepare(settings["state_dir"])
+    daemon_state.clear(settings["state_dir"])
     preload()
     line = bootstrap_in_child(settings)
     if line is None:

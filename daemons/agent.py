@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 
-from appliance import config, logs
+from appliance import config, daemon_state, logs
 from appliance.agent.credential_file import CredentialError, layout, read_credential
 
 
@@ -43,6 +43,7 @@ def main():
         print(f"agent: {e}", file=sys.stderr)
         return 2
     log = logs.setup("agent", str(settings["log_level"]).upper())
+    daemon_state.record_started(settings["state_dir"], "agent")
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(1))

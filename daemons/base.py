@@ -31,7 +31,7 @@ import time
 
 import schedule
 
-from appliance import config, logs, metrics
+from appliance import config, daemon_state, logs, metrics
 from appliance.backoff import Backoff
 from state import ChangeWatch, Store
 from state.feed import set_process_actor
@@ -282,10 +282,14 @@ def run(daemon_cls):
     # before the daemon makes any metric: its values go to the files the API reads
     metrics.enable(settings["state_dir"])
     set_process_actor(daemon_cls.name)     # its writes' actor in the change feed
+    daemon_state.record_started(settings["state_dir"], daemon_cls.name)
     try:
         daemon = daemon_cls(settings)
         daemon.run_forever()
     finally:
         metrics.process_dead(os.getpid())
     # a daemon that stopped because it could not go on (failed) exits 1: restarted
-    return 1 if daemon.failed else 0
+    if daemon.failed:
+        return 1
+    daemon_state.record_ended(settings["state_dir"], daemon_cls.name, "stopped", clean=True)
+    return 0

@@ -64,6 +64,7 @@ def _operation(route):
             {"name": "page_limit", "in": "query", "schema": {"type": "integer", "minimum": 1}},
             {"name": "page_marker", "in": "query", "schema": {"type": "string"}},
         ]
+    params += route.parameters
     ok = {"description": "success"}
     if route.response_schema is not None:
         ok["content"] = {"application/json": {"schema": route.response_schema}}

@@ -41,8 +41,10 @@ class Action:
 
     def __init__(self, name, handler, *, permission=None, method="POST", summary="",
                  request_schema=None, response_schema=None, max_body=None, accepts=None,
-                 status=200):
+                 status=200, parameters=()):
         self.name, self.handler, self.permission = name, handler, permission
+        # OpenAPI parameter objects of the query it reads (a GET action's options)
+        self.parameters = parameters
         self.method, self.summary = method, summary
         self.request_schema, self.response_schema = request_schema, response_schema
         self.max_body, self.accepts, self.status = max_body, accepts, status
@@ -177,7 +179,7 @@ class Resource:
                       request_schema=action.request_schema,
                       response_schema=action.response_schema, max_body=action.max_body,
                       accepts=action.accepts or ("application/json",),
-                      status=action.status, **common)
+                      status=action.status, parameters=action.parameters, **common)
 
     def query_parameters(self):
         return [f for f in self.filterable_fields()]

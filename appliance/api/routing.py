@@ -87,7 +87,7 @@ class SystemCall:
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
                  response_schema, status, max_body, accepts, tag, query_params, resource,
-                 error_schemas=None):
+                 error_schemas=None, parameters=None):
         self.method = method
         self.path = path
         self.handler = handler
@@ -103,6 +103,9 @@ class Route:
         self.resource = resource
         # status -> schema, for a route whose errors are not all the Error body (OpenAPI)
         self.error_schemas = error_schemas or {}
+        # OpenAPI query parameter objects of a route that is not a list (a read
+        # action's own query: `offset`, `name`); a list's filters are `query_params`
+        self.parameters = list(parameters or ())
 
     @property
     def public(self):
@@ -175,14 +178,14 @@ class Api(Registry):
 
     def route(self, method, path, handler, *, permission, summary="", request_schema=None,
               response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
-              query_params=None, resource=None, error_schemas=None):
+              query_params=None, resource=None, error_schemas=None, parameters=None):
         if not permission:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
                       self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
-                      query_params, resource, error_schemas)
+                      query_params, resource, error_schemas, parameters)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route

@@ -82,8 +82,14 @@ def _add_verbs(verbs, common, name, api, example, handlers):
     if name == "nodes":
         for action in ("power-on", "power-off", "reboot"):
             verb(action, f"{action} the node", _action(action.replace("-", "_")))
-        verb("console", "print the node's serial console (its last 64 KiB)", cmd_console,
-             epilog="appliance compute nodes console web-0")
+        console = verb("console", "print the node's serial console (its last 64 KiB); "
+                       "--follow keeps printing what it writes", cmd_console,
+                       epilog="appliance compute nodes console web-0 --follow")
+        console.add_argument("-f", "--follow", action="store_true",
+                             help="keep asking for what is new (the action's offset), "
+                                  "until interrupted")
+        console.add_argument("--interval", type=float, default=1.0,
+                             help="seconds between asks with --follow (default 1)")
     if name == "volumes":
         attach = waiting(verb("attach", "attach the volume to a node", cmd_attach))
         attach.add_argument("node", metavar="NODE", help="the node's UUID or name")
@@ -226,8 +232,23 @@ def cmd_console(args, env):
     client = session_client(args, env)
     item = resolve(client, args.collection_path, args.ref)
     payload = client.request("GET", f"{item}/actions/console").payload()
-    if getattr(args, "json", False):
+    if getattr(args, "json", False) and not getattr(args, "follow", False):
         emit(args, env, payload, item)
-    else:
-        env.stdout.write(payload.get("log") or "")
-    return 0
+        return 0
+    env.stdout.write(payload.get("log") or "")
+    if not getattr(args, "follow", False):
+        return 0
+    if args.interval <= 0:
+        raise UsageError("--interval: a number of seconds above 0")
+    # the console action's offset: each ask brings what the node wrote since the last
+    offset = payload.get("next_offset", 0)
+    try:
+        while True:
+            env.stdout.flush()
+            env.sleep(args.interval)
+            payload = client.request("GET", f"{item}/actions/console",
+                                     query=[("offset", str(offset))]).payload()
+            env.stdout.write(payload.get("log") or "")
+            offset = payload.get("next_offset", offset)
+    except KeyboardInterrupt:
+        return 0

@@ -37,6 +37,11 @@ GROUPS = {
             "collections": ["domains", "records"],
             # records live under a domain: `appliance dns records list example.test`
             "parents": {"records": ("domain", "domains")},
+            # word -> (GET action, summary, its query: (parameter, argparse flags, help))
+            "item_reads": {"domains": {"resolve": (
+                "resolve", "the built-in DNS server's answer for a name of the domain",
+                (("name", ("name",), "the full name to ask (www.example.test)"),
+                 ("type", ("-t", "--type"), "the record type (default A)")))}},
             "create_example": {
                 "domains": "-n example.test",
                 "records": "type=A record:='{\"kind\": \"A\", \"name\": \"www\", "
@@ -197,18 +202,27 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
     verb("update", f"change fields of one of {name}", _run(None, item=True, method="PUT"),
          item=True, body=True)
     verb("delete", f"delete one of {name}", _run(handlers["delete"], item=True), item=True)
-    for word, (action, summary) in spec.get("item_reads", {}).get(name, {}).items():
-        verb(word, summary, _read_action(action), item=True)
+    for word, (action, summary, *query) in spec.get("item_reads", {}).get(name, {}).items():
+        sub = verb(word, summary, _read_action(action, query[0] if query else ()), item=True)
+        for parameter, flags, text in (query[0] if query else ()):
+            if flags[0].startswith("-"):
+                sub.add_argument(*flags, dest=f"query_{parameter}", help=text)
+            else:
+                sub.add_argument(f"query_{parameter}", metavar=parameter.upper(), help=text)
+                sub.epilog = f"{sub.epilog.rstrip()} {parameter.upper()}"
 
 
-def _read_action(action):
-    """`GET <item>/actions/<action>`; a mapping of objects ({quota: {use, limit}}) is a
-    table for people, one row per key."""
+def _read_action(action, query=()):
+    """`GET <item>/actions/<action>`, with the query parameters given on the command line;
+    a mapping of objects ({quota: {use, limit}}) is a table for people, one row per key."""
     def handler(args, env):
         client = session_client(args, env)
         item = resolve(client, f"/v1/{args.group_path}/", args.ref, args.name_field)
         path = f"{item}/actions/{action}"
-        data = client.request("GET", path).payload()
+        given = [(parameter, str(getattr(args, f"query_{parameter}")))
+                 for parameter, _, _ in query
+                 if getattr(args, f"query_{parameter}", None) is not None]
+        data = client.request("GET", path, query=given).payload()
         if not option(args, "json") and isinstance(data, dict) and data and all(
                 isinstance(v, dict) for v in data.values()):
             data = [{"name": key, **value} for key, value in data.items()]

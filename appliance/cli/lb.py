@@ -64,6 +64,9 @@ def add_group(commands, common, make_parser, handlers):
          on_item_or_collection(handlers["delete"], LBS))
     verb("info", "the load balancer with its vhosts, their routes, and its pools",
          cmd_info, epilog="appliance lb info web")
+    # `routes` is the routes collection's word: this is the API's `routes` action
+    verb("rendered", "what nginx gets for the load balancer: its routes, then the "
+                     "rendered text", cmd_routes, epilog="appliance lb rendered web")
     for name, spec in CHILDREN.items():
         summary, parents, example = spec
         coll = verbs.add_parser(name, aliases=spec_aliases(name), help=summary,
@@ -189,6 +192,35 @@ def cmd_info(args, env):
         emit(args, env, info, lb)
         return 0
     env.stdout.write(render_info(info))
+    return 0
+
+
+def cmd_routes(args, env):
+    """The LB's `routes` action: one line per route (port, domains, match, backends),
+    then the nginx text its nodes get."""
+    client = session_client(args, env)
+    lb = resolve(client, LBS, args.ref)
+    path = f"{lb}/actions/routes"
+    shown = client.request("GET", path).payload()
+    if getattr(args, "json", False):
+        emit(args, env, shown, path)
+        return 0
+    out = []
+    for route in shown.get("routes") or []:
+        backends = ", ".join(f"{e['host']}:{e['port']}" for b in route["backends"]
+                             for e in b["endpoints"]) or "-"
+        out.append(f"{route['protocol']}:{route['port']} {','.join(route['domains'] or [])}"
+                   f" {route['match']} {route['value'] or ''} -> {backends}".replace("  ", " "))
+    for line in (shown.get("refused") or []):
+        out.append(f"refused: {line}")
+    for key in ("unavailable", "render_error"):
+        if shown.get(key):
+            out.append(f"{key.replace('_', ' ')}: {shown[key]}")
+    text = shown.get("nginx") or {}
+    for part in ("http", "stream"):
+        if text.get(part):
+            out.append(f"\n# ---- {part} {{}} ----\n{text[part].rstrip()}")
+    env.stdout.write("\n".join(out) + "\n")
     return 0
 
 

@@ -264,6 +264,9 @@ def build_parser(env: Environment) -> ArgumentParser:
     action.add_argument("--data", metavar="JSON|@FILE|-", help=DATA_HELP)
     action.add_argument("--get", action="store_true", help="read-only action: GET .../actions/NAME")
 
+    command("daemons", "each daemon's state, since when, and its last successful pass "
+            "(admin)", "appliance daemons", cmd_daemons)
+
     groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete},
         extra={"secret": certificates.add_collection})
@@ -582,6 +585,13 @@ def cmd_delete(args: argparse.Namespace, env: Environment) -> int:
         emit(args, env, payload, path)
     else:
         env.stdout.write(f"deleted {path}\n")
+    return ExitStatus.SUCCESS
+
+
+def cmd_daemons(args: argparse.Namespace, env: Environment) -> int:
+    """GET /v1/system/daemons, one row per daemon."""
+    client = session_client(args, env)
+    emit(args, env, client.request("GET", "/v1/system/daemons").payload(), "/v1/system/daemons")
     return ExitStatus.SUCCESS
 
 

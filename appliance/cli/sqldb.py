@@ -165,6 +165,28 @@ def _instances(verbs, common, handlers):
         add_body_options(sub)
     verb("delete", "delete an instance with its users and databases",
          on_item_or_collection(handlers["delete"], INSTANCES))
+    verb("replication", "how clients connect (a postgresql:// URI without password), the "
+                        "primary and each member's lag", cmd_replication,
+         epilog="appliance sqldb instances replication shop")
+
+
+def cmd_replication(args, env):
+    """The instance's `replication` action: the URI, then one line per member."""
+    client = session_client(args, env)
+    item = resolve(client, INSTANCES, args.ref)
+    path = f"{item}/actions/replication"
+    shown = client.request("GET", path).payload()
+    if getattr(args, "json", False):
+        emit(args, env, shown, path)
+        return 0
+    lines = [f"uri: {shown.get('uri') or '(no endpoint yet)'}",
+             f"epoch: {shown.get('epoch')}"]
+    for m in shown.get("members") or []:
+        lag = "-" if m.get("lag_bytes") is None else f"{m['lag_bytes']} bytes behind"
+        lines.append(f"{m['role']:8} {m.get('name') or m['node']} {m.get('address') or '-'} "
+                     f"{m.get('status') or '-'} {lag}")
+    env.stdout.write("\n".join(lines) + "\n")
+    return 0
 
 
 def _write_instance(method):

@@ -11,9 +11,10 @@ framework), machine_rules.py, hypervisor_rules.py and volume_rules.py (the API's
 """
 
 import base64
+import re
 import secrets
 
-from appliance.api.errors import Conflict, Forbidden
+from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldType,
                                   FilterError, Integer, List, Object, Reference, String, Tags)
 from appliance.api.links import Link
@@ -295,9 +296,22 @@ def node_actions(nodes):
                summary="The node's agent key (a bare JSON string)",
                response_schema={"type": "string"}),
         Action("console", nodes.console, method="GET",
-               summary=f"The tail ({CONSOLE_TAIL} bytes) of the serial console log",
-               response_schema={"type": "object", "required": ["log"],
-                                "properties": {"log": {"type": "string"}}}),
+               summary=f"The serial console log: its tail ({CONSOLE_TAIL} bytes), or "
+                       f"what follows byte `offset` (at most {CONSOLE_TAIL} bytes)",
+               parameters=[{"name": "offset", "in": "query", "required": False,
+                            "description": "bytes from the log's start: answer what "
+                                           "follows (a follower passes the last "
+                                           "next_offset)",
+                            "schema": {"type": "integer", "minimum": 0}}],
+               response_schema={"type": "object", "required": ["log"], "properties": {
+                   "log": {"type": "string"},
+                   "offset": {"type": "integer", "description": "byte of log's start"},
+                   "next_offset": {"type": "integer",
+                                   "description": "the offset to ask next"},
+                   "size": {"type": "integer", "description": "the log's size now"},
+                   "reset": {"type": "boolean",
+                             "description": "the log was started anew: offset was past "
+                                            "its end, the answer starts at 0"}}}),
     ]
 
 
@@ -329,7 +343,14 @@ class NodeActions(ComputeResource):
         return self.box.open(self.kind, record["uuid"], "agent_key", sealed)
 
     def console(self, call, record):
-        return {"log": console.tail(console_path(self.api.settings, record["uuid"]))}
+        values = call.query.getall("offset")
+        offset = None
+        if values:
+            if len(values) != 1 or not re.fullmatch(r"[0-9]{1,18}", values[0]):
+                raise BadRequest("offset: a byte count, 0 or more (the next_offset of "
+                                 "the last answer)")
+            offset = int(values[0])
+        return console.read_from(console_path(self.api.settings, record["uuid"]), offset)
 
 
 class Nodes(NodeActions):

@@ -18,6 +18,7 @@ from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, Object, R
 from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
 from appliance.dns import records as zone_records
+from appliance.dns import resolve
 from appliance.dns import zones as wire
 from appliance.dns.adopt import REQUEST_SCHEMA as ADOPT_SCHEMA
 from appliance.tenancy import zones as zone_rule
@@ -72,7 +73,15 @@ class Domains(Resource):
                       description="the mirror's progress: status, synced_at, last_error"),
             ],
             actions=[Action("adopt", self.adopt, request_schema=ADOPT_SCHEMA,
-                            summary="Hand verified legacy upstream records to the mirror")])
+                            summary="Hand verified legacy upstream records to the mirror"),
+                     Action("resolve", self.resolve, method="GET",
+                            permission="dns.domain.read", parameters=resolve.PARAMETERS,
+                            response_schema=resolve.RESPONSE_SCHEMA,
+                            summary="The built-in server's answer for a name of this "
+                                    "domain (a real query to it)")])
+
+    def resolve(self, call, record):
+        return resolve.resolve(call, record)
 
     def adopt(self, call, record):
         from appliance.dns.adopt import adopt  # noqa: PLC0415 - needs the mirror client

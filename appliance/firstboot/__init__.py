@@ -11,7 +11,7 @@ import os
 import pwd
 import socket
 
-from appliance import metrics
+from appliance import daemon_state, metrics
 from appliance.files import write_file
 from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
@@ -121,6 +121,7 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     # the API makes its metric files only after the mark below, the daemons start after
     # this unit: nothing of this boot is there yet (docs/metrics.md)
     metrics.clear(state_dir)
+    daemon_state.clear(state_dir)       # the daemons' states are this boot's
     given = sources.read(paths)
     store = Store(state_dir)
     try:

@@ -18,13 +18,13 @@ from appliance.api.errors import BadRequest, Conflict, NotFound
 from appliance.api.fields import (UUID, Boolean, Enum, Field, Integer, List, Object,
                                   Reference, String, Tags, UUID_RE)
 from appliance.api.links import Link
-from appliance.api.resource import Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.validation import Validator
 from appliance.kinds import COMPUTE_NODES, COMPUTE_SETS, SECRET_CERTIFICATES
 from appliance.tenancy import addresses, fetch, is_platform, quotas
 from appliance.tenancy.nodes import check_appliance_node, check_nodes, platform_record
 
-from . import conditions, placement
+from . import conditions, placement, rendered
 
 LB_PATH = "/v1/network/lb"
 VHOSTS_PATH = LB_PATH + "/<lb>/vhosts"
@@ -207,7 +207,15 @@ class LoadBalancers(Resource):
                 Field("status_reason", String(4096), read_only=True),
                 Field("node_status", Object(), read_only=True,
                       description="{node uuid: {status, reason, nginx_check, applied_at}}"),
-            ])
+            ],
+            actions=[Action("routes", self.rendered_routes, method="GET",
+                            permission="network.lb.read",
+                            response_schema=rendered.RESPONSE_SCHEMA,
+                            summary="What nginx gets for this LB: its routes as data "
+                                    "(vhost, path, backends) and the rendered text")])
+
+    def rendered_routes(self, call, record):
+        return rendered.routes(call.store, self.api.settings, record)
 
     def declared_links(self):
         return [Link(LBS, NODES, label="type.external_node", values=lambda r: [

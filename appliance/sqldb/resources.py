@@ -29,14 +29,14 @@ from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.api.fields import (UUID, UUID_RE, Boolean, Enum, Field, FieldType, FilterError,
                                   Integer, List, Object, String)
 from appliance.api.links import Link
-from appliance.api.resource import Resource
+from appliance.api.resource import Action, Resource
 from appliance.api.routing import PUBLIC
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES
 from appliance.kinds import UUID as _U
 from appliance.tenancy import is_platform, quotas
 from appliance.tenancy.nodes import check_nodes
 
-from . import scram
+from . import replication, scram
 from .sets import ROOT_SIZE
 
 VERSIONS, INSTANCES = "sqldb_versions", "sqldb_instances"
@@ -367,12 +367,25 @@ class Instances(SqldbResource):
                       description="starts at 0, one more per failover"),
                 Field("node_status", Object(), read_only=True,
                       description="{node uuid: {role, status, reason, lsn}}"),
-            ] + [Field(name, String(4096), hidden=True) for name in SEALED_FIELDS])
+            ] + [Field(name, String(4096), hidden=True) for name in SEALED_FIELDS],
+            actions=[Action("replication", self.replication, method="GET",
+                            permission=f"{SERVICE}.instance.read",
+                            response_schema=replication.RESPONSE_SCHEMA,
+                            summary="How clients connect (host, port, a postgresql:// URI "
+                                    "without password), which node is the primary, and "
+                                    "each member's lag behind it")])
 
     def register(self, api):
         super().register(api)
         from appliance.secret.crypto import SecretBox  # noqa: PLC0415
         self.box = SecretBox(api.store)
+
+    def replication(self, call, record):
+        def names(kind):
+            return sorted(r["name"] for r in call.store.collection(kind).records()
+                          if r.get("instance") == record["uuid"])
+        return replication.replication(call.store, self.api.settings, record,
+                                       names(USERS), names(DATABASES))
 
     def render(self, record, only=None):
         out = super().render(record, only)

@@ -137,3 +137,19 @@ def foreign_cover(name, project_id, zones, wildcard=False):
         if covers(zname, name) or (wildcard and zname.partition(".")[2] == name):
             return zone
     return None
+
+
+def resolve_refusal(domain, name, zones):
+    """Why the API's resolve action of zone `domain` (a dns_domains record the caller may
+    read) may not ask the built-in server for `name`, or None (docs/security.md, "DNS
+    resolve action"). The server answers any name of any zone, so without this a
+    project would read other projects' records through its own domain. The name must
+    be the zone's or below it, and every zone covering it must be the domain's
+    project's: a more specific zone of another owner (left from before the one-owner
+    rule) answers it instead of this domain."""
+    zone, name = normal(domain.get("name")), normal(name)
+    if not covers(zone, name):
+        return f"{name} is not inside the domain {zone}: ask for {zone} or a name below it"
+    if foreign_cover(name, domain.get("project_id"), zones) is not None:
+        return f"{ANOTHER_OWNER}: ask for a name of this domain's own zones"
+    return None

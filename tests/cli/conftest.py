@@ -68,6 +68,8 @@ class Cli:
         self.config_dir = config_dir
         self.environ = {"APPLIANCE_ENDPOINT": endpoint} if endpoint else {}
         self.clock = time.time
+        # the CLI's waits between polls (console --follow): a test may act in them
+        self.sleep = time.sleep
         self.prompts: list[str] = []
         self.typed_password = ADMIN_PASSWORD
         self.transport = RecordingTransport()
@@ -106,6 +108,7 @@ class Cli:
             stdin_isatty=tty,
             stdout_isatty=False,
             clock=lambda: self.clock(),
+            sleep=lambda seconds: self.sleep(seconds),
             ask=self.ask,
         )
         code = program(list(argv), env)

@@ -85,6 +85,31 @@ def test_power_actions_and_console(logged_in, real_api):
     assert console.code == 0 and console.stdout == "cloud-init: ready 10.20.0.20\n"
 
 
+def test_console_follow_prints_what_is_new(logged_in, real_api):
+    node = add_node(logged_in, "-n", "follow")
+    path = console_path(real_api.settings, node["uuid"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write("booting\n")
+    waits = []
+
+    def node_writes_then_user_interrupts(seconds):
+        # between the CLI's asks: the node writes a line, then the user presses Ctrl-C
+        waits.append(seconds)
+        if len(waits) == 1:
+            with open(path, "a") as f:
+                f.write("login: \n")
+        elif len(waits) == 3:
+            raise KeyboardInterrupt
+    logged_in.sleep = node_writes_then_user_interrupts
+    logged_in.sent.clear()
+    followed = logged_in("compute", "nodes", "console", "follow", "-f", "--interval", "0.5")
+    assert followed.code == 0 and followed.stdout == "booting\nlogin: \n"
+    assert waits == [0.5, 0.5, 0.5]
+    asks = [s for s in logged_in.sent if s.path.endswith("/actions/console")]
+    assert [s.query for s in asks] == [[], [("offset", "8")], [("offset", "16")]]
+
+
 def test_wait_prints_each_status_and_ends_at_active(logged_in, real_api):
     nodes = real_api.store.collection("compute_nodes")
     # the node is made by the CLI; the daemon's part starts once it exists

@@ -205,13 +205,55 @@ def test_private_key_is_a_stable_bare_string(admin, server):
 def test_console_serves_the_tail_of_the_serial_log(admin, server):
     node = created(admin.post(N, node_body()))
     url = f"{N}/{node['uuid']}/actions/console"
-    assert admin.get(url).json == {"log": ""}
+    assert admin.get(url).json == {"log": "", "offset": 0, "next_offset": 0, "size": 0,
+                                   "reset": False}
     path = console_path(server.settings, node["uuid"])
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "wb") as f:
         f.write(b"x" * CONSOLE_TAIL + b"\nlogin: \xff\n")
     log = admin.get(url).json["log"]
     assert len(log.encode()) <= CONSOLE_TAIL + 2 and log.endswith("login: \ufffd\n")
+
+
+def test_console_is_followed_by_offset(admin, server):
+    """A client follows the log by asking from the last answer's next_offset; each
+    answer carries at most CONSOLE_TAIL bytes, and never half a UTF-8 character."""
+    node = created(admin.post(N, node_body()))
+    url = f"{N}/{node['uuid']}/actions/console"
+    path = console_path(server.settings, node["uuid"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # a 3-byte character across the first chunk's end
+    first = b"a" * (CONSOLE_TAIL - 1) + "\u20ac".encode() + b"boot\n"
+    with open(path, "wb") as f:
+        f.write(first)
+    seen, offset = b"", 0
+    while True:
+        answer = admin.get(url, query={"offset": offset}).json
+        assert answer["offset"] == offset and answer["reset"] is False
+        assert answer["next_offset"] - offset <= CONSOLE_TAIL
+        seen += answer["log"].encode()
+        if answer["next_offset"] == offset:
+            break
+        offset = answer["next_offset"]
+    assert seen == first and offset == len(first)
+    with open(path, "ab") as f:
+        f.write(b"login: \n")
+    more = admin.get(url, query={"offset": offset}).json
+    assert more["log"] == "login: \n" and more["next_offset"] == len(first) + 8
+    # the node's log started anew (shorter than the follower's offset)
+    with open(path, "wb") as f:
+        f.write(b"second boot\n")
+    again = admin.get(url, query={"offset": more["next_offset"]}).json
+    assert again == {"log": "second boot\n", "offset": 0, "next_offset": 12, "size": 12,
+                     "reset": True}
+
+
+@pytest.mark.parametrize("offset", ["-1", "x", "1.5", "99999999999999999999", "\u00b2"])
+def test_console_offset_must_be_a_byte_count(admin, offset):
+    node = created(admin.post(N, node_body()))
+    resp = admin.get(f"{N}/{node['uuid']}/actions/console", query={"offset": offset})
+    refused(resp, 400)
+    assert resp.json["message"].startswith("offset:")
 
 
 def test_delete_detaches_volumes_then_404(admin):
@@ -291,3 +333,13 @@ def test_images_named_by_repository_artifacts(admin, server, member, other):
     assert len(member.client.get(N).json) == before
     # the platform may boot any project's image artifact
     created(admin.post(N, node_body(disk_spec=spec(theirs))))
+
+
+def test_console_offset_is_in_openapi(server):
+    op = server.client().get("/v1/openapi.json").json["paths"][
+        "/v1/compute/nodes/{uuid}/actions/console"]["get"]
+    assert op["x-permission"] == "compute.node.console"
+    offset = next(p for p in op["parameters"] if p["name"] == "offset")
+    assert offset["in"] == "query" and offset["schema"]["minimum"] == 0
+    assert "next_offset" in op["responses"]["200"]["content"]["application/json"]["schema"][
+        "properties"]

@@ -515,3 +515,43 @@ def test_stop_ends_a_postgresql_that_a_child_started_with_a_client_connected(tmp
                 os.kill(pid, signal.SIGKILL)
         log.close()
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _daemon_states(up, token):
+    request = urllib.request.Request(f"http://127.0.0.1:{up.api_port}/v1/system/daemons",
+                                     headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return {d["name"]: d for d in json.load(response)}
+
+
+@pytest.mark.timeout(120)
+def test_the_api_shows_each_daemons_state_and_a_restart(up):
+    """GET /v1/system/daemons under `appliance up`: every daemon running with the pid the
+    supervisor started; a daemon killed is restarted, and its new process is shown."""
+    up.wait_line("appliance API is ready at ")
+    with open(up.state_dir / "admin-password") as f:
+        password = f.read().strip()
+    body = json.dumps({"grant_type": "password", "username": "admin",
+                       "password": password}).encode()
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{up.api_port}/v1/iam/clients/default/actions/get_token/invoke",
+        data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        token = json.load(response)["access_token"]
+    pids = up.wait_all_children()
+    while True:           # each daemon records its start once it runs its main
+        states = _daemon_states(up, token)
+        if all(states[name]["state"] == "running" for name in DAEMONS):
+            break
+        time.sleep(0.1)
+    assert {name: states[name]["pid"] for name in DAEMONS} == \
+        {name: pids[name] for name in DAEMONS}
+    victim = pids["dns"]
+    os.kill(victim, signal.SIGKILL)
+    while True:
+        dns = _daemon_states(up, token)["dns"]
+        if dns["state"] == "running" and dns["pid"] != victim:
+            break
+        assert dns["state"] in ("running", "restarting"), dns
+        time.sleep(0.05)
+    assert dns["pid"] == child_named(up.proc.pid, "dns")
