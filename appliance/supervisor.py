@@ -297,6 +297,8 @@ class Supervisor:
         if health_status(host, self.settings["api_port"], HEALTH_PROBE_SECONDS) == 200:
             self.api_announced = True
             print(f"appliance API is ready at {self.api_url()}", file=self.out, flush=True)
+            print(f"web console at {self.api_url()}/console/ (log in as admin; "
+                  "docs/console.md)", file=self.out, flush=True)
 
     # -- stopping ------------------------------------------------------------------------
 

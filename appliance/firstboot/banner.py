@@ -101,6 +101,7 @@ def text(addresses, fingerprint, password_line, version_label):
             f"  API:              https://{host}/  (port {HTTPS_PORT} of {where};\n"
             f"                    or the host port forwarded to {HTTPS_PORT}, such as\n"
             f"                    https://127.0.0.1:<port>/ under QEMU user networking)\n"
+            f"  Web console:      https://{host}/console/\n"
             f"  TLS certificate:  {fingerprint}\n"
             f"  {password_line}\n"
             "  Log in from a machine with the appliance CLI (the host port instead of the\n"

@@ -68,6 +68,7 @@ def test_the_banner_shows_every_address_the_port_and_the_forwarded_port():
     assert "https://10.0.2.15/  (port 443 of 10.0.2.15, 192.168.7.9;" in text
     assert "or the host port forwarded to 443" in text
     assert f"  TLS certificate:  {fingerprint}\n" in text
+    assert "  Web console:      https://10.0.2.15/console/\n" in text
     assert (f"\n    appliance login --endpoint https://10.0.2.15 --fingerprint {fingerprint}\n"
             in text)
     # no address found at all: the banner says so instead of showing a wrong one

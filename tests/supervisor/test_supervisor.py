@@ -197,6 +197,8 @@ def test_health_answers_and_url_is_printed(shared_up):
     line = up.wait_line("appliance API is ready at ")
     url = line.rsplit(" ", 1)[1]
     assert url == f"http://127.0.0.1:{up.api_port}"
+    console = up.wait_line("web console at ")
+    assert console.split()[3] == f"http://127.0.0.1:{up.api_port}/console/"
     with urllib.request.urlopen(url + "/v1/health", timeout=5) as response:
         assert response.status == 200
         assert json.load(response)["status"] == "ok"
