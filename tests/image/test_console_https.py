@@ -19,6 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from tests.browser import CSP_PROBE, csp_violations, launch, watched_page
 from tests.browser import shot  # noqa: F401 (the fixture)
+from tests.console.helpers import parse_set_cookie
 from tests.image.guest import PASSWORD, served_fingerprint
 from tests.waiting import eventually
 
@@ -72,10 +73,13 @@ def test_log_in_over_https_and_see_the_overview_live(box, https_browser, shot): 
         login = answered.value
         assert login.status == 200, login.text()
         # behind nginx (X-Forwarded-Proto: https) the API marks both cookies Secure
-        set_cookie = login.headers_array()
-        cookies = [h["value"] for h in set_cookie if h["name"].lower() == "set-cookie"]
-        assert any(c.startswith("appliance_session=") for c in cookies), set_cookie
-        assert all("; Secure" in c for c in cookies), cookies
+        cookies = {name: attrs for name, _, attrs in
+                   (parse_set_cookie(h["value"]) for h in login.headers_array()
+                    if h["name"].lower() == "set-cookie")}
+        assert cookies.keys() == {"appliance_session", "appliance_csrf"}, cookies
+        assert all(attrs.get("secure") is True for attrs in cookies.values()), cookies
+        # before the login the page asked for a session and got the expected 401
+        page.failed_responses.clear()
         session = {c["name"]: c for c in context.cookies()}["appliance_session"]
         assert session["secure"] and session["httpOnly"] and session["sameSite"] == "Strict"
 
@@ -98,7 +102,7 @@ def test_log_in_over_https_and_see_the_overview_live(box, https_browser, shot): 
         errors = [text for kind, text in page.console_messages if kind == "pageerror"]
         assert errors == [], errors
         assert csp_violations(page) == []
-        assert page.failed_responses == [], page.failed_responses
+        assert page.failed_responses == [], page.failed_responses   # since the login
     finally:
         context.close()
 
