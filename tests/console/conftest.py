@@ -57,24 +57,19 @@ def admin(server):
 
 # ---- the browser tests: a real `appliance up` and headless Chromium ----------------------
 #
-# Debian's chromium, driven by Playwright's Python package (its node driver is bundled);
-# `playwright install` is never run and no browser is ever downloaded.
+# The browser, its pages and the screenshots are tests/browser.py's (shared with the image's
+# and the bench's use of the console).
 
 import glob  # noqa: E402
-import re  # noqa: E402
 import shutil  # noqa: E402
 import tempfile  # noqa: E402
 
 from appliance.console.files import DEFAULT_DIR  # noqa: E402
 from tests.apiserver import TOKEN_PATH, Client, free_port  # noqa: E402
+from tests.browser import CSP_PROBE, browser, csp_violations, shot, watched_page  # noqa: E402,F401
 from tests.waiting import eventually  # noqa: E402
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
 CONSOLE_PASSWORD = "console-admin-password"
-ARTIFACTS = "APPLIANCE_TEST_ARTIFACTS"
 
 
 def real_front_end():
@@ -135,82 +130,16 @@ def console_appliance(tmp_path_factory):
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def browser():
-    """Headless Chromium (Debian's). Playwright starts it with a fresh temporary profile
-    (user-data-dir) of its own and removes it at the end; each test gets its own context
-    (`page`), so no cookie passes from one test to the next."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: `make setup` as root installs Debian's "
-                    "chromium and chromium-driver")
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS,
-                                              headless=True)
-        yield chromium
-        chromium.close()
-
-
-# collects CSP violations as the page sees them (an init script runs outside the page's
-# CSP); the console log reports them too, which the `page` fixture keeps
-_CSP_PROBE = """
-window.__cspViolations = [];
-document.addEventListener("securitypolicyviolation", (e) => {
-  window.__cspViolations.push(e.violatedDirective + " " + (e.blockedURI || "inline"));
-});
-"""
-
-
 @pytest.fixture
 def page(browser):
     """A page in a fresh browser context (its own cookies), laptop-sized. Its console
     messages are in `page.console_messages` ([(type, text)]) and `csp_violations(page)`
     tells what the page's CSP refused; `page.failed_responses` is [(status, url)] of every
-    answer >= 400 it got."""
+    answer >= 400 it got (tests/browser.py, watched_page)."""
     context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.add_init_script(_CSP_PROBE)
-    opened = context.new_page()
-    opened.console_messages = []
-    opened.on("console", lambda m: opened.console_messages.append((m.type, m.text)))
-    opened.on("pageerror", lambda e: opened.console_messages.append(("pageerror", str(e))))
-    opened.failed_responses = []
-    opened.on("response", lambda r: r.status >= 400 and opened.failed_responses.append(
-        (r.status, r.url)))
-    yield opened
+    context.add_init_script(CSP_PROBE)
+    yield watched_page(context)
     context.close()
-
-
-def csp_violations(page):
-    """What the page's Content-Security-Policy refused: the page's own reports and the
-    console's 'Refused to ...' errors."""
-    reported = page.evaluate("window.__cspViolations || []")
-    logged = [text for kind, text in page.console_messages
-              if "Content Security Policy" in text]
-    return reported + logged
-
-
-def _safe(name):
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("_")[:120]
-
-
-@pytest.fixture
-def shot(request, tmp_path):
-    """shot(page, name) -> the PNG's path: a full-page screenshot under the test's output
-    folder (<tmp_path>/screenshots/), copied to $APPLIANCE_TEST_ARTIFACTS/<test>/ when that
-    variable is set, so that a person can look at the pages a test visited."""
-    folder = tmp_path / "screenshots"
-
-    def take(page, name):
-        folder.mkdir(exist_ok=True)
-        path = folder / f"{_safe(name)}.png"
-        page.screenshot(path=str(path), full_page=True)
-        artifacts = os.environ.get(ARTIFACTS)
-        if artifacts:
-            target = os.path.join(artifacts, _safe(request.node.nodeid))
-            os.makedirs(target, exist_ok=True)
-            shutil.copy(path, target)
-        return path
-    return take
 
 
 @pytest.fixture
