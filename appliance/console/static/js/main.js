@@ -10,6 +10,8 @@ import { Overview } from "./overview.js";
 import { ListPage } from "./list.js";
 import { DetailPage } from "./detail.js";
 import { FormPage } from "./form.js";
+import { MarketPage } from "./market.js";
+import { AuditPage, mayReadAudit } from "./audit.js";
 
 function parseHash() {
   const raw = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
@@ -68,7 +70,7 @@ function Header({ name, session, onSwitch, onLogout }) {
     </header>`;
 }
 
-function Navigation({ cols, session, current }) {
+function Navigation({ doc, cols, session, current }) {
   const groups = {};
   for (const c of cols) {
     if (c.nested || !allows(session.permissions, c.list["x-permission"])) continue;
@@ -78,6 +80,8 @@ function Navigation({ cols, session, current }) {
     <nav aria-label="Resources" class="side">
       <ul class="group">
         <li><a href="#/" aria-current=${current === "/" ? "page" : undefined}>Overview</a></li>
+        ${cols.some((c) => c.path === "/v1/repo/elements" && allows(session.permissions, c.list["x-permission"])) ? html`<li><a href="#/market" aria-current=${current === "/market" || current.startsWith("/market/") ? "page" : undefined}>Marketplace</a></li>` : ""}
+        ${mayReadAudit(doc, session) ? html`<li><a href="#/audit" aria-current=${current === "/audit" ? "page" : undefined}>Audit trail</a></li>` : ""}
       </ul>
       ${Object.keys(groups).sort().map((service) => html`<div class="group">
         <h2 id=${"nav-" + service}>${service}</h2>
@@ -93,6 +97,8 @@ function Navigation({ cols, session, current }) {
 
 function Page({ route, doc, cols, session }) {
   if (route.path === "/") return html`<${Overview} doc=${doc} cols=${cols} session=${session} />`;
+  if (route.path === "/market" || route.path.startsWith("/market/")) return html`<${MarketPage} cols=${cols} session=${session} route=${route} />`;
+  if (route.path === "/audit") return html`<${AuditPage} key=${route.raw} doc=${doc} session=${session} query=${route.query} />`;
   if (route.path.startsWith("/k/")) {
     let apiPath = "/v1/" + route.path.slice(3).replace(/\/+$/, "");
     let mode = null;
@@ -193,7 +199,7 @@ function App() {
     <a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
     <${Header} name=${name} session=${session} onSwitch=${switchProject} onLogout=${logout} />
     <div class="body">
-      <${Navigation} cols=${cols} session=${session} current=${route.path} />
+      <${Navigation} doc=${doc} cols=${cols} session=${session} current=${route.path} />
       <${Page} key=${generation} route=${route} doc=${doc} cols=${cols} session=${session} />
     </div>`;
 }
