@@ -191,6 +191,11 @@ def test_install_with_one_click_watch_it_then_upgrade_and_uninstall(
         catalog.base["uuid"])["installation_state"] == "INSTALLED" else catalog.element(
         catalog.base11["uuid"])
     assert base["installation_state"] == "INSTALLED"
+    # the one click is the CLI's call, and the audit trail names it
+    open_hash(page, console_appliance, "/audit?kind=repo_elements&actor=admin")
+    page.locator("table.audit-entries tbody tr", has_text=(
+        f"{E}/{catalog.app['uuid']}/actions/install/invoke")).wait_for(timeout=WAIT_MS)
+    shot(page, "market-install-audited")
 
     # the dependency cannot go while app needs it: the API's 409 is shown
     open_hash(page, console_appliance, f"/market/e/{base['uuid']}")
@@ -270,4 +275,27 @@ def test_a_project_reader_and_an_owner_get_no_install_on_the_shared_catalog(
     assert (after["installation_state"], after["updated_at"]) == (
         before["installation_state"], before["updated_at"])
     shot(page, "market-owner-shared-catalog")
+    no_page_errors(page)
+
+
+def test_the_pages_are_labelled_and_fit_a_tablet(console_appliance, catalog, page, login, shot):
+    page.set_viewport_size({"width": 768, "height": 1024})
+    login(page, via="api")
+    for fragment, title, form in (
+            (f"/market?q={catalog.prefix}", "Marketplace", "form[role=search]"),
+            (f"/market/e/{catalog.base11['uuid']}", f"{catalog.prefix}-base 1.1.0", None),
+            ("/audit", "Audit trail", "form.audit-filters")):
+        open_hash(page, console_appliance, fragment)
+        heading(page, title)
+        page.locator("table").first.wait_for(timeout=WAIT_MS)
+        # every input has a label a screen reader reads; nothing is wider than the screen
+        if form:
+            inputs = page.locator(f"{form} input, {form} select")
+            assert inputs.count() >= 2
+            for i in range(inputs.count()):
+                assert inputs.nth(i).evaluate("el => el.labels.length") == 1
+        assert page.evaluate("document.documentElement.scrollWidth") <= 768
+        # the page's heading has the focus: a keyboard starts at the page, not the header
+        assert page.evaluate("document.activeElement.tagName") == "H1"
+        shot(page, "tablet-" + title.split()[0])
     no_page_errors(page)
