@@ -299,3 +299,25 @@ def test_the_pages_are_labelled_and_fit_a_tablet(console_appliance, catalog, pag
         assert page.evaluate("document.activeElement.tagName") == "H1"
         shot(page, "tablet-" + title.split()[0])
     no_page_errors(page)
+
+
+def test_the_catalog_follows_an_install_made_elsewhere(console_appliance, catalog, page,
+                                                       login, shot):
+    element = catalog.upload("elsewhere", "2.0.0")
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/market?q={catalog.prefix}-elsewhere")
+    heading(page, "Marketplace")
+    row = page.locator(f"table.market-elements tr[data-name='{catalog.prefix}-elsewhere']")
+    row.wait_for(timeout=WAIT_MS)
+    assert row.locator("td").nth(4).inner_text() == "—"
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
+               "the event stream to open")
+    page.evaluate("window.__notReloaded = true")
+    # installed by another client (the CLI's call): the row follows the stream
+    installed = console_appliance.admin.post(f"{E}/{element['uuid']}/actions/install/invoke", {})
+    assert installed.status == 200, installed.json
+    eventually(lambda: row.locator("td").nth(4).inner_text() == "2.0.0 ACTIVE", INSTALL_S,
+               "the catalog's row to show the installed version ACTIVE")
+    assert page.evaluate("window.__notReloaded") is True
+    shot(page, "market-catalog-live")
+    no_page_errors(page)
