@@ -321,3 +321,29 @@ def test_the_catalog_follows_an_install_made_elsewhere(console_appliance, catalo
     assert page.evaluate("window.__notReloaded") is True
     shot(page, "market-catalog-live")
     no_page_errors(page)
+
+
+def test_an_install_that_fails_shows_error_with_its_reason(console_appliance, catalog, page,
+                                                           login, shot):
+    admin = console_appliance.admin
+    # the element's secret name is taken already: the Element Manager cannot write it
+    taken = admin.post("/v1/secret/secrets", {
+        "name": f"{catalog.prefix}-clash-secret", "project_id": ADMIN_PROJECT,
+        "constructor": {"kind": "plain"}, "default_value": "in the way"})
+    assert taken.status == 201, taken.json
+    element = catalog.upload("clash", "1.0.0")
+    login(page, via="api")
+    open_hash(page, console_appliance, f"/market/e/{element['uuid']}")
+    heading(page, f"{catalog.prefix}-clash 1.0.0")
+    page.get_by_role("button", name="Install", exact=True).click()
+    eventually(lambda: page.locator("#progress-element").count() == 1
+               and status_text(page, "#progress-element") in ("ACTIVE", "ERROR"),
+               INSTALL_S, "the install to finish on the page")
+    assert status_text(page, "#progress-element") == "ERROR"
+    reason = page.locator("#progress-element .status-reason").inner_text()
+    assert reason == admin.get(f"{E}/{element['uuid']}").json["status_reason"]
+    assert reason
+    # an installed element in ERROR offers the retry the API takes
+    assert page.get_by_role("button", name="Retry install").is_visible()
+    shot(page, "market-install-error")
+    no_page_errors(page)
