@@ -103,9 +103,14 @@ def test_browse_a_catalog_search_it_and_see_versions_and_requirements(
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     login(page, via="api")
     open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    # the page's module is loaded when the page is first opened, not with the overview
+    loaded = "performance.getEntriesByType('resource').map(e => e.name)"
+    assert not [u for u in page.evaluate(loaded) if "/js/market.js" in u]
     page.get_by_role("navigation", name="Resources").get_by_role(
         "link", name="Marketplace").click()
     heading(page, "Marketplace")
+    assert [u for u in page.evaluate(loaded) if "/js/market.js" in u]
     page.locator("table.market-elements").wait_for(timeout=WAIT_MS)
     # search by part of a name: only this catalog's two elements remain
     page.get_by_label("Name", exact=True).fill(catalog.prefix)
