@@ -20,7 +20,8 @@ def test_the_trail_filtered_by_kind_shows_an_install(console_appliance, page, lo
     assert installed.status == 200, installed.json
     login(page, via="api")
     open_hash(page, console_appliance, "/")
-    page.get_by_role("navigation", name="Resources").get_by_role("link", name="Audit trail", exact=True).click()
+    page.get_by_role("navigation", name="Resources").get_by_role(
+        "link", name="Audit trail", exact=True).click()
     heading(page, "Audit trail")
     page.locator("table.audit-entries").wait_for(timeout=WAIT_MS)
     shot(page, "audit-all")
@@ -40,9 +41,16 @@ def test_the_trail_filtered_by_kind_shows_an_install(console_appliance, page, lo
     assert cells.nth(4).inner_text() == "200"
     shot(page, "audit-kind-repo-elements")
 
+    # Refresh reads the trail again: a newer entry of the kind appears
+    again = admin.post(f"{E}/{element['uuid']}/actions/install/invoke", {})
+    assert again.status in (200, 409), again.json
+    page.get_by_role("button", name="Refresh").click()
+    eventually(lambda: page.locator("table.audit-entries tbody tr", has_text=install_path).count()
+               == 2, 30, "the second install's entry after Refresh")
+
     # and by actor + method, and a time range that holds nothing
     open_hash(page, console_appliance, "/audit?actor=admin&method=POST&kind=repo_elements")
-    row.wait_for(timeout=WAIT_MS)
+    row.first.wait_for(timeout=WAIT_MS)
     open_hash(page, console_appliance, "/audit?kind=repo_elements&since=2100-01-01T00:00:00.000Z")
     page.get_by_text("No entry with these filters").wait_for(timeout=WAIT_MS)
     # the form shows the range back in local time, ready to change
@@ -86,14 +94,16 @@ def test_an_owner_reads_its_project_and_a_reader_gets_no_audit(console_appliance
     owner, owner_password = bound_user(admin, "owner", project["uuid"])
     login(page, owner, owner_password, project=project["uuid"], via="api")
     open_hash(page, console_appliance, "/")
-    page.get_by_role("navigation", name="Resources").get_by_role("link", name="Audit trail", exact=True).click()
+    page.get_by_role("navigation", name="Resources").get_by_role(
+        "link", name="Audit trail", exact=True).click()
     heading(page, "Audit trail")
     rows = page.locator("table.audit-entries tbody tr")
     rows.first.wait_for(timeout=WAIT_MS)
     projects = page.locator("table.audit-entries tbody td:nth-child(7) a").evaluate_all(
         "links => links.map(a => a.title)")
     assert projects and set(projects) == {project["uuid"]}
-    assert page.locator("table.audit-entries tbody tr[data-kind='compute_placement_policies']").count() >= 1
+    policies = "table.audit-entries tbody tr[data-kind='compute_placement_policies']"
+    assert page.locator(policies).count() >= 1
     shot(page, "audit-owner")
     no_page_errors(page)
 

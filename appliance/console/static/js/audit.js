@@ -1,7 +1,8 @@
 // The audit trail (#/audit): GET /v1/audit/ as a table, newest first, filtered by the
 // route's own filters (actor, project_id, kind, method, since, until: docs/audit.md) and
 // paged by its X-Pagination-Marker header. The filters live in the hash, so a filtered
-// page can be linked and reloaded. Shown only when the session holds the route's
+// page can be linked and reloaded. The trail is no part of the event feed, so the page
+// reads it when opened, filtered or paged, and on Refresh. Shown only when the session holds the route's
 // permission; what a project's owner may read (its project's entries) is the API's answer.
 import { html, useState, useEffect } from "./html.js";
 import { request } from "./api.js";
@@ -37,6 +38,7 @@ export function AuditPage({ doc, session, query }) {
   const [rows, setRows] = useState(null);
   const [marker, setMarker] = useState(null);
   const [error, setError] = useState(null);
+  const [reload, setReload] = useState(0);
   useTitle("Audit trail");
   const allowed = mayReadAudit(doc, session);
 
@@ -57,7 +59,7 @@ export function AuditPage({ doc, session, query }) {
       setError(null);
     }, (e) => { if (live) { setError(e); setRows([]); } });
     return () => { live = false; };
-  }, [url, allowed]);
+  }, [url, allowed, reload]);
 
   const go = (next) => {
     const qs = next.toString();
@@ -98,6 +100,7 @@ export function AuditPage({ doc, session, query }) {
         <span><label class="check"><input type="checkbox" name="oldest_first" checked=${query.get("sort_dir") === "asc"} /> oldest first</label></span>
         <button type="submit">Filter</button>
         ${filtered.length ? html`<button type="button" onClick=${() => go(new URLSearchParams())}>Clear</button>` : ""}
+        <button type="button" onClick=${() => setReload((n) => n + 1)}>Refresh</button>
       </form>
       ${filtered.length ? html`<ul class="chips" aria-label="Active filters">${filtered.map((k) => html`<li>${k} = ${query.get(k)}</li>`)}</ul>` : ""}
       <${Alert} error=${error} />
