@@ -11,6 +11,14 @@ import { ListPage } from "./list.js";
 import { DetailPage } from "./detail.js";
 import { FormPage } from "./form.js";
 
+// pages of their own, loaded when first opened: the overview's first load does not carry them
+function Lazy({ load, name, ...props }) {
+  const [page, setPage] = useState(null);
+  useEffect(() => { load().then((m) => setPage(() => m[name]), (e) => setPage(() => () => html`<main id="main"><h1>The page cannot load</h1><${Alert} error=${e} /></main>`)); }, []);
+  return page ? html`<${page} ...${props} />` : html`<main id="main"><p>Loading…</p></main>`;
+}
+const auditPermission = (doc) => ((doc.paths["/v1/audit/"] || doc.paths["/v1/audit"] || {}).get || {})["x-permission"];
+
 function parseHash() {
   const raw = decodeURIComponent(location.hash.replace(/^#/, "")) || "/";
   const [path, query = ""] = raw.split("?");
@@ -68,7 +76,7 @@ function Header({ name, session, onSwitch, onLogout }) {
     </header>`;
 }
 
-function Navigation({ cols, session, current }) {
+function Navigation({ doc, cols, session, current }) {
   const groups = {};
   for (const c of cols) {
     if (c.nested || !allows(session.permissions, c.list["x-permission"])) continue;
@@ -78,6 +86,8 @@ function Navigation({ cols, session, current }) {
     <nav aria-label="Resources" class="side">
       <ul class="group">
         <li><a href="#/" aria-current=${current === "/" ? "page" : undefined}>Overview</a></li>
+        ${cols.some((c) => c.path === "/v1/repo/elements" && allows(session.permissions, c.list["x-permission"])) ? html`<li><a href="#/market" aria-current=${current === "/market" || current.startsWith("/market/") ? "page" : undefined}>Marketplace</a></li>` : ""}
+        ${allows(session.permissions, auditPermission(doc)) ? html`<li><a href="#/audit" aria-current=${current === "/audit" ? "page" : undefined}>Audit trail</a></li>` : ""}
       </ul>
       ${Object.keys(groups).sort().map((service) => html`<div class="group">
         <h2 id=${"nav-" + service}>${service}</h2>
@@ -93,6 +103,8 @@ function Navigation({ cols, session, current }) {
 
 function Page({ route, doc, cols, session }) {
   if (route.path === "/") return html`<${Overview} doc=${doc} cols=${cols} session=${session} />`;
+  if (route.path === "/market" || route.path.startsWith("/market/")) return html`<${Lazy} key="market" load=${() => import("./market.js")} name="MarketPage" cols=${cols} session=${session} route=${route} />`;
+  if (route.path === "/audit") return html`<${Lazy} load=${() => import("./audit.js")} name="AuditPage" key=${route.raw} doc=${doc} session=${session} query=${route.query} />`;
   if (route.path.startsWith("/k/")) {
     let apiPath = "/v1/" + route.path.slice(3).replace(/\/+$/, "");
     let mode = null;
@@ -193,7 +205,7 @@ function App() {
     <a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); document.getElementById("main")?.focus(); }}>Skip to content</a>
     <${Header} name=${name} session=${session} onSwitch=${switchProject} onLogout=${logout} />
     <div class="body">
-      <${Navigation} cols=${cols} session=${session} current=${route.path} />
+      <${Navigation} doc=${doc} cols=${cols} session=${session} current=${route.path} />
       <${Page} key=${generation} route=${route} doc=${doc} cols=${cols} session=${session} />
     </div>`;
 }
