@@ -97,6 +97,13 @@ def server_body(cert_path, key_path, upstream, max_body_bytes):
     for prefix in PREFIXES:
         # the trailing slash of proxy_pass replaces the prefix: /api/core/v1/x -> /v1/x
         lines += [f"location {prefix} {{", f"    proxy_pass http://{upstream}/;", "}"]
+    # compressed: the console's files and the public OpenAPI document (~700 kB of JSON
+    # that each console load reads), which hold no secret; the API's other answers stay
+    # uncompressed (a secret beside reflected input is what a compression attack reads)
+    for exact, types in (("/console/", "text/css text/javascript application/json"),
+                         ("= /v1/openapi.json", "application/json")):
+        lines += [f"location {exact} {{", "    gzip on;", f"    gzip_types {types};",
+                  f"    proxy_pass http://{upstream};", "}"]
     lines += ["location / {", f"    proxy_pass http://{upstream};", "}"]
     return "\n".join(lines) + "\n"
 
