@@ -28,10 +28,12 @@ export function csrfToken() {
 
 const SAFE = new Set(["GET", "HEAD", "OPTIONS"]);
 
-export async function request(method, path, body) {
+// cache: "no-store" for the API's data (always read afresh); "no-cache" for what carries
+// an ETag and rarely changes (the OpenAPI document): kept, and revalidated by a 304
+export async function request(method, path, body, cache = "no-store") {
   const headers = { Accept: "application/json" };
   if (!SAFE.has(method)) headers["X-CSRF-Token"] = csrfToken();
-  const init = { method, headers, credentials: "same-origin", cache: "no-store" };
+  const init = { method, headers, credentials: "same-origin", cache };
   if (body !== undefined) {
     headers["Content-Type"] = "application/json";
     init.body = JSON.stringify(body);
@@ -56,6 +58,7 @@ export async function request(method, path, body) {
 }
 
 export const get = (path) => request("GET", path).then((r) => r.data);
+export const getRevalidated = (path) => request("GET", path, undefined, "no-cache").then((r) => r.data);
 export const post = (path, body) => request("POST", path, body ?? {}).then((r) => r.data);
 export const put = (path, body) => request("PUT", path, body).then((r) => r.data);
 export const del = (path) => request("DELETE", path).then((r) => r.data);

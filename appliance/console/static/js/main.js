@@ -2,7 +2,7 @@
 // main). Routes: #/login, #/ (overview), #/k/<API path after /v1/> (a list or an item),
 // .../new (create form), .../<uuid>/edit (edit form). docs/console.md.
 import { html, render, useState, useEffect, useCallback } from "./html.js";
-import { request, get, onUnauthorized, ApiError, csrfToken } from "./api.js";
+import { request, get, getRevalidated, onUnauthorized, ApiError, csrfToken } from "./api.js";
 import { collections, allows, locate } from "./openapi.js";
 import { connect, disconnect, onStreamState } from "./events.js";
 import { Alert } from "./view.js";
@@ -158,7 +158,7 @@ function App() {
 
   useEffect(() => {
     if (!session) return;
-    if (!doc) get("/v1/openapi.json").then(setDoc, setFatal);
+    if (!doc) getRevalidated("/v1/openapi.json").then(setDoc, setFatal);
     // a stream refused once the session is over: ask the session, whose 401 logs out
     connect(() => request("GET", "/console/session").catch((e) => e.status === 401 && ended()));
   }, [session]);
