@@ -62,6 +62,10 @@ def test_a_domain_shows_its_records_and_the_servers_answer(console_appliance, pa
     assert table.locator("tbody tr", has_text="SOA").count() == 1
     assert table.locator("td", has_text="<b>not markup</b>").count() == 1
     assert table.locator("b").count() == 0
+    # a record made while the page is open appears without a reload
+    created(admin.post(path + "/records", {
+        "type": "A", "record": {"kind": "A", "name": "api", "address": "10.20.0.6"}}))
+    table.locator("tbody tr", has_text="10.20.0.6").wait_for(timeout=WAIT_MS)
     shot(page, "domain-records")
 
     # a record's name: the server's answer, its address among the rows
@@ -126,6 +130,12 @@ def test_an_lb_shows_its_rendered_routes(console_appliance, page, login, shot):
     text = http.inner_text()
     assert domain in text and "location" in text and "/shop/" in text
     assert http.locator("*").count() == 0
+    # a route added while the page is open: its event reads the routes again
+    created(admin.post(f"{lb_path}/vhosts/{vhost['uuid']}/routes", {
+        "condition": {"kind": "exact", "value": "/health",
+                      "actions": [{"kind": "backend", "pool": pool["uuid"]}]}}))
+    page.locator("table.routes tbody tr", has_text="exact /health").wait_for(timeout=WAIT_MS)
+    assert "/health" in http.inner_text()
     shot(page, "lb-rendered-routes")
     no_page_errors(page)
 
@@ -204,4 +214,56 @@ def test_the_overview_shows_each_daemons_state(console_appliance, page, login, s
                "the dns daemon to be running")
     assert dns.locator("td").nth(1).inner_text() != "—"   # since when
     shot(page, "overview-daemons")
+    no_page_errors(page)
+
+
+def test_a_database_instance_shows_its_users_databases_and_members(console_appliance, page,
+                                                              login, shot):
+    from appliance.sqldb.versions import SEED_UUID  # noqa: PLC0415
+    admin = console_appliance.admin
+    instance = created(admin.post("/v1/sqldb/instances", {
+        "name": f"db-{uuid.uuid4().hex[:8]}", "project_id": ADMIN_PROJECT,
+        "version": SEED_UUID, "cpu": 1, "ram": 512, "disk_size": 8}))
+    path = f"/v1/sqldb/instances/{instance['uuid']}"
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"],
+                                   origin=console_appliance.url)
+    login(page, via="api")
+    open_hash(page, console_appliance, "/k/sqldb/instances/" + instance["uuid"])
+    heading(page, instance["name"])
+    page.get_by_role("heading", name="Connection and replication").wait_for(timeout=WAIT_MS)
+
+    # a user and a database made while the page is open: their events read the
+    # replication again, which names them
+    user = created(admin.post(path + "/users", {"name": "shop", "password": "password-1"}))
+    created(admin.post(path + "/databases", {"name": "orders", "owner": user["uuid"]}))
+    page.locator("#sqldb-databases", has_text="orders").wait_for(timeout=WAIT_MS)
+    assert page.locator("#sqldb-users").inner_text() == "shop"
+    answer = admin.get(path + "/actions/replication").json
+    assert answer["users"] == ["shop"] and answer["databases"] == ["orders"]
+    if answer["uri"] is None:
+        # no node has come up (this file's tests make no hypervisor): no URI, said why
+        no_uri = page.locator("#sqldb-no-uri")
+        assert no_uri.inner_text().startswith("no endpoint yet")
+        assert page.locator("#sqldb-uri").count() == 0
+    else:
+        # with a hypervisor (another file's test made one): the URI, copied
+        uri = page.locator("#sqldb-uri")
+        eventually(lambda: uri.count() == 1 and uri.inner_text() == admin.get(
+            path + "/actions/replication").json["uri"], 60, "the URI")
+        page.get_by_role("button", name="Copy").click()
+        page.locator("#copy-said", has_text="Copied.").wait_for(timeout=WAIT_MS)
+        assert page.evaluate("navigator.clipboard.readText()") == uri.inner_text()
+
+    def members_shown():
+        # the members and the primary as the API answers them (the daemon makes them)
+        now = admin.get(path + "/actions/replication").json
+        rows = page.locator("table.members tbody tr").evaluate_all(
+            "rows => rows.map(r => [r.querySelector('th a').textContent, "
+            "r.cells[1].textContent])")
+        empty = page.get_by_text("No members yet.").count() == 1
+        return (sorted(rows) == sorted([m["name"] or m["node"], m["role"]]
+                                       for m in now["members"])
+                and empty == (not now["members"]))
+    eventually(members_shown, 60, "the members' table to be the API's")
+    shot(page, "sqldb-connection")
     no_page_errors(page)

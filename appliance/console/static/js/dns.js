@@ -25,11 +25,11 @@ export function DomainPanel({ doc, cols, session, collection, apiPath, item }) {
   const resolve = readAction(session, collection, "resolve");
   if (!canList && !resolve) return null;
   return html`
-    ${canList ? html`<${Records} apiPath=${apiPath} />` : ""}
+    ${canList ? html`<${Records} apiPath=${apiPath} projectId=${item.project_id} />` : ""}
     ${resolve ? html`<${Resolve} doc=${doc} collection=${collection} apiPath=${apiPath} zone=${item.name} />` : ""}`;
 }
 
-function Records({ apiPath }) {
+function Records({ apiPath, projectId }) {
   const [records, setRecords] = useState(null);
   const [error, setError] = useState(null);
   const [reload, setReload] = useState(0);
@@ -38,10 +38,11 @@ function Records({ apiPath }) {
     get(apiPath + "/records").then((rows) => live && (setRecords(rows), setError(null)), (e) => live && setError(e));
     return () => { live = false; };
   }, [apiPath, reload]);
-  // a record's events carry its path under this domain
+  // a nested item's event has no path (nor its parent): any record event of the domain's
+  // project reads the table again
   useEffect(() => subscribe((event) => {
-    if (event.type === "resync" || (event.path || "").startsWith(apiPath + "/records/")) setReload((n) => n + 1);
-  }), [apiPath]);
+    if (event.type === "resync" || (event.kind === "dns_records" && (event.project_id ?? projectId) === projectId)) setReload((n) => n + 1);
+  }), [apiPath, projectId]);
   const sorted = (records || []).slice().sort((a, b) => ((a.record || {}).name || "").localeCompare((b.record || {}).name || "") || a.type.localeCompare(b.type));
   return html`<section class="panel" aria-labelledby="h-records">
     <h2 id="h-records">Records</h2>

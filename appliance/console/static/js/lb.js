@@ -1,21 +1,21 @@
 // An LB's panel: the routes as nginx gets them (GET .../actions/routes: the producer's
 // value and the node driver's renderer) and the rendered nginx text, so that an operator
 // sees what a request meets without logging in to the LB's node. Read again when an
-// event for the LB or anything under it (vhosts, routes, pools) arrives.
+// event for the LB or a kind under it (vhosts, routes, pools) arrives.
 import { html, useState, useEffect } from "./html.js";
 import { get } from "./api.js";
 import { subscribe } from "./events.js";
 import { Alert, Status, hashFor } from "./view.js";
 import { readAction } from "./read_action.js";
 
-export function LbPanel({ session, collection, apiPath }) {
+export function LbPanel({ session, collection, apiPath, item }) {
   if (!readAction(session, collection, "routes")) return null;
-  return html`<${Routes} apiPath=${apiPath} />`;
+  return html`<${Routes} apiPath=${apiPath} projectId=${item.project_id} />`;
 }
 
 const endpointText = (e) => `${e.host}:${e.port}${e.weight !== undefined && e.weight !== null ? ` (weight ${e.weight})` : ""}`;
 
-function Routes({ apiPath }) {
+function Routes({ apiPath, projectId }) {
   const [data, setData] = useState(null);
   const [error, setError] = useState(null);
   const [reload, setReload] = useState(0);
@@ -24,10 +24,12 @@ function Routes({ apiPath }) {
     get(apiPath + "/actions/routes").then((d) => live && (setData(d), setError(null)), (e) => live && setError(e));
     return () => { live = false; };
   }, [apiPath, reload]);
+  // the LB's own events, and those of the kinds under it (vhosts, routes, pools: a nested
+  // item's event carries no path nor parent, so any of the LB's project)
   useEffect(() => subscribe((event) => {
-    const path = event.path || "";
-    if (event.type === "resync" || path === apiPath || path.startsWith(apiPath + "/")) setReload((n) => n + 1);
-  }), [apiPath]);
+    if (event.type === "resync" || event.path === apiPath ||
+        ((event.kind || "").startsWith("network_lb_") && (event.project_id ?? projectId) === projectId)) setReload((n) => n + 1);
+  }), [apiPath, projectId]);
   const nginx = data && data.nginx;
   return html`<section class="panel" aria-labelledby="h-routes">
     <h2 id="h-routes">Rendered routes</h2>

@@ -1,21 +1,23 @@
 // A DBaaS instance's panel: how clients connect (the URI, without password), which node
 // is the primary and each member's role, lag and freshness (GET .../actions/replication).
-// Read again when an event for the instance arrives (a failover, a member's status); the
-// members' lag has no event of its own, so a "Refresh" button reads it on demand.
+// Read again when an event for the instance or under it arrives (a failover, a member's
+// status, a user or database made); the members' lag has no event of its own, so a
+// "Refresh" button reads it on demand.
 import { html, useState, useEffect } from "./html.js";
 import { get } from "./api.js";
 import { subscribe } from "./events.js";
 import { Alert, Status, hashFor } from "./view.js";
 import { readAction } from "./read_action.js";
 
-export function SqldbPanel({ session, collection, apiPath }) {
+export function SqldbPanel({ session, collection, apiPath, item }) {
   if (!readAction(session, collection, "replication")) return null;
-  return html`<${Replication} apiPath=${apiPath} />`;
+  return html`<${Replication} apiPath=${apiPath} reason=${item.status_reason} projectId=${item.project_id} />`;
 }
 
+const NESTED = new Set(["sqldb_users", "sqldb_databases"]);
 const NODE = (uuid) => hashFor("/v1/compute/nodes/" + uuid);
 
-function Replication({ apiPath }) {
+function Replication({ apiPath, reason, projectId }) {
   const uuid = apiPath.split("/").pop();
   const [data, setData] = useState(null);
   const [error, setError] = useState(null);
@@ -27,8 +29,12 @@ function Replication({ apiPath }) {
     return () => { live = false; };
   }, [apiPath, reload]);
   useEffect(() => subscribe((event) => {
-    if (event.type === "resync" || event.uuid === uuid) setReload((n) => n + 1);
-  }), [uuid]);
+    // the instance itself (a failover, a member's status), or a user or database, whose
+    // names the URI carries (a nested item's event has no path nor parent: any of the
+    // instance's project)
+    if (event.type === "resync" || event.uuid === uuid ||
+        (NESTED.has(event.kind) && (event.project_id ?? projectId) === projectId)) setReload((n) => n + 1);
+  }), [uuid, projectId]);
   const copy = async () => {
     try {
       await navigator.clipboard.writeText(data.uri);
@@ -45,8 +51,10 @@ function Replication({ apiPath }) {
       <dl class="facts">
         <dt>Connection</dt><dd>${data.uri ? html`<code id="sqldb-uri">${data.uri}</code>
           <button type="button" class="copy" onClick=${copy} aria-describedby="copy-said">Copy</button>
-          <span id="copy-said" role="status">${copied || ""}</span>` : html`<span class="muted">no endpoint yet</span>`}</dd>
+          <span id="copy-said" role="status">${copied || ""}</span>` : html`<span class="muted" id="sqldb-no-uri">no endpoint yet: the primary has no address${reason ? ` (${reason})` : ""}</span>`}</dd>
         <dt>Host, port</dt><dd>${data.host || "—"}:${data.port}</dd>
+        <dt>Users</dt><dd id="sqldb-users">${(data.users || []).join(", ") || "—"}</dd>
+        <dt>Databases</dt><dd id="sqldb-databases">${(data.databases || []).join(", ") || "—"}</dd>
         <dt>Addresses</dt><dd>${(data.addresses || []).join(", ") || "—"}</dd>
         <dt>Primary</dt><dd id="sqldb-primary">${data.primary ? html`<a href=${NODE(data.primary)}>${(data.members.find((m) => m.node === data.primary) || {}).name || data.primary}</a>` : "—"}</dd>
         <dt>Epoch</dt><dd>${data.epoch}</dd>
