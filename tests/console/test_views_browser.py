@@ -267,3 +267,42 @@ def test_a_database_instance_shows_its_users_databases_and_members(console_appli
     eventually(members_shown, 60, "the members' table to be the API's")
     shot(page, "sqldb-connection")
     no_page_errors(page)
+
+
+def test_a_reader_gets_the_panels_its_permissions_allow(console_appliance, page, login,
+                                                        shot):
+    """A project reader (`*.read` of the project's services): a domain's records and the
+    resolve form (dns.*.read), but no node console (compute.node.console), which the API
+    refuses it too."""
+    admin = console_appliance.admin
+    project = created(admin.post("/v1/iam/projects", {"name": "rd-" + uuid.uuid4().hex[:8]}))
+    username = "reader-" + uuid.uuid4().hex[:8]
+    user = created(admin.post("/v1/iam/users", {"username": username,
+                                                "password": "reader-password-1"}))
+    role = admin.get("/v1/iam/roles?name=reader").json[0]
+    created(admin.post("/v1/iam/role_bindings", {
+        "user": user["uuid"], "role": role["uuid"], "project": project["uuid"]}))
+    zone = f"r{uuid.uuid4().hex[:8]}.test"
+    domain = created(admin.post("/v1/dns/domains", {"name": zone,
+                                                    "project_id": project["uuid"]}))
+    node = created(admin.post("/v1/compute/nodes", {
+        "name": f"hw-{uuid.uuid4().hex[:8]}", "project_id": project["uuid"], "cores": 1,
+        "ram": 1024, "node_type": "HW"}))
+
+    login(page, username, "reader-password-1", project=project["uuid"], via="api")
+    open_hash(page, console_appliance, "/k/compute/nodes/" + node["uuid"])
+    heading(page, node["name"])
+    page.locator("dl.fields").wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("heading", name="Serial console").count() == 0
+    assert page.locator("pre.console-log").count() == 0
+    asked = page.evaluate(f"fetch('/v1/compute/nodes/{node['uuid']}/actions/console')"
+                          ".then(r => r.status)")
+    assert asked == 403
+    shot(page, "reader-node-no-console")
+
+    open_hash(page, console_appliance, "/k/dns/domains/" + domain["uuid"])
+    heading(page, zone)
+    page.locator("table.records tbody tr", has_text="SOA").wait_for(timeout=WAIT_MS)
+    assert page.get_by_role("heading", name="Resolve").count() == 1
+    shot(page, "reader-domain")
+    no_page_errors(page)
