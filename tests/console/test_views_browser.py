@@ -213,6 +213,11 @@ def test_the_overview_shows_each_daemons_state(console_appliance, page, login, s
     eventually(lambda: dns.locator("td.state").inner_text() == "running", 30,
                "the dns daemon to be running")
     assert dns.locator("td").nth(1).inner_text() != "—"   # since when
+    # the special views' modules are not part of the overview's load
+    loaded = page.evaluate("performance.getEntriesByType('resource').map(e => e.name)")
+    assert any("/js/overview.js" in u for u in loaded)
+    assert not [u for u in loaded if any(f"/js/{m}.js" in u for m in (
+        "dns", "lb", "node_console", "sqldb"))]
     shot(page, "overview-daemons")
     no_page_errors(page)
 
