@@ -179,6 +179,14 @@ def test_a_nodes_console_log_appears_and_grows(console_appliance, page, login, s
         "the view to follow the end")
     shot(page, "node-console-grown")
 
+    # more at once than one answer carries (64 KiB): read on until caught up, no gap
+    block = "".join(f"bulk {i:05d}\n" for i in range(12_000))   # 132 kB
+    with open(log, "a") as f:
+        f.write(block + "bulk done\n")
+    eventually(lambda: pre.inner_text().rstrip().endswith("bulk done"), 30,
+               "the bulk write to be read to its end")
+    assert block in pre.inner_text()
+
     # scrolled up by the user: new text does not pull the view down
     pre.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
     with open(log, "a") as f:

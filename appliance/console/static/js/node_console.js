@@ -2,8 +2,10 @@
 // the tail, then again from each answer's next_offset, appended. The API answers at once
 // (no long poll; a console has no event), so following is a paced loop, run only while
 // the panel is open, the page shown and the tab visible: a hidden tab or a closed panel
-// asks nothing. An answer with `reset` (the node was made again, its log started anew)
-// replaces the text. The view keeps to the bottom unless the user scrolled up.
+// asks nothing. A log written faster than one answer carries is read at once until
+// caught up; a 403 or 404 stops the loop. An answer with `reset` (the node was made
+// again, its log started anew) replaces the text. The view keeps to the bottom unless
+// the user scrolled up.
 import { html, useState, useEffect, useRef } from "./html.js";
 import { get } from "./api.js";
 import { Alert } from "./view.js";
@@ -39,6 +41,7 @@ function ConsoleLog({ apiPath }) {
     let stopped = false;
     let timer = null;
     const ask = async () => {
+      let behind = false;   // more is written than one answer carries: ask again at once
       try {
         const url = apiPath + "/actions/console" + (next.current === null ? "" : "?offset=" + next.current);
         const answer = await get(url);
@@ -48,11 +51,14 @@ function ConsoleLog({ apiPath }) {
         setSize(answer.size);
         setError(null);
         if (reset || answer.log) setText((old) => ((reset ? "" : old) + answer.log).slice(-KEEP_CHARS));
+        behind = answer.log.length > 0 && answer.next_offset < answer.size;
       } catch (e) {
         if (stopped) return;
         setError(e);
+        // the node is gone or the session may no longer read it: asking again is useless
+        if (e.status === 403 || e.status === 404) { setFollowing(false); return; }
       }
-      if (!stopped) timer = setTimeout(ask, PACE_MS);
+      if (!stopped) timer = setTimeout(ask, behind ? 0 : PACE_MS);
     };
     setFollowing(true);
     ask();
