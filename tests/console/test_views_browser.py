@@ -319,3 +319,28 @@ def test_a_reader_gets_the_panels_its_permissions_allow(console_appliance, page,
     assert page.get_by_role("heading", name="Resolve").count() == 1
     shot(page, "reader-domain")
     no_page_errors(page)
+
+
+def test_the_daemons_are_refused_to_a_projects_admin(console_appliance, page, login, shot):
+    """`*.*.*` in one project is not the platform: the overview offers the daemons (the
+    permission matches) and shows the API's 403 there, once (docs/console.md)."""
+    admin = console_appliance.admin
+    project = created(admin.post("/v1/iam/projects", {"name": "pa-" + uuid.uuid4().hex[:8]}))
+    username = "padmin-" + uuid.uuid4().hex[:8]
+    user = created(admin.post("/v1/iam/users", {"username": username,
+                                                "password": "padmin-password-1"}))
+    role = admin.get("/v1/iam/roles?name=admin").json[0]
+    created(admin.post("/v1/iam/role_bindings", {
+        "user": user["uuid"], "role": role["uuid"], "project": project["uuid"]}))
+    login(page, username, "padmin-password-1", project=project["uuid"], via="api")
+    open_hash(page, console_appliance, "/")
+    heading(page, "Overview")
+    error = page.locator("#daemons-error")
+    error.wait_for(timeout=WAIT_MS)
+    assert "admin's token" in error.inner_text()
+    assert page.locator("table.daemons").count() == 0
+    refused = [u for status, u in page.failed_responses if u.endswith("/v1/system/daemons")]
+    assert refused and all(status == 403 for status, u in page.failed_responses
+                           if u.endswith("/v1/system/daemons"))
+    shot(page, "overview-daemons-refused")
+    no_page_errors(page)

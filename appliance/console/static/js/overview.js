@@ -181,15 +181,19 @@ function DaemonStates() {
         if (stopped) return;
         setDaemons(rows); setError(null); setReadAt(new Date().toISOString());
       } catch (e) {
-        if (!stopped) setError(e);
+        if (stopped) return;
+        setError(e);
+        // a project's token (even an admin's): refused for good, asking again is useless
+        if (e.status === 403) { stopped = true; return; }
       }
       if (!stopped && document.visibilityState === "visible") timer = setTimeout(read, DAEMONS_EVERY_MS);
     };
     const onVisibility = () => {
+      if (stopped) return;
       if (document.visibilityState === "visible") read(); else clearTimeout(timer);
     };
     document.addEventListener("visibilitychange", onVisibility);
-    const unsubscribe = subscribe((event) => event.type === "resync" && read());
+    const unsubscribe = subscribe((event) => event.type === "resync" && !stopped && read());
     read();
     return () => { stopped = true; clearTimeout(timer); unsubscribe(); document.removeEventListener("visibilitychange", onVisibility); };
   }, []);
