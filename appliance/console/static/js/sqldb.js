@@ -52,7 +52,7 @@ function Replication({ apiPath, reason, projectId }) {
         <dt>Connection</dt><dd>${data.uri ? html`<code id="sqldb-uri">${data.uri}</code>
           <button type="button" class="copy" onClick=${copy} aria-describedby="copy-said">Copy</button>
           <span id="copy-said" role="status">${copied || ""}</span>` : html`<span class="muted" id="sqldb-no-uri">no endpoint yet: the primary has no address${reason ? ` (${reason})` : ""}</span>`}</dd>
-        <dt>Host, port</dt><dd>${data.host || "—"}:${data.port}</dd>
+        <dt>Host, port</dt><dd>${data.host ? `${data.host}:${data.port}` : `— (port ${data.port})`}</dd>
         <dt>Users</dt><dd id="sqldb-users">${(data.users || []).join(", ") || "—"}</dd>
         <dt>Databases</dt><dd id="sqldb-databases">${(data.databases || []).join(", ") || "—"}</dd>
         <dt>Addresses</dt><dd>${(data.addresses || []).join(", ") || "—"}</dd>
