@@ -7,6 +7,7 @@ import { subscribe, parseEventStream } from "./events.js";
 import { Alert, Status, Value, hashFor, shortTime } from "./view.js";
 import { Breadcrumbs, Heading, titleOfItem, useTitle } from "./page.js";
 import { Field, readForm, fieldOfMessage } from "./form.js";
+import { panelFor } from "./panels.js";
 
 export function DetailPage({ doc, cols, session, collection, apiPath }) {
   const [item, setItem] = useState(null);
@@ -74,6 +75,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
   const canDelete = collection.remove && allows(perms, collection.remove["x-permission"]);
   const actions = collection.actions.filter((a) => allows(perms, a.permission));
   const linking = whatLinksHere(doc, cols, collection, perms);
+  const Panel = panelFor(collection); // a kind's own view (docs/console.md, "Special views")
   return html`
     <main id="main" tabindex="-1">
       <${Breadcrumbs} cols=${cols} apiPath=${apiPath} />
@@ -94,6 +96,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
         ${result ? html`<section class="result" aria-labelledby="h-result"><h2 id="h-result">${result.action}</h2>
           ${result.error ? html`<${Alert} error=${result.error} id="action-error" />` : html`<${ActionAnswer} data=${result.data} />`}</section>` : ""}
         <dl class="fields">${fields.map((f) => html`<dt>${f}</dt><dd data-field=${f}>${f === "status" ? html`<${Status} status=${item.status} reason=${item.status_reason} />` : html`<${Value} cols=${cols} value=${item[f]} />`}</dd>`)}</dl>
+        ${Panel ? html`<${Panel} doc=${doc} cols=${cols} session=${session} collection=${collection} apiPath=${apiPath} item=${item} />` : ""}
         ${history.length ? html`<section aria-labelledby="h-history"><h2 id="h-history">History</h2>
           <ol class="events history" aria-live="polite">${history.map((e) => html`<li key=${e.revision}>
             <span class="time">${shortTime(e.timestamp)}</span>

@@ -1,6 +1,7 @@
-// #/: health and version, counts by kind and status, capacity per hypervisor, the
-// daemons' last reconciles, and the latest events. Counts, capacity and events follow
-// the shared event stream; nothing here polls.
+// #/: health and version, counts by kind and status, capacity per hypervisor, each
+// daemon's state, and the latest events. Counts, capacity and events follow the shared
+// event stream. The daemons' states are no store records and have no event, so that table
+// alone is read again on a timer, only while the tab is visible (DaemonStates).
 import { html, useState, useEffect } from "./html.js";
 import { get, request } from "./api.js";
 import { allows } from "./openapi.js";
@@ -30,17 +31,18 @@ function bump(counts, key, status, delta) {
   return { ...counts, [key]: row };
 }
 
-export function Overview({ cols, session }) {
+export function Overview({ doc, cols, session }) {
   const perms = session.permissions;
   const [health, setHealth] = useState(null);
   const [counts, setCounts] = useState(null);
   const [countsBy, setCountsBy] = useState(null); // "kind" (metrics) or "collection"
-  const [daemons, setDaemons] = useState(null);
   const [hypervisors, setHypervisors] = useState(null);
   const [events, setEvents] = useState([]);
   const [error, setError] = useState(null);
   const metricsAllowed = allows(perms, "appliance.metrics.read");
   const hypervisorsAllowed = allows(perms, "compute.hypervisor.read");
+  const daemonsOp = doc && doc.paths["/v1/system/daemons"] && doc.paths["/v1/system/daemons"].get;
+  const daemonsAllowed = !!daemonsOp && allows(perms, daemonsOp["x-permission"]);
   const readable = cols.filter((c) => !c.nested && allows(perms, c.list["x-permission"]));
   const collectionOf = (path) => path && readable.find((c) => path.startsWith(c.path + "/") && !path.slice(c.path.length + 1).includes("/"));
 
@@ -53,16 +55,8 @@ export function Overview({ cols, session }) {
       byKind[k] = byKind[k] || {};
       byKind[k][st] = (byKind[k][st] || 0) + s.value;
     }
-    const d = {};
-    const row = (name) => (d[name] = d[name] || { daemon: name, last: 0, waiting: 0, errors: 0 });
-    for (const s of samples) {
-      if (s.name === "appliance_daemon_last_success_timestamp_seconds") row(s.labels.daemon).last = Math.max(row(s.labels.daemon).last, s.value);
-      if (s.name === "appliance_daemon_waiting_items") row(s.labels.daemon).waiting += s.value;
-      if (s.name === "appliance_daemon_errors_total") row(s.labels.daemon).errors += s.value;
-    }
     setCounts(byKind);
     setCountsBy("kind");
-    setDaemons(Object.values(d).sort((a, b) => a.daemon.localeCompare(b.daemon)));
   };
 
   const loadCountsFromLists = async () => {
@@ -142,14 +136,7 @@ export function Overview({ cols, session }) {
             ${["cores", "ram", "disk"].map((r) => html`<td>${usage(h["all_" + r], h["avail_" + r])}</td>`)}
           </tr>`)}</tbody></table></div>` : html`<p>${hypervisors ? "No hypervisors." : "Asking…"}</p>`}
       </section>` : ""}
-      ${metricsAllowed ? html`<section aria-labelledby="h-daemons">
-        <h2 id="h-daemons">Daemons</h2>
-        <p class="hint">From the metrics (GET /metrics): the API serves no event for a daemon's pass, so this part is read when the page opens. <button type="button" onClick=${() => loadMetrics().catch(setError)}>Refresh daemons</button></p>
-        ${daemons && daemons.length ? html`<div class="scroll"><table>
-          <thead><tr><th scope="col">Daemon</th><th scope="col">Last successful pass</th><th scope="col">Waiting</th><th scope="col">Errors since start</th></tr></thead>
-          <tbody>${daemons.map((d) => html`<tr><th scope="row">${d.daemon}</th><td>${d.last ? shortTime(new Date(d.last * 1000).toISOString()) : "never"}</td><td>${d.waiting}</td><td>${d.errors}</td></tr>`)}</tbody>
-        </table></div>` : html`<p>${daemons ? "No daemon has reported yet." : "Asking…"}</p>`}
-      </section>` : ""}
+      ${daemonsAllowed ? html`<${DaemonStates} />` : ""}
       <section aria-labelledby="h-events">
         <h2 id="h-events">Latest events</h2>
         <ol class="events" aria-live="polite">
@@ -171,4 +158,57 @@ function usage(all, avail) {
   if (all === null || all === undefined) return "—";
   const free = avail ?? 0;
   return `${all - free} / ${free}`;
+}
+
+const DAEMONS_EVERY_MS = 10_000;
+
+/** GET /v1/system/daemons: each daemon's state, since when, why, and its last good pass.
+ * A daemon's state is kept by the supervisor (or systemd) outside the store, so no event
+ * tells of its change: the table is read when the page opens, every 10 s while the tab
+ * is visible, at once when the tab is shown again, and on a resync of the stream. A
+ * platform-only read: a project's token gets 403 and the section says so. */
+function DaemonStates() {
+  const [daemons, setDaemons] = useState(null);
+  const [error, setError] = useState(null);
+  const [readAt, setReadAt] = useState(null);
+  useEffect(() => {
+    let stopped = false;
+    let timer = null;
+    const read = async () => {
+      clearTimeout(timer);
+      try {
+        const rows = await get("/v1/system/daemons");
+        if (stopped) return;
+        setDaemons(rows); setError(null); setReadAt(new Date().toISOString());
+      } catch (e) {
+        if (stopped) return;
+        setError(e);
+        // a project's token (even an admin's): refused for good, asking again is useless
+        if (e.status === 403) { stopped = true; return; }
+      }
+      if (!stopped && document.visibilityState === "visible") timer = setTimeout(read, DAEMONS_EVERY_MS);
+    };
+    const onVisibility = () => {
+      if (stopped) return;
+      if (document.visibilityState === "visible") read(); else clearTimeout(timer);
+    };
+    document.addEventListener("visibilitychange", onVisibility);
+    const unsubscribe = subscribe((event) => event.type === "resync" && !stopped && read());
+    read();
+    return () => { stopped = true; clearTimeout(timer); unsubscribe(); document.removeEventListener("visibilitychange", onVisibility); };
+  }, []);
+  return html`<section aria-labelledby="h-daemons">
+    <h2 id="h-daemons">Daemons</h2>
+    <p class="hint">GET /v1/system/daemons: no event tells a daemon's state, so this table is read every ${DAEMONS_EVERY_MS / 1000} s while the tab is visible${readAt ? html` (last read ${shortTime(readAt)})` : ""}.</p>
+    <${Alert} error=${error} id="daemons-error" />
+    ${daemons && daemons.length ? html`<div class="scroll"><table class="daemons">
+      <thead><tr><th scope="col">Daemon</th><th scope="col">State</th><th scope="col">Since</th><th scope="col">Reason</th><th scope="col">Last successful pass</th></tr></thead>
+      <tbody>${daemons.map((d) => html`<tr key=${d.name} data-daemon=${d.name}>
+        <th scope="row">${d.name}${d.on_demand ? html` <span class="muted">(on demand)</span>` : ""}</th>
+        <td class="state"><span class=${"status daemon-" + d.state}>${d.state}</span></td>
+        <td>${d.since ? shortTime(d.since) : "—"}</td>
+        <td>${d.reason || ""}</td>
+        <td>${d.last_success_at ? html`${shortTime(d.last_success_at)}${d.last_success_kind ? html` <span class="muted">${d.last_success_kind}</span>` : ""}` : "never"}</td>
+      </tr>`)}</tbody></table></div>` : error ? "" : html`<p>${daemons ? "No daemons." : "Asking…"}</p>`}
+  </section>`;
 }
