@@ -112,7 +112,10 @@ class Fuzzer:
             collection = operation.path[:match.start()].rstrip("/").format(**params)
             listed = self.session.get(self.base_url + collection, timeout=60,
                                       headers={"Authorization": f"Bearer {self.token}"})
-            if listed.status_code != 200 or not listed.json():
+            # a path parameter under something that is no JSON list (the console's files)
+            # is not a record's
+            if listed.status_code != 200 or "json" not in listed.headers.get(
+                    "Content-Type", "") or not listed.json():
                 return None
             items = listed.json()
             if isinstance(items, dict):     # spec 4.4's {"versions": [...]}

@@ -67,7 +67,7 @@ def _operation(route):
     params += route.parameters
     ok = {"description": "success"}
     if route.response_schema is not None:
-        ok["content"] = {"application/json": {"schema": route.response_schema}}
+        ok["content"] = {route.media_type: {"schema": route.response_schema}}
     responses = {str(route.status): ok, **_error_responses(route)}
     op = {
         "operationId": f"{route.method.lower()}_" + re.sub(r"\W+", "_", route.path).strip("_"),

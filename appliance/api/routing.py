@@ -87,7 +87,7 @@ class SystemCall:
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
                  response_schema, status, max_body, accepts, tag, query_params, resource,
-                 error_schemas=None, parameters=None):
+                 error_schemas=None, parameters=None, media_type="application/json"):
         self.method = method
         self.path = path
         self.handler = handler
@@ -106,6 +106,8 @@ class Route:
         # OpenAPI query parameter objects of a route that is not a list (a read
         # action's own query: `offset`, `name`); a list's filters are `query_params`
         self.parameters = list(parameters or ())
+        # what a success answer is (the console's files are not JSON)
+        self.media_type = media_type
 
     @property
     def public(self):
@@ -178,14 +180,15 @@ class Api(Registry):
 
     def route(self, method, path, handler, *, permission, summary="", request_schema=None,
               response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
-              query_params=None, resource=None, error_schemas=None, parameters=None):
+              query_params=None, resource=None, error_schemas=None, parameters=None,
+              media_type="application/json"):
         if not permission:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
                       self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
-                      query_params, resource, error_schemas, parameters)
+                      query_params, resource, error_schemas, parameters, media_type)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route

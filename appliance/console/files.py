@@ -188,8 +188,9 @@ class Files:
 
 def register(api):
     files = Files(api.settings)
-    common = {"permission": PUBLIC, "tag": "console", "response_schema": {
-        "type": "string", "description": "a file of the web console"}}
+    common = {"permission": PUBLIC, "tag": "console", "media_type": "*/*",
+              "response_schema": {"type": "string",
+                                  "description": "a file of the web console"}}
     api.route("GET", "/console/", files.index,
               summary="The web console's page (docs/console.md)", **common)
     api.route("GET", "/console/<path:path>", files.file,

@@ -14,8 +14,6 @@ import socket
 import struct
 import time
 
-import dnslib
-
 from appliance.api.errors import ApiError, BadRequest
 from appliance.tenancy import zones as zone_rule
 
@@ -80,6 +78,7 @@ def server_address(settings):
 
 
 def resolve(call, domain):
+    import dnslib  # noqa: PLC0415 (only a resolve needs it: the API process loads no dnslib)
     name, rtype = query_params(call)
     why = zone_rule.resolve_refusal(domain, name, call.store.collection("dns_domains")
                                     .records())
@@ -108,6 +107,7 @@ def resolve(call, domain):
 
 
 def _rr(rr):
+    import dnslib  # noqa: PLC0415 (only a resolve needs it: the API process loads no dnslib)
     return {"name": str(rr.rname).rstrip(".") or ".", "type": dnslib.QTYPE.get(rr.rtype),
             "ttl": rr.ttl, "data": rr.rdata.toZone()}
 
@@ -117,6 +117,7 @@ def _family(host):
 
 
 def _ask_udp(question, host, port):
+    import dnslib  # noqa: PLC0415 (only a resolve needs it: the API process loads no dnslib)
     packet = question.pack()
     with socket.socket(_family(host), socket.SOCK_DGRAM) as sock:
         sock.settimeout(TIMEOUT_SECONDS)
@@ -132,6 +133,7 @@ def _ask_udp(question, host, port):
 
 
 def _ask_tcp(question, host, port):
+    import dnslib  # noqa: PLC0415 (only a resolve needs it: the API process loads no dnslib)
     packet = question.pack()
     with socket.create_connection((host, port), timeout=TIMEOUT_SECONDS) as sock:
         sock.sendall(struct.pack("!H", len(packet)) + packet)
