@@ -1,0 +1,163 @@
+"""Set-up shared by the console's end-to-end browser tests (tests/console/test_e2e_*.py):
+what a test is not about is made through the API (a hypervisor, a project with a reader,
+a certificate), and the pages are waited for by what they show (Playwright's auto-waiting
+`expect`), never by a clock. The appliance is the session's one `console_appliance`
+(tests/console/conftest.py); every name made here is unique, so the tests share it with the
+other console tests."""
+
+import os
+import uuid
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.compute.reconcile_helpers import image_app
+from tests.console.conftest import csp_violations
+from tests.waiting import eventually
+from tests.wsgiserver import LoopbackServer
+
+ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
+WAIT_MS = 60_000
+HYPERVISORS, NODES = "/v1/compute/hypervisors", "/v1/compute/nodes"
+LB, CERTS = "/v1/network/lb", "/v1/secret/certificates"
+DOMAINS, CONFIGS = "/v1/dns/domains", "/v1/config/configs"
+
+expect.set_options(timeout=WAIT_MS)
+
+
+def unique(prefix):
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def created(resp):
+    assert resp.status == 201, (resp.status, resp.json)
+    return resp.json
+
+
+def open_hash(page, console_appliance, fragment):
+    page.goto(console_appliance.console_url + "#" + fragment)
+
+
+def heading(page, text):
+    expect(page.get_by_role("heading", level=1, name=text, exact=True)).to_be_visible()
+
+
+def mark_document(page):
+    """A flag in the page's window: still there later means the page was never reloaded."""
+    page.evaluate("() => { window.__sameDocument = true; }")
+
+
+def not_reloaded(page):
+    return page.evaluate("window.__sameDocument === true")
+
+
+def stream_live(page):
+    expect(page.locator("header .stream")).to_have_text("live")
+
+
+def no_page_errors(page):
+    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
+    assert errors == [], errors
+    assert csp_violations(page) == []
+
+
+def fill_field(page, name, value):
+    page.locator(f"#field-{name}").fill(value)
+
+
+def select_field(page, name, value):
+    page.locator(f"#field-{name}").select_option(value)
+
+
+def submit_create(page):
+    page.locator("form.resource").get_by_role("button", name="Create").click()
+
+
+def wait_status(client, path, statuses, what):
+    return eventually(lambda: (lambda r: r if r.get("status") in statuses else None)(
+        client.get(path).json), 120, what)
+
+
+def page_fetch(page, method, path, body=None):
+    """A request from the page itself, as its own code would send it (the session cookie,
+    the X-CSRF-Token echoing the appliance_csrf cookie): (status, answer body)."""
+    return page.evaluate("""async ([method, path, body]) => {
+      const csrf = (document.cookie.split("; ").find((c) => c.startsWith("appliance_csrf=")) || "")
+        .slice("appliance_csrf=".length);
+      const r = await fetch(path, {method, credentials: "same-origin",
+        headers: {"Content-Type": "application/json", "X-CSRF-Token": csrf},
+        body: body === null ? undefined : JSON.stringify(body)});
+      let data = null;
+      try { data = await r.json(); } catch (e) { data = null; }
+      return [r.status, data];
+    }""", [method, path, body])
+
+
+# ---- a hypervisor on libvirt's test driver, and an image server ---------------------------
+
+@pytest.fixture(scope="module")
+def image_url(tmp_path_factory):
+    """A root disk image served on loopback, as the compute tests serve theirs
+    (tests/compute/test_reconcile_daemon.py): the compute daemon downloads it."""
+    folder = tmp_path_factory.mktemp("images")
+    with open(os.path.join(folder, "base.raw"), "wb") as f:
+        f.write(b"\x00" * 510 + b"\x55\xaa" + b"\x00" * 4096)
+    server = LoopbackServer(image_app(str(folder), [])).start()
+    yield f"http://127.0.0.1:{server.port}/base.raw"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def hypervisor(console_appliance):
+    """libvirt's test:///default (in the compute daemon's process, no libvirtd) as the
+    hypervisor VM nodes are placed on, ACTIVE before the test starts; deleted at the end
+    with the nodes placed on it."""
+    admin = console_appliance.admin
+    made = created(admin.post(HYPERVISORS, {"name": unique("e2e-hv"), "driver_spec": {
+        "kind": "libvirt", "connection_uri": "test:///default",
+        "storage_pool": "default-pool"}}))
+    path = f"{HYPERVISORS}/{made['uuid']}"
+    wait_status(admin, path, ("ACTIVE",), "the hypervisor to turn ACTIVE")
+    yield made
+    for node in admin.get(f"{NODES}?hypervisor={made['uuid']}").json or []:
+        admin.delete(f"{NODES}/{node['uuid']}")
+    eventually(lambda: not admin.get(f"{NODES}?hypervisor={made['uuid']}").json, 120,
+               "the test's nodes to be deleted")
+    admin.delete(path)
+
+
+def vm_node(admin, image_url, project=ADMIN_PROJECT):
+    return created(admin.post(NODES, {
+        "name": unique("e2e-vm"), "project_id": project, "cores": 1, "ram": 1024,
+        "disk_spec": {"kind": "root_disk", "image": image_url}}))
+
+
+def hw_node(admin, project=ADMIN_PROJECT):
+    """A HW node: a record only (no hypervisor, no daemon work), what an LB of type
+    external_node or a config can point at."""
+    return created(admin.post(NODES, {"name": unique("e2e-hw"), "project_id": project,
+                                      "cores": 1, "ram": 1024, "node_type": "HW"}))
+
+
+# ---- people ---------------------------------------------------------------------------
+
+def project_with_member(admin, role="reader", password="e2e-member-password-1"):
+    """A new project and a new user bound in it with `role`: (project, username, password)."""
+    project = created(admin.post("/v1/iam/projects", {"name": unique("e2e-proj")}))
+    username = unique("e2e-user")
+    user = created(admin.post("/v1/iam/users", {"username": username, "password": password}))
+    found = admin.get(f"/v1/iam/roles?name={role}").json[0]
+    created(admin.post("/v1/iam/role_bindings", {
+        "user": user["uuid"], "role": found["uuid"], "project": project["uuid"]}))
+    return project, username, password
+
+
+# ---- certificates ---------------------------------------------------------------------
+
+def manual_certificate(admin, project=ADMIN_PROJECT):
+    """A certificate uploaded (method manual): key and chain given, no ACME."""
+    from tests.lb.helpers import pem_pair  # noqa: PLC0415
+    crt, key = pem_pair("e2e.example.test")
+    return created(admin.post(CERTS, {
+        "name": unique("e2e-cert"), "project_id": project, "method": {"kind": "manual"},
+        "domains": ["e2e.example.test"], "cert": crt, "key": key}))
