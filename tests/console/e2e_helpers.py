@@ -110,20 +110,27 @@ def image_url(tmp_path_factory):
 @pytest.fixture(scope="module")
 def hypervisor(console_appliance):
     """libvirt's test:///default (in the compute daemon's process, no libvirtd) as the
-    hypervisor VM nodes are placed on, ACTIVE before the test starts; deleted at the end
-    with the nodes placed on it."""
+    hypervisor VM nodes are placed on, ACTIVE before the test starts. The API takes one
+    hypervisor per connection URI: one another test left is used as it is; one made here is
+    deleted at the end, with the nodes the tests placed on it."""
     admin = console_appliance.admin
-    made = created(admin.post(HYPERVISORS, {"name": unique("e2e-hv"), "driver_spec": {
-        "kind": "libvirt", "connection_uri": "test:///default",
-        "storage_pool": "default-pool"}}))
-    path = f"{HYPERVISORS}/{made['uuid']}"
+    found = [h for h in admin.get(HYPERVISORS).json
+             if (h.get("driver_spec") or {}).get("connection_uri") == "test:///default"]
+    made = None if found else created(admin.post(HYPERVISORS, {
+        "name": unique("e2e-hv"), "driver_spec": {
+            "kind": "libvirt", "connection_uri": "test:///default",
+            "storage_pool": "default-pool"}}))
+    used = found[0] if found else made
+    path = f"{HYPERVISORS}/{used['uuid']}"
     wait_status(admin, path, ("ACTIVE",), "the hypervisor to turn ACTIVE")
-    yield made
-    for node in admin.get(f"{NODES}?hypervisor={made['uuid']}").json or []:
-        admin.delete(f"{NODES}/{node['uuid']}")
-    eventually(lambda: not admin.get(f"{NODES}?hypervisor={made['uuid']}").json, 120,
-               "the test's nodes to be deleted")
-    admin.delete(path)
+    yield used
+    for node in admin.get(f"{NODES}?hypervisor={used['uuid']}").json or []:
+        if node["name"].startswith("e2e-"):
+            admin.delete(f"{NODES}/{node['uuid']}")
+    if made:
+        eventually(lambda: not admin.get(f"{NODES}?hypervisor={made['uuid']}").json, 120,
+                   "the test's nodes to be deleted")
+        admin.delete(path)
 
 
 def vm_node(admin, image_url, project=ADMIN_PROJECT):
