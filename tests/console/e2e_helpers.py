@@ -6,6 +6,7 @@ a certificate), and the pages are waited for by what they show (Playwright's aut
 other console tests."""
 
 import os
+import threading
 import uuid
 
 import pytest
@@ -95,16 +96,52 @@ def page_fetch(page, method, path, body=None):
 
 # ---- a hypervisor on libvirt's test driver, and an image server ---------------------------
 
+class Images:
+    """Root disk images served on loopback, as the compute tests serve theirs
+    (tests/compute/test_reconcile_daemon.py): the compute daemon downloads them. A gated
+    image's answer waits until the test opens its gate, so a node stays IN_PROGRESS (its
+    disk being filled) for as long as the test wants to look at it."""
+
+    RAW = b"\x00" * 510 + b"\x55\xaa" + b"\x00" * 4096
+
+    def __init__(self, folder):
+        self.folder = folder
+        self.hits = []          # every name asked for, as the request arrives
+        self.gates = {}
+        self.serve = image_app(folder, [])
+        self.server = LoopbackServer(self.app).start()
+        self.base = f"http://127.0.0.1:{self.server.port}"
+
+    def add(self, name):
+        with open(os.path.join(self.folder, name), "wb") as f:
+            f.write(self.RAW)
+        return f"{self.base}/{name}"
+
+    def gated(self, name):
+        """(url, gate): the image's download waits for gate.set() (at most 120 s)."""
+        self.gates[name] = threading.Event()
+        return self.add(name), self.gates[name]
+
+    def app(self, environ, start_response):
+        name = environ["PATH_INFO"].lstrip("/")
+        self.hits.append(name)
+        if name in self.gates:
+            self.gates[name].wait(120)
+        return self.serve(environ, start_response)
+
+
 @pytest.fixture(scope="module")
-def image_url(tmp_path_factory):
-    """A root disk image served on loopback, as the compute tests serve theirs
-    (tests/compute/test_reconcile_daemon.py): the compute daemon downloads it."""
-    folder = tmp_path_factory.mktemp("images")
-    with open(os.path.join(folder, "base.raw"), "wb") as f:
-        f.write(b"\x00" * 510 + b"\x55\xaa" + b"\x00" * 4096)
-    server = LoopbackServer(image_app(str(folder), [])).start()
-    yield f"http://127.0.0.1:{server.port}/base.raw"
-    server.stop()
+def images(tmp_path_factory):
+    served = Images(str(tmp_path_factory.mktemp("images")))
+    yield served
+    for gate in served.gates.values():
+        gate.set()
+    served.server.stop()
+
+
+@pytest.fixture(scope="module")
+def image_url(images):
+    return images.add("base.raw")
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,20 @@ import os
 from playwright.sync_api import expect
 
 from tests.console.e2e_helpers import (ADMIN_PROJECT, NODES, fill_field, heading,  # noqa: F401
-                                       hypervisor, image_url, mark_document, no_page_errors,
-                                       not_reloaded, open_hash, stream_live, submit_create,
-                                       unique, vm_node, wait_status)
+                                       hypervisor, image_url, images, mark_document,
+                                       no_page_errors, not_reloaded, open_hash, stream_live,
+                                       submit_create, unique, vm_node, wait_status)
+from tests.waiting import eventually
 
 
-def test_create_a_vm_node_and_see_its_address_appear(console_appliance, hypervisor,
-                                                     image_url, page, login, shot):
+def test_create_a_vm_node_and_see_its_address_appear(console_appliance, hypervisor, images,
+                                                     page, login, shot):
+    """The node's image is served gated: the page is seen with the node IN_PROGRESS (its
+    disk being filled), then, the gate open, turning ACTIVE, all in the one document. The
+    address comes with the node's port, before the disk (so it may already be on the page
+    that first reads the node); what the test pins is that the page shows it, equal to the
+    API's, in the document the form opened."""
+    image, gate = images.gated(unique("gated") + ".raw")
     login(page, via="api")
     open_hash(page, console_appliance, "/k/compute/nodes/new")
     heading(page, "Create in nodes")
@@ -25,17 +32,21 @@ def test_create_a_vm_node_and_see_its_address_appear(console_appliance, hypervis
     fill_field(page, "project_id", ADMIN_PROJECT)
     fill_field(page, "cores", "1")
     fill_field(page, "ram", "1024")
-    fill_field(page, "disk_spec", json.dumps({"kind": "root_disk", "image": image_url}))
+    fill_field(page, "disk_spec", json.dumps({"kind": "root_disk", "image": image}))
     shot(page, "node-form-filled")
     submit_create(page)
 
     heading(page, name)
     assert "#/k/compute/nodes/" in page.url
-    shot(page, "node-created")
     node_uuid = page.url.rsplit("/", 1)[-1]
-    # placement, the port and the domain are the daemons' work: the page follows the
-    # stream until the node is ACTIVE with its address
-    expect(page.locator(".statusline .status")).to_have_text("ACTIVE")
+    # the daemon is fetching the image: the page follows the node there
+    eventually(lambda: image.rsplit("/", 1)[-1] in images.hits, 120,
+               "the compute daemon to ask for the node's image")
+    status = page.locator(".statusline .status")
+    expect(status).to_have_text("IN_PROGRESS")
+    shot(page, "node-in-progress")
+    gate.set()
+    expect(status).to_have_text("ACTIVE")
     address = page.locator('[data-field="default_network"]')
     expect(address).to_contain_text('"ipv4"')
     node = console_appliance.admin.get(f"{NODES}/{node_uuid}").json
@@ -44,7 +55,9 @@ def test_create_a_vm_node_and_see_its_address_appear(console_appliance, hypervis
     expect(address).to_contain_text(f'"ipv4": "{node["default_network"]["ipv4"]}"')
     assert not_reloaded(page)
     # its history shows the way there, as it came
-    expect(page.locator("ol.history")).to_contain_text("ACTIVE")
+    history = page.locator("ol.history")
+    expect(history).to_contain_text("IN_PROGRESS")
+    expect(history).to_contain_text("ACTIVE")
     shot(page, "node-active-with-address")
     no_page_errors(page)
 
