@@ -42,8 +42,13 @@ export function Field({ doc, name, schema, required, error, value }) {
     input = html`<select ...${common}>
       ${!required || value === undefined ? html`<option value="" selected=${current === ""}>(not set)</option>` : ""}
       ${s.enum.filter((v) => v !== null).map((v) => html`<option value=${String(v)} selected=${current === String(v)}>${String(v)}</option>`)}</select>`;
+  } else if (kind === "boolean" && value === undefined && s.default === undefined) {
+    // a create form: the schema does not say the API's default (a vhost's `enabled` is
+    // true), so an untouched field sends nothing rather than a checkbox's false
+    input = html`<select ...${common}>
+      <option value="" selected>(API default)</option><option value="true">true</option><option value="false">false</option></select>`;
   } else if (kind === "boolean") {
-    input = html`<input type="checkbox" ...${common} defaultChecked=${value === true} />`;
+    input = html`<input type="checkbox" ...${common} defaultChecked=${value === undefined ? s.default === true : value === true} />`;
   } else if (kind === "integer" || kind === "number") {
     input = html`<input type="number" step=${kind === "integer" ? "1" : "any"} min=${s.minimum} max=${s.maximum} ...${common} defaultValue=${display(kind, value)} />`;
   } else if (kind === "json") {
@@ -85,6 +90,11 @@ export function readForm(doc, schema, form, mode, initial) {
     const el = form.elements[name];
     if (!el) continue;
     const kind = inputKind(doc, prop);
+    const threeState = kind === "boolean" && el.tagName === "SELECT";
+    if (threeState) {
+      if (el.value !== "") body[name] = el.value === "true";
+      continue;
+    }
     const raw = kind === "boolean" ? el.checked : el.value;
     if (mode === "edit") {
       const before = kind === "boolean" ? initial[name] === true : display(kind, initial[name]);
