@@ -81,11 +81,12 @@ def test_open_a_node_console_log(console_appliance, hypervisor, image_url, page,
     open_hash(page, console_appliance, f"/k/compute/nodes/{node['uuid']}")
     heading(page, node["name"])
     shot(page, "node-detail")
-    page.get_by_role("button", name="Show console").click()
-    expect(page.get_by_role("heading", name="console")).to_be_visible()
-    log = page.locator('pre[data-answer="log"]')
+    # the node's panel follows its serial console (no "Show console" button beside it)
+    assert page.get_by_role("button", name="Show console").count() == 0
+    expect(page.get_by_role("heading", name="Serial console")).to_be_visible()
+    log = page.get_by_label("Serial console log")
     for line in lines:
         expect(log).to_contain_text(line)
-    assert page.locator("section.result b").count() == 0    # text, never markup
+    assert log.locator("b").count() == 0    # text, never markup
     shot(page, "node-console-log")
     no_page_errors(page)

@@ -7,7 +7,7 @@ import { subscribe, parseEventStream } from "./events.js";
 import { Alert, Status, Value, hashFor, shortTime } from "./view.js";
 import { Breadcrumbs, Heading, titleOfItem, useTitle } from "./page.js";
 import { Field, readForm, fieldOfMessage } from "./form.js";
-import { panelFor } from "./panels.js";
+import { panelFor, panelShows } from "./panels.js";
 
 export function DetailPage({ doc, cols, session, collection, apiPath }) {
   const [item, setItem] = useState(null);
@@ -73,7 +73,8 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
   const fields = item ? [...new Set([...Object.keys(schema.properties || {}), ...Object.keys(item)])] : [];
   const canEdit = collection.update && allows(perms, collection.update["x-permission"]);
   const canDelete = collection.remove && allows(perms, collection.remove["x-permission"]);
-  const actions = collection.actions.filter((a) => allows(perms, a.permission));
+  const actions = collection.actions.filter((a) => allows(perms, a.permission) &&
+    !panelShows(collection, a));
   const linking = whatLinksHere(doc, cols, collection, perms);
   const Panel = panelFor(collection); // a kind's own view (docs/console.md, "Special views")
   return html`
@@ -88,7 +89,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
         <div class="toolbar">
           ${canEdit ? html`<a class="button" href=${hashFor(apiPath) + "/edit"}>Edit</a>` : ""}
           ${canDelete ? html`<button type="button" class="danger" onClick=${() => { setConfirming(true); setDeleteError(null); }}>Delete</button>` : ""}
-          ${actions.map((a) => html`<button type="button" onClick=${() => (a.invoke && a.body && a.body.properties && Object.keys(a.body.properties).length ? setOpenAction(a) : invoke(a))}>${a.invoke ? a.name.replace(/_/g, " ") : "Show " + a.name.replace(/_/g, " ")}</button>`)}
+          ${actions.map((a) => html`<button type="button" onClick=${() => (a.invoke && a.body && a.body.properties && Object.keys(a.body.properties).length ? setOpenAction(a) : invoke(a))}>${a.invoke ? a.name.replace(/_/g, " ") : "Show " + a.name.replace(/^get_/, "").replace(/_/g, " ")}</button>`)}
         </div>
         ${confirming ? html`<${Confirm} text=${`Delete ${titleOfItem(item)}? This cannot be undone.`} onConfirm=${remove} onCancel=${() => setConfirming(false)} />` : ""}
         <${Alert} error=${deleteError} id="delete-error" />

@@ -34,6 +34,19 @@ const PANELS = new Map([
   ["/v1/sqldb/instances", lazy(() => import("./sqldb.js"), "SqldbPanel")],
 ]);
 
+// the read actions each panel shows itself: the page offers no "Show ..." button for them
+const COVERED = new Map([
+  ["/v1/dns/domains", ["resolve"]],
+  ["/v1/network/lb", ["routes"]],
+  ["/v1/compute/nodes", ["console"]],
+  ["/v1/sqldb/instances", ["replication"]],
+]);
+
+/** Whether a collection's panel already shows this action's answer. */
+export function panelShows(collection, action) {
+  return !action.invoke && (COVERED.get(collection.path) || []).includes(action.name);
+}
+
 /** The panel component of a collection's items, or null. */
 export function panelFor(collection) {
   return PANELS.get(collection.path) || null;
