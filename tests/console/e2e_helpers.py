@@ -13,7 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.compute.reconcile_helpers import image_app
-from tests.console.conftest import csp_violations
+from tests.console.pages import no_page_errors, open_hash  # noqa: F401 (the e2e tests take them from here)
 from tests.waiting import eventually
 from tests.wsgiserver import LoopbackServer
 
@@ -35,10 +35,6 @@ def created(resp):
     return resp.json
 
 
-def open_hash(page, console_appliance, fragment):
-    page.goto(console_appliance.console_url + "#" + fragment)
-
-
 def heading(page, text):
     expect(page.get_by_role("heading", level=1, name=text, exact=True)).to_be_visible()
 
@@ -54,12 +50,6 @@ def not_reloaded(page):
 
 def stream_live(page):
     expect(page.locator("header .stream")).to_have_text("live")
-
-
-def no_page_errors(page):
-    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
-    assert errors == [], errors
-    assert csp_violations(page) == []
 
 
 def fill_field(page, name, value):

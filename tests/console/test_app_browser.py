@@ -9,27 +9,12 @@ import uuid
 import pytest
 
 import appliance
-from tests.console.conftest import csp_violations
+from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash
 from tests.waiting import eventually
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 ADMIN_ORGANIZATION = "00000000-0000-0000-0000-000000000000"   # made at first start
 MARKUP = "<script>alert(1)</script>"
-WAIT_MS = 30_000
-
-
-def open_hash(page, console_appliance, fragment):
-    page.goto(console_appliance.console_url + "#" + fragment)
-
-
-def heading(page, text):
-    page.get_by_role("heading", level=1, name=text).wait_for(timeout=WAIT_MS)
-
-
-def no_page_errors(page):
-    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
-    assert errors == [], errors
-    assert csp_violations(page) == []
 
 
 def test_log_in_and_see_the_overview_with_the_version(console_appliance, page, login, shot):

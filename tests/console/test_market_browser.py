@@ -12,30 +12,15 @@ import uuid
 import pytest
 
 from tests.apiserver import TOKEN_PATH
-from tests.console.conftest import csp_violations
+from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash
 from tests.repo.conftest import manifest
 from tests.waiting import eventually
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
 MARKUP = "<script>alert(1)</script>"
-WAIT_MS = 30_000
 INSTALL_S = 180       # a builder pass, the Element Manager's, on a machine shared by others
 R = "/v1/repo/repositories"
 E = "/v1/repo/elements"
-
-
-def open_hash(page, console_appliance, fragment):
-    page.goto(console_appliance.console_url + "#" + fragment)
-
-
-def heading(page, text):
-    page.get_by_role("heading", level=1, name=text).wait_for(timeout=WAIT_MS)
-
-
-def no_page_errors(page):
-    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
-    assert errors == [], errors
-    assert csp_violations(page) == []
 
 
 class Catalog:

@@ -7,25 +7,10 @@ GET /v1/system/daemons. Each test saves screenshots of what it saw."""
 import os
 import uuid
 
-from tests.console.conftest import csp_violations
+from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash
 from tests.waiting import eventually
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
-WAIT_MS = 30_000
-
-
-def open_hash(page, console_appliance, fragment):
-    page.goto(console_appliance.console_url + "#" + fragment)
-
-
-def heading(page, text):
-    page.get_by_role("heading", level=1, name=text).wait_for(timeout=WAIT_MS)
-
-
-def no_page_errors(page):
-    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
-    assert errors == [], errors
-    assert csp_violations(page) == []
 
 
 def created(resp):

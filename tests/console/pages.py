@@ -1,0 +1,20 @@
+"""What the console's browser tests do on every page: open a route, wait for its heading,
+and check that nothing went wrong in it (no page error, no CSP violation)."""
+
+from tests.browser import csp_violations
+
+WAIT_MS = 30_000
+
+
+def open_hash(page, console_appliance, fragment):
+    page.goto(console_appliance.console_url + "#" + fragment)
+
+
+def heading(page, text):
+    page.get_by_role("heading", level=1, name=text).wait_for(timeout=WAIT_MS)
+
+
+def no_page_errors(page):
+    errors = [text for kind, text in page.console_messages if kind == "pageerror"]
+    assert errors == [], errors
+    assert csp_violations(page) == []
