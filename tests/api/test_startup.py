@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from appliance import config, server
+from appliance import config, metrics, server
 from appliance.api.routing import _Router
 from appliance.bootstrap import bootstrap, require_bootstrapped
 from appliance.migrations import MigrationError, latest
@@ -41,7 +41,14 @@ def settings_for(state_dir, **overrides):
     return config.load(environ={}, overrides={"state_dir": str(state_dir), **overrides})
 
 
-def test_a_state_not_bootstrapped_is_refused_without_bootstrap(tmp_path):
+def test_a_state_not_bootstrapped_is_refused_without_bootstrap(tmp_path, monkeypatch):
+    # serve() starts as the API process does, sending this process's metrics to the
+    # state's files (metrics.enable): put that back at the end, or a later test's
+    # in-process counters would no longer be what its /metrics reads
+    import prometheus_client.values as values
+    monkeypatch.setenv(metrics.ENV, "")
+    monkeypatch.delenv(metrics.ENV)
+    monkeypatch.setattr(values, "ValueClass", values.ValueClass)
     settings = settings_for(tmp_path, api_bootstrap=False)
     with pytest.raises(MigrationError, match="bootstrap has not migrated it"):
         require_bootstrapped(settings)
