@@ -32,17 +32,15 @@ def launch(playwright, extra_args=()):
 
 
 @pytest.fixture(scope="session")
-def browser():
+def browser(playwright_driver):
     """Headless Chromium (Debian's). Each test gets its own context, so no cookie passes
     from one test to the next."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: `make setup` as root installs Debian's "
                     "chromium and chromium-driver")
-    with sync_playwright() as playwright:
-        chromium = launch(playwright)
-        yield chromium
-        chromium.close()
+    chromium = launch(playwright_driver)
+    yield chromium
+    chromium.close()
 
 
 # collects CSP violations as the page sees them (an init script runs outside the page's

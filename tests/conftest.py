@@ -27,6 +27,16 @@ def fresh_server(tmp_path):
     srv.stop()
 
 
+@pytest.fixture(scope="session")
+def playwright_driver():
+    """Playwright's one driver for the whole run: its sync API cannot start a second time in
+    a thread while the first runs, and both the console's browser tests and the image's
+    HTTPS test launch Chromium (tests/browser.py)."""
+    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    with sync_playwright() as playwright:
+        yield playwright
+
+
 @pytest.fixture(scope="module")
 def admin(server):
     return server.client(server.login("admin", ADMIN_PASSWORD))

@@ -36,16 +36,16 @@ def spki_pin(pem):
 
 
 @pytest.fixture(scope="module")
-def https_browser(box):
-    """Chromium trusting the key of the certificate the banner named, and no other."""
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+def https_browser(box, playwright_driver):
+    """Chromium trusting the key of the certificate the banner named, and no other (a
+    browser of its own, on the run's one Playwright driver: tests/conftest.py)."""
     digest, pem = served_fingerprint(box.vm.port(443))
     assert digest.upper() == box.fingerprint.removeprefix("SHA256:").replace(":", ""), \
         "the certificate served is not the one the banner showed"
-    with sync_playwright() as playwright:
-        chromium = launch(playwright, [f"--ignore-certificate-errors-spki-list={spki_pin(pem)}"])
-        yield chromium
-        chromium.close()
+    chromium = launch(playwright_driver,
+                      [f"--ignore-certificate-errors-spki-list={spki_pin(pem)}"])
+    yield chromium
+    chromium.close()
 
 
 def test_the_image_packages_the_console(box):
