@@ -26,6 +26,8 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from appliance.processes import boot_id, start_time
+
 # an end whose planned restart is this long past, with no start since, is a failure
 RESTART_GRACE_SECONDS = 15.0
 # systemd's RestartSec of the daemons' units
@@ -49,27 +51,6 @@ def clear(state_dir):
                 os.unlink(os.path.join(path, name))
             except OSError:
                 pass
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def process_start(pid):
-    """The pid's start time (clock ticks since boot), or None when it is gone: with the
-    pid it names one process, never a later one given the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] == "Z":            # ended, not yet reaped
-        return None
-    return int(fields[19])
 
 
 def _write(state_dir, name, record):
@@ -107,7 +88,7 @@ def supervised(state_dir):
 def record_started(state_dir, name, pid=None):
     pid = pid or os.getpid()
     _write(state_dir, name, {"name": name, "boot_id": boot_id(), "pid": pid,
-                             "pid_start": process_start(pid), "started_at": time.time(),
+                             "pid_start": start_time(pid), "started_at": time.time(),
                              "supervised": supervised(state_dir)})
 
 
@@ -137,7 +118,7 @@ def state_of(daemon, record, on_demand, now, this_boot):
         return "starting", None, "no start recorded yet"
     if record.get("ended_at") is None:
         pid = record.get("pid")
-        if isinstance(pid, int) and process_start(pid) == record.get("pid_start"):
+        if isinstance(pid, int) and start_time(pid) == record.get("pid_start"):
             return "running", record.get("started_at"), None
         if record.get("supervised"):
             # its supervisor records the end at once (appliance up reaps within 0.1 s,

@@ -28,6 +28,7 @@ import time
 import traceback
 
 from appliance import config, daemon_state, devnode, logs, metrics
+from appliance.processes import start_time
 from daemons import DAEMONS, module_of
 
 PR_SET_PDEATHSIG = 1
@@ -339,7 +340,7 @@ class Supervisor:
         supervised = {c.pid for c in self.children}
         adopted = {}
         for pid in children_of(os.getpid()):
-            started = process_start_time(pid)
+            started = start_time(pid)
             if pid not in supervised and started is not None:
                 adopted[pid] = started
         if adopted != self._adopted:
@@ -515,17 +516,6 @@ ADOPTED_NAME = "appliance-up.adopted"
 ADOPTED_CHECK_SECONDS = 5.0     # a /proc walk: cheap, but not ten times a second
 
 
-def process_start_time(pid):
-    """The start time of `pid` (clock ticks since boot), None when it is gone or a zombie:
-    with the pid, it names one process, never a later one that got the same pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] == "Z" else int(fields[19])
-
-
 def record_adopted(state_dir, adopted):
     path = os.path.join(state_dir, ADOPTED_NAME)
     tmp = path + ".tmp"
@@ -551,11 +541,11 @@ def stop_leftovers(state_dir, grace=STOP_GRACE_SECONDS):
             recorded = {int(pid): int(started) for pid, started in json.load(f).items()}
     except (OSError, ValueError, AttributeError):
         recorded = {}
-    tops = [pid for pid, started in recorded.items() if process_start_time(pid) == started]
+    tops = [pid for pid, started in recorded.items() if start_time(pid) == started]
     tree = {}
     for pid in tops:
         for member in {pid} | descendants_of(pid):
-            started = process_start_time(member)
+            started = start_time(member)
             if started is not None:
                 tree[member] = started
     if tops:
@@ -568,7 +558,7 @@ def stop_leftovers(state_dir, grace=STOP_GRACE_SECONDS):
             pass
 
     def living():
-        return [pid for pid, started in tree.items() if process_start_time(pid) == started]
+        return [pid for pid, started in tree.items() if start_time(pid) == started]
     deadline = time.monotonic() + grace
     while living() and time.monotonic() < deadline:
         time.sleep(POLL_SECONDS / 2)
