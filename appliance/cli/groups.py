@@ -212,17 +212,24 @@ def _add_verbs(verbs, common, service, spec, name, handlers):
                 sub.epilog = f"{sub.epilog.rstrip()} {parameter.upper()}"
 
 
+def read_action(args, env, collection, action, query=(), name_field=None):
+    """(answer, path) of `GET <item>/actions/<action>` for the item args.ref names in
+    `collection`: the fetch of every read action's verb (their printing differs)."""
+    client = session_client(args, env)
+    item = resolve(client, collection, args.ref, name_field)
+    path = f"{item}/actions/{action}"
+    return client.request("GET", path, query=list(query)).payload(), path
+
+
 def _read_action(action, query=()):
     """`GET <item>/actions/<action>`, with the query parameters given on the command line;
     a mapping of objects ({quota: {use, limit}}) is a table for people, one row per key."""
     def handler(args, env):
-        client = session_client(args, env)
-        item = resolve(client, f"/v1/{args.group_path}/", args.ref, args.name_field)
-        path = f"{item}/actions/{action}"
         given = [(parameter, str(getattr(args, f"query_{parameter}")))
                  for parameter, _, _ in query
                  if getattr(args, f"query_{parameter}", None) is not None]
-        data = client.request("GET", path, query=given).payload()
+        data, path = read_action(args, env, f"/v1/{args.group_path}/", action, given,
+                                 args.name_field)
         if not option(args, "json") and isinstance(data, dict) and data and all(
                 isinstance(v, dict) for v in data.values()):
             data = [{"name": key, **value} for key, value in data.items()]

@@ -17,7 +17,8 @@ from . import UsageError
 from .common import (add_body_options, add_list_arguments, add_project_option,
                      add_wait_options, create, emit, fields_epilog, session_client, update,
                      verb_adder, with_given_fields)
-from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait, wait_active
+from .groups import (emit_after_wait, on_item_or_collection, read_action, resolve,
+                     show_or_wait, wait_active)
 
 LBS = "/v1/network/lb/"
 NODES, SETS = "/v1/compute/nodes/", "/v1/compute/sets/"
@@ -198,10 +199,7 @@ def cmd_info(args, env):
 def cmd_routes(args, env):
     """The LB's `routes` action: one line per route (port, domains, match, backends),
     then the nginx text its nodes get."""
-    client = session_client(args, env)
-    lb = resolve(client, LBS, args.ref)
-    path = f"{lb}/actions/routes"
-    shown = client.request("GET", path).payload()
+    shown, path = read_action(args, env, LBS, "routes")
     if getattr(args, "json", False):
         emit(args, env, shown, path)
         return 0

@@ -14,7 +14,7 @@ from . import UsageError, schema
 from .common import (add_body_options, add_list_arguments, add_project_option,
                      add_wait_options, create, emit, session_client, update,
                      verb_adder, with_given_fields)
-from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait
+from .groups import emit_after_wait, on_item_or_collection, read_action, resolve, show_or_wait
 
 INSTANCES = "/v1/sqldb/instances/"
 # the spec's /v1/types/sqldb/versions/ answers {"versions": [...]}; the same versions at the
@@ -172,10 +172,7 @@ def _instances(verbs, common, handlers):
 
 def cmd_replication(args, env):
     """The instance's `replication` action: the URI, then one line per member."""
-    client = session_client(args, env)
-    item = resolve(client, INSTANCES, args.ref)
-    path = f"{item}/actions/replication"
-    shown = client.request("GET", path).payload()
+    shown, path = read_action(args, env, INSTANCES, "replication")
     if getattr(args, "json", False):
         emit(args, env, shown, path)
         return 0
