@@ -48,6 +48,13 @@ def cookie(name, value, max_age, *, http_only, secure):
     return "; ".join(parts)
 
 
+def session_cookies(token, csrf, max_age, secure):
+    """The two cookies of a session (empty values and Max-Age=0 clear them): the token
+    HttpOnly, the CSRF token readable by the page."""
+    return (cookie(SESSION_COOKIE, token, max_age, http_only=True, secure=secure),
+            cookie(CSRF_COOKIE, csrf, max_age, http_only=False, secure=secure))
+
+
 def _seconds_left(expires_at):
     end = parse_time(expires_at)
     return max(0, int((end - datetime.datetime.now(datetime.timezone.utc)).total_seconds()))
@@ -101,10 +108,8 @@ class Sessions:
         secure = is_https(call.request.environ)
         max_age = _seconds_left(expires_at)
         headers = {"Cache-Control": "no-store"}
-        cookies = () if token is None else (
-            cookie(SESSION_COOKIE, token, max_age, http_only=True, secure=secure),
-            cookie(CSRF_COOKIE, secrets.token_urlsafe(32), max_age, http_only=False,
-                   secure=secure))
+        cookies = () if token is None else session_cookies(
+            token, secrets.token_urlsafe(32), max_age, secure)
         return Reply(self.describe(principal, expires_at), status, headers, cookies)
 
     def login(self, call):
@@ -153,10 +158,8 @@ class Sessions:
         if getattr(call.principal, "user", None) is not None:
             request_context.set_actor(request_context.actor_of(call.principal))
             self.auth.logout(call)
-        secure = is_https(environ)
         return Reply(None, 204, {"Cache-Control": "no-store"},
-                     (cookie(SESSION_COOKIE, "", 0, http_only=True, secure=secure),
-                      cookie(CSRF_COOKIE, "", 0, http_only=False, secure=secure)))
+                     session_cookies("", "", 0, is_https(environ)))
 
 
 def _api_error(error):
