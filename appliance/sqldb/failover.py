@@ -29,6 +29,20 @@ def is_fresh(row, now, limit):
     return row is not None and age(row, now) <= limit
 
 
+def fresh_reports(nodes, rows, now, limit):
+    """{node uuid: its agent's reported value} of the members whose report is fresh."""
+    return {n["uuid"]: ((rows.get(n["uuid"]) or {}).get("value") or {})
+            for n in nodes if is_fresh(rows.get(n["uuid"]), now, limit)}
+
+
+def lag_bytes(primary_lsn, lsn):
+    """WAL bytes a member is behind the primary's reported position, or None when either
+    position is not known (TypeError for a position that is no number)."""
+    if primary_lsn is None or lsn is None:
+        return None
+    return max(primary_lsn - lsn, 0)
+
+
 def decide(instance, nodes, rows, now, limit, down_since=None):
     """`nodes`: the member node records; `rows`: {node uuid: row or None}; `now`: an aware
     datetime; `limit`: sqldb_failover_seconds; `down_since`: {node uuid: datetime} of the

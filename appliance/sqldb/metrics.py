@@ -16,7 +16,7 @@ import collections
 
 from appliance.infra_metrics import ResourceGauges, guarded, resource_gauge
 
-from .failover import is_fresh
+from .failover import fresh_reports, lag_bytes
 
 HISTORY = 512                   # primary positions remembered per instance
 HISTORY_SECONDS = 3600.0
@@ -67,8 +67,7 @@ class SqldbMetrics:
     def _observe(self, instance, nodes, rows, now):
         primary = instance.get("primary")
         t = now.timestamp()
-        fresh = {n["uuid"]: ((rows.get(n["uuid"]) or {}).get("value") or {})
-                 for n in nodes if is_fresh(rows.get(n["uuid"]), now, self.limit)}
+        fresh = fresh_reports(nodes, rows, now, self.limit)
         top = fresh.get(primary, {}).get("lsn_int")
         if top is not None:
             history = self._history(instance["uuid"], primary)
@@ -86,9 +85,10 @@ class SqldbMetrics:
                 continue
             self.values[RUNNING][labels] = 1 if value.get("running") else 0
             mine = value.get("lsn_int")
-            if top is None or mine is None:
+            behind = lag_bytes(top, mine)
+            if behind is None:
                 continue
-            self.values[LAG_BYTES][labels] = max(top - mine, 0)
+            self.values[LAG_BYTES][labels] = behind
             self.values[LAG_SECONDS][labels] = self._seconds_behind(instance["uuid"], mine, t)
 
     def _history(self, instance_uuid, primary):

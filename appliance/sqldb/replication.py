@@ -11,7 +11,7 @@ memory: it is in the metrics (appliance_sqldb_replication_lag_seconds), not here
 
 from state.collection import utcnow
 
-from .failover import age, is_fresh
+from .failover import age, fresh_reports, lag_bytes
 from .members import host_of, nodes_of, rows_of
 
 
@@ -21,24 +21,21 @@ def replication(store, settings, instance, users=(), databases=()):
     nodes = nodes_of(store, instance)
     rows = rows_of(store, instance, nodes)
     primary = instance.get("primary")
-    values = {uuid: ((row or {}).get("value") or {}) for uuid, row in rows.items()}
-    top = values.get(primary, {}).get("lsn_int") if is_fresh(rows.get(primary), now, limit) \
-        else None
+    fresh = fresh_reports(nodes, rows, now, limit)
+    top = fresh.get(primary, {}).get("lsn_int")
+    node_status = instance.get("node_status") or {}
     members = []
     for node in nodes:
-        row, value = rows.get(node["uuid"]), values.get(node["uuid"]) or {}
-        fresh = is_fresh(row, now, limit)
-        lsn = value.get("lsn_int")
+        row, value = rows.get(node["uuid"]), fresh.get(node["uuid"])
         members.append({
             "node": node["uuid"], "name": node.get("name"), "address": host_of(node),
             "role": "primary" if node["uuid"] == primary else "replica",
-            "status": (instance.get("node_status") or {}).get(node["uuid"], {}).get("status"),
-            "running": value.get("running") if fresh else None,
-            "lsn": (instance.get("node_status") or {}).get(node["uuid"], {}).get("lsn"),
-            "lag_bytes": max(top - lsn, 0) if fresh and top is not None and
-            isinstance(lsn, int) else None,
+            "status": node_status.get(node["uuid"], {}).get("status"),
+            "running": value.get("running") if value is not None else None,
+            "lsn": node_status.get(node["uuid"], {}).get("lsn"),
+            "lag_bytes": _shown_lag(top, value),
             "reported_seconds_ago": round(age(row, now), 3) if row else None,
-            "fresh": fresh})
+            "fresh": value is not None})
     host, port = instance.get("endpoint"), int(settings["sqldb_port"])
     user = users[0] if len(users) == 1 else "USER"
     database = databases[0] if len(databases) == 1 else "DATABASE"
@@ -50,6 +47,17 @@ def replication(store, settings, instance, users=(), databases=()):
         "primary": primary, "epoch": instance.get("epoch") or 0,
         "sync_replica_number": instance.get("sync_replica_number"),
         "members": members}
+
+
+def _shown_lag(top, value):
+    """The member's lag, None without a fresh report; a report that holds no number shows
+    no lag rather than failing the read (the daemon's metrics count it as an error)."""
+    if value is None:
+        return None
+    try:
+        return lag_bytes(top, value.get("lsn_int"))
+    except TypeError:
+        return None
 
 
 _MEMBER = {"type": "object", "properties": {

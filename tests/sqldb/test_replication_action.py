@@ -81,3 +81,23 @@ def test_openapi_documents_it(server):
     op = server.client().get("/v1/openapi.json").json["paths"][
         f"{INSTANCES}/{{uuid}}/actions/replication"]["get"]
     assert op["x-permission"] == "sqldb.instance.read"
+
+
+def test_a_report_without_a_number_shows_no_lag_and_no_error(server, world):
+    """An agent's report whose WAL position is no number (a broken or hostile agent) is
+    no reason for the read to fail: the lag is shown unknown, for its member and, when it
+    is the primary's, for every member."""
+    reports = server.store.collection("ua_resources")
+    primary, replica = world["nodes"]
+    key = item_uuid(primary["uuid"], world["instance"]["uuid"])
+    before = reports.get(key)
+    reports.update(key, {"value": {"running": True, "lsn_int": "not a number"}})
+    try:
+        resp = replication_of(world["owner"], world["instance"])
+        assert resp.status == 200, resp
+        members = {m["node"]: m for m in resp.json["members"]}
+        assert members[primary["uuid"]]["lag_bytes"] is None
+        assert members[replica["uuid"]]["lag_bytes"] is None
+        assert members[replica["uuid"]]["fresh"] is True
+    finally:
+        reports.update(key, {"value": before["value"]})
