@@ -1,5 +1,5 @@
 """What nginx gets for one LB, as the API shows it (GET .../lb/<uuid>/actions/routes, the
-web console's "rendered routes", `appliance lb routes LB`): the same producer value the
+web console's "rendered routes", `appliance lb rendered LB`): the same producer value the
 node agents get (targets.value) and the same renderer their driver runs
 (nginx.render_lb), so what is shown is what is shipped, not a second reading of the rules.
 
