@@ -13,7 +13,8 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.compute.reconcile_helpers import image_app
-from tests.console.pages import no_page_errors, open_hash  # noqa: F401 (the e2e tests take them from here)
+from tests.console.pages import (mark_document, no_page_errors, not_reloaded,  # noqa: F401
+                                 open_hash)  # (the e2e tests take them from here)
 from tests.waiting import eventually
 from tests.wsgiserver import LoopbackServer
 
@@ -37,15 +38,6 @@ def created(resp):
 
 def heading(page, text):
     expect(page.get_by_role("heading", level=1, name=text, exact=True)).to_be_visible()
-
-
-def mark_document(page):
-    """A flag in the page's window: still there later means the page was never reloaded."""
-    page.evaluate("() => { window.__sameDocument = true; }")
-
-
-def not_reloaded(page):
-    return page.evaluate("window.__sameDocument === true")
 
 
 def stream_live(page):

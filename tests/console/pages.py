@@ -2,6 +2,7 @@
 and check that nothing went wrong in it (no page error, no CSP violation)."""
 
 from tests.browser import csp_violations
+from tests.waiting import eventually
 
 WAIT_MS = 30_000
 
@@ -18,3 +19,17 @@ def no_page_errors(page):
     errors = [text for kind, text in page.console_messages if kind == "pageerror"]
     assert errors == [], errors
     assert csp_violations(page) == []
+
+
+def stream_live(page, seconds=30, what="the event stream to open"):
+    """Until the header says the page's event stream is open."""
+    eventually(lambda: page.locator("header .stream").inner_text() == "live", seconds, what)
+
+
+def mark_document(page):
+    """A flag in the page's window: still there later means the page was never reloaded."""
+    page.evaluate("() => { window.__sameDocument = true; }")
+
+
+def not_reloaded(page):
+    return page.evaluate("window.__sameDocument === true")

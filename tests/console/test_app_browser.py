@@ -9,7 +9,8 @@ import uuid
 import pytest
 
 import appliance
-from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash
+from tests.console.pages import (WAIT_MS, heading, mark_document, no_page_errors, not_reloaded,
+                                 open_hash, stream_live)
 from tests.waiting import eventually
 
 ADMIN_PROJECT = "00000000-0000-0000-0000-000000000000"
@@ -28,8 +29,7 @@ def test_log_in_and_see_the_overview_with_the_version(console_appliance, page, l
     assert page.get_by_role("navigation", name="Resources").is_visible()
     assert page.get_by_role("main").is_visible()
     # the event stream is open: the header says live
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
+    stream_live(page)
     page.get_by_role("heading", name="Latest events").wait_for()
     shot(page, "overview")
     no_page_errors(page)
@@ -39,8 +39,7 @@ def test_the_overview_shows_a_new_resource_live(console_appliance, page, login, 
     login(page, via="api")
     open_hash(page, console_appliance, "/")
     heading(page, "Overview")
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
+    stream_live(page)
     name = "live-" + uuid.uuid4().hex[:8]
     created = console_appliance.admin.post("/v1/iam/projects", {"name": name})
     assert created.status == 201, created.json
@@ -255,13 +254,12 @@ def test_a_detail_page_follows_changes_live(console_appliance, page, login, shot
     login(page, via="api")
     open_hash(page, console_appliance, f"/k/iam/projects/{project['uuid']}")
     heading(page, project["name"])
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
-    marker = page.evaluate("() => { window.__sameDocument = true; return true; }")
+    stream_live(page)
+    mark_document(page)
     changed = admin.put(f"/v1/iam/projects/{project['uuid']}", {"description": "changed elsewhere"})
     assert changed.status == 200, changed.json
     page.locator('[data-field="description"]', has_text="changed elsewhere").wait_for(timeout=WAIT_MS)
-    assert marker and page.evaluate("window.__sameDocument") is True   # no reload
+    assert not_reloaded(page)
     # its history: the create read from the feed, the update as it came
     history = page.locator("ol.history")
     history.locator("li", has_text="updated").first.wait_for(timeout=WAIT_MS)
@@ -397,8 +395,7 @@ def test_the_overview_shows_a_hypervisor_capacity_live(console_appliance, page, 
     login(page, via="api")
     open_hash(page, console_appliance, "/")
     heading(page, "Overview")
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
+    stream_live(page)
     name = "hv-" + uuid.uuid4().hex[:6]
     made = console_appliance.admin.post("/v1/compute/hypervisors", {"name": name, "driver_spec": {
         "kind": "libvirt", "connection_uri": "test:///default", "storage_pool": "default-pool"}})

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from tests.apiserver import TOKEN_PATH
-from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash
+from tests.console.pages import WAIT_MS, heading, no_page_errors, open_hash, stream_live
 from tests.repo.conftest import manifest
 from tests.waiting import eventually
 
@@ -152,8 +152,7 @@ def test_install_with_one_click_watch_it_then_upgrade_and_uninstall(
     login(page, via="api")
     open_hash(page, console_appliance, f"/market/e/{catalog.app['uuid']}")
     heading(page, f"{catalog.prefix}-app 1.0.0")
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
+    stream_live(page)
     # a mark on the window: gone if the page were reloaded
     page.evaluate("window.__notReloaded = true")
     page.get_by_role("button", name="Install", exact=True).click()
@@ -300,8 +299,7 @@ def test_the_catalog_follows_an_install_made_elsewhere(console_appliance, catalo
     row = page.locator(f"table.market-elements tr[data-name='{catalog.prefix}-elsewhere']")
     row.wait_for(timeout=WAIT_MS)
     assert row.locator("td").nth(4).inner_text() == "—"
-    eventually(lambda: page.locator("header .stream").inner_text() == "live", 30,
-               "the event stream to open")
+    stream_live(page)
     page.evaluate("window.__notReloaded = true")
     # installed by another client (the CLI's call): the row follows the stream
     installed = console_appliance.admin.post(f"{E}/{element['uuid']}/actions/install/invoke", {})

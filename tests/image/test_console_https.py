@@ -20,8 +20,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from tests.browser import CSP_PROBE, csp_violations, launch, watched_page
 from tests.browser import shot  # noqa: F401 (the fixture)
 from tests.console.helpers import parse_set_cookie
+from tests.console.pages import stream_live
 from tests.image.guest import PASSWORD, served_fingerprint
-from tests.waiting import eventually
 
 WAIT_MS = 120_000           # a TCG guest answers slowly; every wait is bounded anyway
 STATIC = "/opt/appliance/venv/lib/python3*/site-packages/appliance/console/static"
@@ -87,8 +87,7 @@ def test_log_in_over_https_and_see_the_overview_live(box, https_browser, shot): 
         version = page.locator("#version")
         version.wait_for()
         assert version.inner_text() == health["version"]
-        eventually(lambda: page.locator("header .stream").inner_text() == "live", 120,
-                   "the event stream to open through nginx")
+        stream_live(page, 120, "the event stream to open through nginx")
         shot(page, "overview")
 
         # the event comes through nginx's proxy while the stream stays open: an event
