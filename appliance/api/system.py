@@ -7,6 +7,7 @@ import orjson
 
 import appliance
 from . import openapi
+from .etags import etag_matches
 from .routing import PUBLIC, Reply
 
 
@@ -81,6 +82,6 @@ class OpenApiDocument:
     def reply(self, if_none_match):
         body, tag = self._body_and_tag()
         headers = {"ETag": tag, "Cache-Control": "no-cache"}
-        if tag in [t.strip() for t in if_none_match.split(",")]:
+        if etag_matches(if_none_match, tag):
             return Reply(b"", 304, headers)
         return Reply(body, 200, {**headers, "Content-Type": "application/json"})

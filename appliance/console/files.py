@@ -16,6 +16,7 @@ import threading
 import bottle
 
 from appliance.api.errors import NotFound
+from appliance.api.etags import etag_matches
 from appliance.api.routing import PUBLIC, Reply
 
 # docs/security.md, "Web console": why each
@@ -48,15 +49,6 @@ def static_dir(settings):
 
 def content_type(name):
     return CONTENT_TYPES.get(os.path.splitext(name)[1].lower(), "application/octet-stream")
-
-
-def etag_matches(header, etag):
-    """Whether If-None-Match names this ETag (weak or strong, or `*`)."""
-    for candidate in (header or "").split(","):
-        candidate = candidate.strip()
-        if candidate == "*" or candidate.removeprefix("W/") == etag:
-            return True
-    return False
 
 
 class Tree:
