@@ -134,6 +134,11 @@ def disks_of(domain_xml):
     return out
 
 
+def type_of(domain_xml):
+    """The domain's type: 'kvm', 'qemu' (TCG), or another driver's."""
+    return ET.fromstring(domain_xml).get("type")
+
+
 def shape_of(domain_xml):
     """(vcpus, memory MiB) a domain's XML defines."""
     root = ET.fromstring(domain_xml)
