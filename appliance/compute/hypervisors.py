@@ -16,8 +16,8 @@ def detect_accel(conn):
 
 class Hypervisors:
     """`conns`: hypervisor uuid -> (uri, connection); `accel`: uri -> "kvm" | "tcg" | None,
-    probed once per URI, and `accel_reason`: uri -> why (the probe's words). `on_open(conn)` is called for each new connection (events),
-    `on_lost(hv_uuid)` when one is found dead."""
+    probed once per URI, and `accel_reason`: uri -> why (the probe's words). `on_open(conn)`
+    is called for each new connection (events), `on_lost(hv_uuid)` when one is found dead."""
 
     def __init__(self, store, connect, on_open, on_lost):
         self.store, self.connect = store, connect
@@ -96,7 +96,7 @@ def discover(conn, uri, spec, accel, accel_reason):
         log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none",
                  accel_reason[uri])
     return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
-            "accel": accel[uri], "accel_reason": accel_reason[uri]}
+            "accel": accel[uri], "accel_reason": accel_reason.get(uri)}
 
 
 def write_capacity(store, active):
