@@ -58,13 +58,16 @@ def settled(node, attached, running, remembered):
         and remembered == fingerprint(node, attached, running)
 
 
-def in_place(node, prefix, attached, held):
+def in_place(node, prefix, attached, held, accel=None):
     """Whether the persistent definition (the one we wrote; a live change a driver
     refused is in it) already is what the node asks for: its image, shape, disks (by
-    their names) and seed, and no reboot left to do."""
+    their names) and seed, no reboot left to do, and the domain type the hypervisor's
+    `accel` calls for (a daemon restarted after KVM came or went redefines it; the new
+    type takes effect at the domain's next start, no running guest is stopped for it)."""
     xml = held.persistent_xml
     mark = domain_xml.read_mark(xml) or {}
     if mark.get("image") != root_image(node) \
+            or domain_xml.type_of(xml) != domain_xml.domain_type(accel) \
             or (node.get("reboot_requested_at") or None) != (mark.get("reboot") or None) \
             or domain_xml.shape_of(xml) != (int(node["cores"]), int(node["ram"])):
         return False
@@ -78,13 +81,15 @@ def in_place(node, prefix, attached, held):
     return have - seeds == want and len(seeds) == 1 and held.seed_on_disk
 
 
-def plan_node(node, attached, held, prefix, remembered=None, was_running=False):
-    """The actions that bring the node's domain in line; [] when nothing is to be done."""
+def plan_node(node, attached, held, prefix, remembered=None, was_running=False,
+              accel=None):
+    """The actions that bring the node's domain in line; [] when nothing is to be done.
+    `accel`: the hypervisor's ("kvm", "tcg" or None), which decides the domain type."""
     defined, running, want_on = held.live_xml is not None, held.running, wants_power(node)
     if defined and settled(node, attached, running, remembered):
         return []
     if defined and node["status"] == "ACTIVE" and running == want_on \
-            and in_place(node, prefix, attached, held):
+            and in_place(node, prefix, attached, held, accel):
         # a restarted daemon (empty memory) finds what it made before: no redefine
         return [Action("remember", running)]
     actions = []
@@ -148,10 +153,13 @@ def converge_node(rec, hv, conn, node, dom, running, attached, ready):
         persistent = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
         held = Held(running, persistent, persistent,
                     os.path.exists(os.path.join(rec.seed_dir, uuid + ".iso")))
-    actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running)
+    accel = rec.hypervisors.accel.get(hv["driver_spec"]["connection_uri"])
+    actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running,
+                        accel)
     if dom is not None and actions != [Action("remember", running)]:
         held = held._replace(live_xml=dom.XMLDesc(0))
-        actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running)
+        actions = plan_node(node, attached, held, machine_prefix(hv), remembered, was_running,
+                            accel)
     run = NodeRun(rec, hv, conn, node, dom, ready)
     apply(run, actions, attached)
 

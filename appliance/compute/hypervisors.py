@@ -16,14 +16,15 @@ def detect_accel(conn):
 
 class Hypervisors:
     """`conns`: hypervisor uuid -> (uri, connection); `accel`: uri -> "kvm" | "tcg" | None,
-    probed once per URI. `on_open(conn)` is called for each new connection (events),
-    `on_lost(hv_uuid)` when one is found dead."""
+    probed once per URI, and `accel_reason`: uri -> why (the probe's words). `on_open(conn)`
+    is called for each new connection (events), `on_lost(hv_uuid)` when one is found dead."""
 
     def __init__(self, store, connect, on_open, on_lost):
         self.store, self.connect = store, connect
         self.on_open, self.on_lost = on_open, on_lost
         self.conns = {}
         self.accel = {}
+        self.accel_reason = {}
 
     def refresh(self):
         """{uuid: (record, connection)} of the hypervisors that answer, each written ACTIVE
@@ -34,7 +35,8 @@ class Hypervisors:
             spec = hv.get("driver_spec") or {}
             try:
                 conn = self.connection(hv["uuid"], spec.get("connection_uri"))
-                found = discover(conn, spec.get("connection_uri"), spec, self.accel)
+                found = discover(conn, spec.get("connection_uri"), spec, self.accel,
+                                 self.accel_reason)
             except libvirt.libvirtError as e:
                 self.conns.pop(hv["uuid"], None)
                 write(coll, hv, status="ERROR", status_reason=reason(e))
@@ -77,8 +79,9 @@ def _placed(store):
     return [n for n in store.collection(NODES).records() if n.get("hypervisor")]
 
 
-def discover(conn, uri, spec, accel):
-    """What the hypervisor offers; its acceleration probed once per URI (into `accel`)."""
+def discover(conn, uri, spec, accel, accel_reason):
+    """What the hypervisor offers; its acceleration probed once per URI (into `accel`,
+    and why into `accel_reason`)."""
     _model, ram_mb, cpus = conn.getInfo()[:3]
     pool_name = pool_of(spec)
     try:
@@ -89,10 +92,11 @@ def discover(conn, uri, spec, accel):
         pool.create(0)
     capacity = pool.info()[1]
     if uri not in accel:
-        accel[uri], why = kvm_probe.probe_accel(conn)
-        log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none", why)
+        accel[uri], accel_reason[uri] = kvm_probe.probe_accel(conn)
+        log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none",
+                 accel_reason[uri])
     return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
-            "accel": accel[uri]}
+            "accel": accel[uri], "accel_reason": accel_reason.get(uri)}
 
 
 def write_capacity(store, active):

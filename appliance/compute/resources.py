@@ -161,7 +161,11 @@ def hypervisor_fields():
               description="MB; as avail_cores"),
         Field("avail_disk", Integer(), read_only=True),
         Field("accel", Enum("kvm", "tcg"), read_only=True,
-              description="the accelerator guests get here"),
+              description="the accelerator guests get here: kvm once a KVM guest was "
+                          "seen to run its firmware, tcg otherwise; null for a driver "
+                          "that is not QEMU (test:///)"),
+        Field("accel_reason", String(4096), read_only=True,
+              description="why accel is what it is (the compute daemon's KVM probe)"),
     ]
 
 

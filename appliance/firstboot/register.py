@@ -104,7 +104,8 @@ def register_hypervisor(store, uri=LOCAL_URI):
               "connection_uri": uri, "agent": None, "builder": None, "machine_type": "VM",
               "cores_ratio": 1.0, "ram_ratio": 1.0, "status": "IN_PROGRESS",
               "status_reason": None, "all_cores": None, "all_ram": None, "all_disk": None,
-              "avail_cores": None, "avail_ram": None, "avail_disk": None, "accel": None}
+              "avail_cores": None, "avail_ram": None, "avail_disk": None, "accel": None,
+              "accel_reason": None}
     try:
         return hypervisors.insert(record), True
     except DuplicateKey:        # made through the API in between

@@ -11,7 +11,7 @@ BENCHES = ["store", "api", "metrics", "iam", "secret", "em", "resolver", "repo",
            "fuzz",
            "backup", "image", "boot", "network", "compute", "compute_tcg",
            "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit", "feed",
-           "longlived", "console"]
+           "longlived", "console", "scale"]
 
 
 def main(argv):

@@ -85,13 +85,15 @@ def long_lived_open(port, token):
                if line.startswith("appliance_api_long_lived_connections{"))
 
 
-def main():
+def measure(agents_count, streams_count, rounds):
+    """The figures of `rounds` rounds with `agents_count` payload long polls and
+    `streams_count` event streams open on one API process (its own, started and stopped
+    here): a dict of lists, one value per round (tests/bench/bench_scale.py reuses it)."""
     from appliance.agent.credentials import issue_credential
     from state import Store
     from tests.agent import testcap
     from tests.apiserver import Client
     from . import login
-    title(f"long-lived connections: {AGENTS} payload long polls, {STREAMS} event streams")
     state_dir = temp_dir("bench-longlived")
     # every connection comes from 127.0.0.1, as in the image, where nginx is the API's only
     # address and the per-address cap is off (docs/server.md)
@@ -99,12 +101,14 @@ def main():
     api, log = start_api(settings)
     port = settings["api_port"]
     store = Store(state_dir)
+    out = {key: [] for key in ("none", "open", "ratios", "fanout_polls", "fanout_cpu",
+                               "fanout_events", "rss_none", "rss_open")}
     try:
         admin_token = login(port, "admin", settings["admin_password"])
         client = Client("127.0.0.1", port)
         nodes = store.collection("compute_nodes")
         agents = []
-        for i in range(AGENTS):
+        for i in range(agents_count):
             node = nodes.insert({"name": f"bench-ll-{i}", "node_type": "HW",
                                  "project_id": ADMIN_PROJECT, "status": "ACTIVE"})
             cred = issue_credential(store, node["uuid"])
@@ -114,12 +118,9 @@ def main():
             agents.append((cred["agent"], node["uuid"], token))
         probe = f"/v1/compute/nodes/{agents[0][1]}"
         masters = store.collection(testcap.MASTER_KIND)
-        none_rows, open_rows, ratios, fanout_polls, fanout_events = [], [], [], [], []
-        fanout_cpu = []
-        rss_none, rss_open = [], []
-        for n in range(ROUNDS):
-            none_rows.append(gets(port, probe, admin_token))
-            rss_none.append(memory_of(api.pid)[0])
+        for n in range(rounds):
+            out["none"].append(gets(port, probe, admin_token))
+            out["rss_none"].append(memory_of(api.pid)[0])
             hashes = {}
             for agent, _, token in agents:
                 hashes[agent] = client.with_token(token).get(
@@ -128,22 +129,22 @@ def main():
                                   f"&wait=30", token, timeout=60)
                      for agent, _, token in agents]
             streams = [opened(port, "/v1/events", admin_token, "text/event-stream", timeout=60)
-                       for _ in range(STREAMS)]
+                       for _ in range(streams_count)]
             deadline = time.monotonic() + 60
-            while long_lived_open(port, admin_token) < AGENTS and \
+            while long_lived_open(port, admin_token) < agents_count and \
                     time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(0.5)
-            open_rows.append(gets(port, probe, admin_token))
-            rss_open.append(memory_of(api.pid)[0])
-            ratios.append(open_rows[-1][1] / none_rows[-1][1])
+            out["open"].append(gets(port, probe, admin_token))
+            out["rss_open"].append(memory_of(api.pid)[0])
+            out["ratios"].append(out["open"][-1][1] / out["none"][-1][1])
             # a config change for every agent
             t0, cpu0 = time.perf_counter(), cpu_seconds(api.pid)
             masters.insert({"target": {"kind": "nodes", "nodes": [a[1] for a in agents]},
                             "path": f"/etc/bench-{n}.conf", "content": f"v{n}"})
             until_all(polls, lambda b: b"\r\n\r\n" in b and b.rstrip().endswith(b"}"))
-            fanout_polls.append(time.perf_counter() - t0)
-            fanout_cpu.append(cpu_seconds(api.pid) - cpu0)
+            out["fanout_polls"].append(time.perf_counter() - t0)
+            out["fanout_cpu"].append(cpu_seconds(api.pid) - cpu0)
             # an event for every stream client
             name = f"bench-ll-project-{n}"
             t0 = time.perf_counter()
@@ -151,30 +152,37 @@ def main():
             if made.status != 201:
                 raise RuntimeError(f"project: {made}")
             until_all(streams, lambda b: name.encode() in b)
-            fanout_events.append(time.perf_counter() - t0)
+            out["fanout_events"].append(time.perf_counter() - t0)
             for s in polls + streams:
                 s.close()
             time.sleep(1.0)             # the streams see their clients gone
-        table(["GET one node (ms)", "p50 min / median / max", "p99 min / median / max"],
-              [[label, spread([r[0] for r in rows]), spread([r[1] for r in rows])]
-               for label, rows in (("no long-lived connection", none_rows),
-                                   (f"{AGENTS} polls + {STREAMS} streams open", open_rows))])
-        note("p99 open / none, per pair: " + " / ".join(
-            f"{v:.2f}x" for v in (min(ratios), statistics.median(ratios), max(ratios)))
-            + " (goal <= 1.5x)")
-        table(["fan-out (s)", "min / median / max"], [
-            [f"a config change to all {AGENTS} polls", spread(fanout_polls, "{:.3f}")],
-            ["  the API's CPU seconds for it", spread(fanout_cpu, "{:.3f}")],
-            [f"an event to all {STREAMS} streams", spread(fanout_events, "{:.3f}")]])
-        # the first round's "none" is before any long-lived connection was ever opened
-        note(f"API RSS (MB), by round: nothing open {' / '.join(f'{v / 1024:.1f}' for v in rss_none)}"
-             f"; {AGENTS + STREAMS} long-lived connections open "
-             f"{' / '.join(f'{v / 1024:.1f}' for v in rss_open)}")
     finally:
         store.close()
         stop_api(api, log)
         remove(state_dir)
+    return out
 
+
+def main():
+    title(f"long-lived connections: {AGENTS} payload long polls, {STREAMS} event streams")
+    out = measure(AGENTS, STREAMS, ROUNDS)
+    ratios = out["ratios"]
+    table(["GET one node (ms)", "p50 min / median / max", "p99 min / median / max"],
+          [[label, spread([r[0] for r in rows]), spread([r[1] for r in rows])]
+           for label, rows in (("no long-lived connection", out["none"]),
+                               (f"{AGENTS} polls + {STREAMS} streams open", out["open"]))])
+    note("p99 open / none, per pair: " + " / ".join(
+        f"{v:.2f}x" for v in (min(ratios), statistics.median(ratios), max(ratios)))
+        + " (goal <= 1.5x)")
+    table(["fan-out (s)", "min / median / max"], [
+        [f"a config change to all {AGENTS} polls", spread(out["fanout_polls"], "{:.3f}")],
+        ["  the API's CPU seconds for it", spread(out["fanout_cpu"], "{:.3f}")],
+        [f"an event to all {STREAMS} streams", spread(out["fanout_events"], "{:.3f}")]])
+    # the first round's "none" is before any long-lived connection was ever opened
+    note(f"API RSS (MB), by round: nothing open "
+         f"{' / '.join(f'{v / 1024:.1f}' for v in out['rss_none'])}"
+         f"; {AGENTS + STREAMS} long-lived connections open "
+         f"{' / '.join(f'{v / 1024:.1f}' for v in out['rss_open'])}")
 
 if __name__ == "__main__":
     main()

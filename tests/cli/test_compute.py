@@ -4,6 +4,7 @@ command waits, the test moves the record's status in the store, as the daemon wo
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 
@@ -208,3 +209,24 @@ def test_hypervisors_sets_and_policies(logged_in):
     assert logged_in("compute", "hypervisors", "delete", "local").code == 0
     gone = logged_in("compute", "hypervisors", "show", "local")
     assert gone.code == 1 and "no name 'local'" in gone.stderr
+
+
+def test_hypervisors_show_prints_the_acceleration_and_why(logged_in, real_api):
+    made = logged_in("--json", "compute", "hypervisors", "add", "-n", "probed",
+                     "--uri", "qemu:///nowhere")
+    assert made.code == 0, made.stderr
+    assert (made.json()["accel"], made.json()["accel_reason"]) == (None, None)
+    why = "the kvm guest failed: could not access KVM kernel module"
+    # what the compute daemon writes after its probe (no daemon runs here)
+    real_api.store.collection("compute_hypervisors").update(
+        made.json()["uuid"], {"accel": "tcg", "accel_reason": why})
+    shown = logged_in("compute", "hypervisors", "show", "probed")
+    assert shown.code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert any(re.fullmatch(r"accel\s+tcg", line) for line in lines), shown.stdout
+    assert any(re.fullmatch(r"accel_reason\s+" + re.escape(why), line) for line in lines), \
+        shown.stdout
+    # read only: the daemon's to write
+    refused = logged_in("compute", "hypervisors", "update", "probed", "accel_reason=mine")
+    assert refused.code == 1 and "accel_reason" in refused.stderr
+    assert logged_in("compute", "hypervisors", "delete", "probed").code == 0

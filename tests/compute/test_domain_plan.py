@@ -20,7 +20,7 @@ def node(**changes):
     return record
 
 
-def xml(cores=1, ram=512, image=IMAGE, reboot=None, volumes=(), seed=True):
+def xml(cores=1, ram=512, image=IMAGE, reboot=None, volumes=(), seed=True, accel=None):
     disks = [{"path": "/pool/" + disk_name(PREFIX, UUID, 0), "dev": "vda"}]
     disks += [{"path": "/pool/" + volume_name(v), "dev": "vd" + "bcd"[i]}
               for i, v in enumerate(volumes)]
@@ -28,7 +28,7 @@ def xml(cores=1, ram=512, image=IMAGE, reboot=None, volumes=(), seed=True):
         disks.append({"path": f"/pool/{PREFIX}{UUID}-seed.iso", "dev": "hdc",
                       "device": "cdrom", "format": "raw"})
     return domain_xml.build({"uuid": UUID, "name": "n1", "cores": cores, "ram": ram},
-                            PREFIX + UUID, None, disks, {"mac": "52:54:00:00:00:01"}, "net",
+                            PREFIX + UUID, accel, disks, {"mac": "52:54:00:00:00:01"}, "net",
                             "/console.log", image=image, reboot=reboot)
 
 
@@ -109,6 +109,24 @@ def test_a_shape_change_restarts_the_domain_with_the_new_definition():
     assert verbs(actions)[verbs(actions).index("hotplug"):] == [
         "hotplug", "restart_for_shape", "define", "step", "start", "step", "active"]
     assert "status" not in verbs(actions)       # the image is the same: no IN_PROGRESS
+
+
+def test_a_domain_of_the_wrong_type_is_redefined_without_a_restart():
+    """A daemon restarted after KVM came (or went) finds domains of the other type: each
+    is redefined for the hypervisor's accel, and runs on until its next start."""
+    for held_accel, accel, want in ((None, "kvm", "kvm"), ("kvm", "tcg", "qemu"),
+                                    ("kvm", None, "qemu")):
+        actions = plan_node(node(), [], held(accel=held_accel), PREFIX, accel=accel)
+        assert "define" in verbs(actions), (held_accel, accel)
+        assert not {"status", "restart_for_shape", "start", "restart",
+                    "power_off"} & set(verbs(actions)), actions
+        assert actions[-1] == Action("active", True)
+        assert domain_xml.type_of(xml(accel=accel)) == want
+    # the type it should have: nothing to redefine
+    assert plan_node(node(), [], held(accel="kvm"), PREFIX, accel="kvm") == [
+        Action("remember", True)]
+    assert plan_node(node(), [], held(accel="tcg"), PREFIX, accel=None) == [
+        Action("remember", True)]
 
 
 def test_a_reboot_request_is_honoured_once_and_marked():

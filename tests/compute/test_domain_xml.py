@@ -36,6 +36,19 @@ def test_kvm_only_when_detected():
     assert "host-passthrough" in build("kvm") and "host-passthrough" not in build("tcg")
 
 
+def test_the_type_is_read_back_from_what_libvirt_gives(conn):
+    for accel, want in (("kvm", "kvm"), ("tcg", "qemu"), (None, "qemu")):
+        assert domain_xml.type_of(build(accel)) == want
+        dom = conn.defineXML(build(accel))
+        try:
+            for flags in (0, libvirt.VIR_DOMAIN_XML_INACTIVE):
+                assert domain_xml.type_of(dom.XMLDesc(flags)) == want
+        finally:
+            dom.undefine()
+    # an XML declaration, other attributes first: the parse's answer
+    assert domain_xml.type_of("<?xml version='1.0'?>\n<domain id='3' type='kvm'/>") == "kvm"
+
+
 def test_libvirt_reads_back_mark_disks_nic_and_console(conn):
     dom = conn.defineXML(build())
     xml = dom.XMLDesc(0)

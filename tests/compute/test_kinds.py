@@ -22,7 +22,7 @@ def test_hypervisor_defaults_and_read_only_capacity(admin):
     assert (h["machine_type"], h["cores_ratio"], h["ram_ratio"]) == ("VM", 1.0, 1.0)
     assert h["status"] == "IN_PROGRESS" and "project_id" not in h
     assert "connection_uri" not in h
-    for field in ("all_cores", "avail_ram", "all_disk", "accel", "status"):
+    for field in ("all_cores", "avail_ram", "all_disk", "accel", "accel_reason", "status"):
         assert field in refused(admin.put(f"{H}/{h['uuid']}", {field: 1}), 403)
 
 

@@ -19,6 +19,7 @@ import pytest
 libvirt = pytest.importorskip("libvirt")
 
 from appliance.compute import kvm_probe  # noqa: E402
+from appliance.compute.hypervisors import discover  # noqa: E402
 from appliance.compute.kvm_probe import PREFIX, probe_name  # noqa: E402
 from tests.compute import netns as netns_mod  # noqa: E402
 
@@ -183,6 +184,9 @@ def test_real_qemu_the_probe_sees_a_guest_execute_and_reports_tcg_without_kvm(ns
         # the namespace's libvirtd has no usable /dev/kvm (netns.py covers it)
         accel, why = kvm_probe.probe_accel(conn)
         assert accel == "tcg", why
+        # what the daemon writes on the hypervisor's record: the accel and its why
+        found = discover(conn, ns.uri, {"storage_pool": netns_mod.POOL}, {}, {})
+        assert (found["accel"], found["accel_reason"]) == ("tcg", why)
         assert probe_domains(conn) == []
         assert not [n for n in conn.listDefinedDomains() if n.startswith(PREFIX)]
     finally:

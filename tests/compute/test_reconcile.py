@@ -34,6 +34,7 @@ def test_hypervisor_discovered_active_with_capacity(world):
     assert (hv["all_cores"], hv["all_ram"], hv["all_disk"]) == (cores, ram, 100)
     assert (hv["avail_cores"], hv["avail_ram"], hv["avail_disk"]) == (cores, ram, 100)
     assert hv["accel"] is None      # the test driver is not QEMU
+    assert hv["accel_reason"] == "not a QEMU hypervisor"
 
 
 def test_local_hyper_runs_like_libvirt_on_its_uri(world):
@@ -195,6 +196,32 @@ def test_power_off_on_and_reboot(world):
     converge(world, 2, world.reconciler(Counting))
     assert reboots == ["vm-" + node["uuid"]]
     assert world.node(node["uuid"])["status"] == "ACTIVE"
+
+
+def test_a_restarted_daemon_gives_a_running_domain_the_type_of_the_hypervisors_accel(world):
+    """A daemon restarted where KVM now works (the probe's answer stands in: the test
+    driver has no KVM) redefines a TCG domain as KVM, without stopping the guest; and
+    back to TCG when KVM goes away."""
+    node = world.add_node()
+    converge(world)
+    dom = world.domain(node["uuid"])
+    assert domain_xml.type_of(dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)) == "qemu"
+    uri = world.hypervisor["driver_spec"]["connection_uri"]
+    for accel, want in (("kvm", "kvm"), ("tcg", "qemu")):
+        restarted = world.reconciler()
+        restarted.hypervisors.accel[uri] = accel
+        restarted.hypervisors.accel_reason[uri] = "the probe's answer"
+        id_before = dom.ID()
+        converge(world, 2, restarted)
+        dom = world.domain(node["uuid"])
+        inactive = dom.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+        assert domain_xml.type_of(inactive) == want
+        assert "host-passthrough" in inactive if accel == "kvm" else \
+            "host-passthrough" not in inactive
+        assert dom.isActive() and dom.ID() == id_before     # not restarted for it
+        assert world.node(node["uuid"])["status"] == "ACTIVE"
+        hv = world.store.collection("compute_hypervisors").get(world.hypervisor["uuid"])
+        assert (hv["accel"], hv["accel_reason"]) == (accel, "the probe's answer")
 
 
 def test_image_change_replaces_the_root_disk_only(world):

@@ -41,6 +41,8 @@ def test_api_to_active_and_back(admin, server, compute, images):
     hv = wait_for(lambda: (lambda r: r if r["status"] == "ACTIVE" else None)(
         admin.get(f"{H}/{hv['uuid']}").json), timeout=60)
     assert hv["all_cores"] > 0 and hv["avail_disk"] == hv["all_disk"] == 100
+    # the acceleration and why, as the API shows them (the test driver is not QEMU)
+    assert (hv["accel"], hv["accel_reason"]) == (None, "not a QEMU hypervisor")
     node = created(admin.post(N, node_body(disk_spec={
         "kind": "root_disk", "image": f"{images}/base.raw", "size": 10})))
     node = wait_for(lambda: (lambda r: r if r["status"] in ("ACTIVE", "ERROR") else None)(

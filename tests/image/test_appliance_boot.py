@@ -326,6 +326,15 @@ def test_first_boot_registered_the_hypervisor_and_the_node(box):
     assert f"{node['default_network']['ipv4']}/{node['default_network']['mask']}" == address
     mac = box.ssh("cat /sys/class/net/eth0/address").stdout.strip()
     assert node["default_network"]["mac"] == mac
+    # the image runs under TCG here: the compute daemon's KVM probe says so, and why
+    admin, path = box.admin(), f"/v1/compute/hypervisors/{hypervisor['uuid']}"
+    deadline = time.monotonic() + LIBVIRT_FIRST_SECONDS
+    probed = admin.get(path).json
+    while probed["status"] == "IN_PROGRESS" and time.monotonic() < deadline:
+        time.sleep(1)
+        probed = admin.get(path).json
+    assert probed["status"] == "ACTIVE", probed
+    assert probed["accel"] == "tcg" and probed["accel_reason"], probed
 
 
 def sigkill_and_wait(box, unit, bound):
