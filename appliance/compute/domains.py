@@ -20,7 +20,7 @@ from collections import namedtuple
 from appliance import kinds
 from appliance.agent.credentials import vm_credential
 
-from . import cloudinit, domain_xml, volumes
+from . import cloudinit, domain_xml, remote, volumes
 from .images import reach_for
 from .images import resolve as resolve_image
 from .lifecycle import waits_for_hypervisor, wants_power
@@ -229,7 +229,8 @@ def _domain_xml(run, reboot):
         node, run.prefix + node["uuid"],
         run.rec.hypervisors.accel.get(run.hv["driver_spec"]["connection_uri"]), run.disks,
         {"mac": run.port["mac"], "bridge": bridge}, run.bridges.get(bridge),
-        os.path.join(run.rec.console_dir, node["uuid"] + ".log"),
+        None if remote.is_remote_ssh(run.hv["driver_spec"]["connection_uri"])
+        else os.path.join(run.rec.console_dir, node["uuid"] + ".log"),
         image=root_image(node), reboot=reboot)
 
 
