@@ -45,6 +45,10 @@ HOST_KEY = re.compile(r"(?P<type>[a-z0-9-]+) (?P<blob>[A-Za-z0-9+/]+={0,2})( [^\
 KEYSCAN_HINT = ("get it on a trusted path with `ssh-keyscan -t ed25519 HOST` (drop the "
                 "host name it prints first) or read /etc/ssh/ssh_host_ed25519_key.pub on "
                 "the host")
+# lines of ssh's warning about a changed host key that say nothing the others do not
+BANNER = ("^@", "IT IS POSSIBLE", "^Someone could", "^It is also possible",
+          "^Please contact", "^Add correct host key", "^Offending", "remove with:",
+          "ssh-keygen -f")
 CONNECT_TIMEOUT = 10        # seconds for ssh to reach the host
 ALIVE_INTERVAL, ALIVE_COUNT = 5, 3    # a silent host is dropped after ~15 s
 
@@ -185,11 +189,15 @@ def libvirt_uri(uri, spec, hv_uuid, ssh_dir, keyfile):
                "KbdInteractiveAuthentication=no", f"ConnectTimeout={CONNECT_TIMEOUT}",
                f"ServerAliveInterval={ALIVE_INTERVAL}", f"ServerAliveCountMax={ALIVE_COUNT}"]
     # ssh takes the first value it is given for an option: these win over anything the
-    # transport adds after them; -F none: no user or system configuration
+    # transport adds after them; -F none: no user or system configuration. Its stderr
+    # loses the banner of a changed host key: libvirt reads at most 1 KiB of it
+    # ("Value too large" past that), and the fingerprint and verdict lines fit
     wrapper = os.path.join(own, "ssh")
+    banner = " ".join(f"-e {shlex.quote(b)}" for b in BANNER)
     _write(wrapper, "#!/bin/sh\n# written by the appliance's compute daemon "
-           "(appliance/compute/remote.py)\nexec ssh -F none "
-           + " ".join(f"-o {shlex.quote(o)}" for o in options) + ' "$@"\n', 0o700)
+           "(appliance/compute/remote.py)\n{ ssh -F none "
+           + " ".join(f"-o {shlex.quote(o)}" for o in options)
+           + f' "$@" 2>&1 1>&3 3>&- | grep -v {banner} 1>&2; }} 3>&1\n', 0o700)
     parts = urllib.parse.urlsplit(uri)
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     query += [("keyfile", keyfile), ("no_tty", "1"), ("command", wrapper)]
