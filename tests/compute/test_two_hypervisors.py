@@ -33,19 +33,25 @@ def no_stack_dumps():
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, request):
     reason = tcg.missing() or sshd_unavailable()
     if reason:
         pytest.skip(reason)
-    workdir = str(tmp_path_factory.mktemp("two-hv"))
-    with tcg.appliance_in_netns(workdir) as env:
-        env.hypervisor = env.register_hypervisor()
-        env.image = f"{workdir}/tiny.qcow2"
-        subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", env.image, "64M"],
-                       check=True)
-        with tcg.second_machine(env) as second:
-            env.second = second
+    # the run's appliance in its namespace, shared with test_e2e_tcg.py
+    env = request.getfixturevalue("tcg_env")
+    env.image = str(tmp_path_factory.mktemp("two-hv") / "tiny.qcow2")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", env.image, "64M"],
+                   check=True)
+    env.cleanup = []
+    with tcg.second_machine(env) as second:
+        env.second = second
+        try:
             yield env
+        finally:
+            # what this module made goes, so the shared appliance is as it was: the
+            # set (its members at once), then the second hypervisor (no node left on it)
+            for path in reversed(env.cleanup):
+                env.admin.delete(path)
 
 
 def hypervisor(env, hv_uuid):
@@ -64,6 +70,7 @@ def hv2(env):
     second = env.second
     hv = env.ok(env.admin.post(H, {"name": "hv2", "driver_spec": {
         "kind": "libvirt", "connection_uri": second.uri, "host_key": second.host_key}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
     return wait_status(env, f"{H}/{hv['uuid']}", "ACTIVE", "hv2 ACTIVE over qemu+ssh")
 
 
@@ -75,6 +82,7 @@ def test_a_wrong_host_key_is_error_saying_so(env):
     hv = env.ok(env.admin.post(H, {"name": "wrong-key", "driver_spec": {
         "kind": "libvirt", "connection_uri": f"qemu+ssh://root@{second.ADDRESS}:22/system",
         "host_key": impostor}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
     rec = wait_status(env, f"{H}/{hv['uuid']}", "ERROR", "the wrong-key hypervisor ERROR")
     assert f"host key of {second.ADDRESS} does not match driver_spec.host_key" in \
         rec["status_reason"]
@@ -101,6 +109,8 @@ def test_a_set_with_anti_affinity_puts_one_node_on_each_hypervisor(env, hv2):
         "project_id": tcg.ADMIN_PROJECT, "name": "pair", "replicas": 2, "cores": 1,
         "ram": 512, "placement_policies": [policy["uuid"]],
         "disk_spec": {"kind": "root_disk", "size": 1, "image": f"file://{env.image}"}}), 201)
+    env.cleanup += [f"/v1/compute/placement_policies/{policy['uuid']}",
+                    f"{SETS}/{node_set['uuid']}"]
     rec = wait_status(env, f"{SETS}/{node_set['uuid']}", "ACTIVE", "the set ACTIVE")
     members = [env.node(uuid) for uuid in rec["nodes"]]
     assert len(members) == 2
