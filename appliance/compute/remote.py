@@ -16,7 +16,9 @@ public half is readable by platform callers only (a hypervisor's read-only
 `ssh_public_key`): hypervisors are the platform's.
 
 No import of the API framework: the API checks a spec with `check_spec` (400s are raised
-by its caller, hypervisor_rules.py) and the daemon calls `libvirt_uri`.
+by its caller, hypervisor_rules.py) and the daemon calls `libvirt_uri`. cryptography is
+imported where a key is made or read, never at import: the compute daemon of a deployment
+without remote hypervisors does not load it (tests/supervisor/test_imports.py).
 """
 
 import base64
@@ -26,9 +28,6 @@ import os
 import re
 import shlex
 import urllib.parse
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 KEY_FILE = "hypervisor-ssh-key"         # a private file of the state directory
 KEY_COMMENT = "appliance-hypervisors"
@@ -62,6 +61,8 @@ class SpecError(ValueError):
 def key_pair(store):
     """(private key in OpenSSH PEM, public key line), made on first use. The file wins
     over a concurrent first use (the API and the daemon may both ask)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 (see above)
+    from cryptography.hazmat.primitives.asymmetric import ed25519  # noqa: PLC0415
     private = store.read_private(KEY_FILE)
     if private is None:
         key = ed25519.Ed25519PrivateKey.generate()
@@ -134,6 +135,7 @@ def check_spec(spec):
 
 def normal_host_key(line):
     """`type base64` of an OpenSSH public key line (`type base64 [comment]`)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415 (see above)
     if not isinstance(line, str):
         raise SpecError("driver_spec.host_key: a string, an OpenSSH public key line")
     match = HOST_KEY.fullmatch(line.strip(" "))
