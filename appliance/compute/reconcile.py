@@ -98,7 +98,7 @@ class Reconciler:
         self.hypervisors = Hypervisors(store, lambda uri: self.connect(uri), self.events.watch,
                                        self.marks.forget_hypervisor,
                                        ssh_dir=os.path.join(base, "ssh"))
-        self.conns = self.hypervisors.conns     # hypervisor uuid -> (uri, connection)
+        self.conns = self.hypervisors.conns     # hypervisor uuid -> (what was opened, connection)
         self.no_upload = set()  # connection URIs whose driver cannot upload to a pool
         self._lock = threading.Lock()
         quiet_errors()

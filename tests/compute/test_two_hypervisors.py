@@ -91,6 +91,21 @@ def test_a_wrong_host_key_is_error_saying_so(env):
     env.ok(env.admin.delete(f"{H}/{hv['uuid']}"), 204)
 
 
+def test_a_host_that_refuses_the_appliances_key_is_error_saying_to_install_it(env):
+    second = env.second
+    # no such user there: sshd refuses every key, as for a user whose authorized_keys
+    # lacks the appliance's
+    hv = env.ok(env.admin.post(H, {"name": "no-key", "driver_spec": {
+        "kind": "libvirt", "connection_uri": f"qemu+ssh://ghost@{second.ADDRESS}/system",
+        "host_key": second.host_key}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
+    rec = wait_status(env, f"{H}/{hv['uuid']}", "ERROR", "the refused hypervisor ERROR")
+    assert f"{second.ADDRESS} refused the appliance's SSH key" in rec["status_reason"]
+    assert "ssh_public_key" in rec["status_reason"] and "Permission denied" in \
+        rec["status_reason"]
+    env.ok(env.admin.delete(f"{H}/{hv['uuid']}"), 204)
+
+
 def test_the_second_hypervisor_is_active_with_its_capacity(env, hv2):
     assert hv2["status_reason"] is None
     assert hv2["all_cores"] > 0 and hv2["all_ram"] > 0 and hv2["all_disk"] > 0
