@@ -5,9 +5,10 @@ hypervisor per node. Raises the API's 4xx errors; resources.py calls it under
 HYPERVISOR_NODE_LOCK, so that two registrations of one node at once cannot both pass.
 """
 
-from appliance.api.errors import BadRequest, Conflict
+from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_HYPERVISORS, COMPUTE_NODES
 from appliance.tenancy import nodes as node_rules
+from appliance.tenancy import underlay
 
 from .drivers import LOCAL_HYPER, with_defaults
 from .lifecycle import REDO
@@ -41,6 +42,7 @@ def checked_spec(store, call, spec, own_uuid):
     tenant rule of appliance/tenancy/nodes.py: a project's machine never hosts the
     platform's VMs), at most one hypervisor per node (409, as the reference)."""
     spec = with_defaults(spec)
+    check_underlay(store, call, spec, own_uuid)
     if spec["kind"] != LOCAL_HYPER:
         if "node" in spec:
             raise BadRequest(f"driver_spec.node: only for kind {LOCAL_HYPER}")
@@ -58,6 +60,25 @@ def checked_spec(store, call, spec, own_uuid):
                          f"{LOCAL_HYPER} runs on a HW node")
     check_one_per_node(store, spec["node"], own_uuid)
     return spec
+
+
+def check_underlay(store, call, spec, own_uuid):
+    """The underlay address by the tenant rule (appliance/tenancy/underlay.py), and one
+    hypervisor per address (409): two would take each other's tunnels."""
+    address = spec.get("underlay_address")
+    if address is None:
+        spec.pop("underlay_address", None)
+        return
+    refused = underlay.refusal(store, call.principal, address)
+    if refused:
+        status, message = refused
+        raise (Forbidden if status == 403 else BadRequest)(message)
+    other = next((h for h in store.collection(COMPUTE_HYPERVISORS).records()
+                  if h["uuid"] != own_uuid
+                  and (h.get("driver_spec") or {}).get("underlay_address") == address), None)
+    if other is not None:
+        raise Conflict(f"driver_spec.underlay_address: hypervisor {other['uuid']} already "
+                       f"has {address}")
 
 
 def check_one_per_node(store, node_uuid, own_uuid):

@@ -123,12 +123,15 @@ LIBVIRT_SPEC = {
         "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
         "node": {"type": "string", "format": "uuid"},
+        "underlay_address": {"type": ["string", "null"], "maxLength": 15},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
                    "machine_prefix (vm-), and the reference's network fields; kind "
                    f"{LOCAL_HYPER}: the same plus node (required: the admin project's HW "
                    "node this libvirt runs on), storage_pool a name or [{name, tier, "
-                   "ephemeral}] (one pool)"}
+                   "ephemeral}] (one pool); underlay_address (optional, both kinds): the "
+                   "hypervisor's IPv4 address that VXLAN tunnels carry project networks "
+                   "to from the other hypervisors (docs/network.md)"}
 
 
 def hypervisor_fields():
