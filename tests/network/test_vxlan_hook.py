@@ -98,3 +98,21 @@ def test_other_operations_read_nothing_and_do_nothing():
             raise AssertionError("read")
     for operation in ("start", "port-created", "port-deleted"):
         assert vxlan_hook.main(["network", "x", operation, "begin", "-"], Unread()) == 0
+
+
+def test_runs_as_the_image_runs_it():
+    """The appliance image's hook (image-build/files/appliance/etc/libvirt/hooks/
+    network.d/appliance-vxlan) runs the module from the venv: a network that is not ours
+    goes through untouched (status 0), a bad value of ours stops the start (status 1)."""
+    import subprocess
+    import sys
+    wrapper = "image-build/files/appliance/etc/libvirt/hooks/network.d/appliance-vxlan"
+    with open(wrapper) as f:
+        assert "-m appliance.network.vxlan_hook" in f.read()
+    argv = [sys.executable, "-m", "appliance.network.vxlan_hook", "default", "started",
+            "begin", "-"]
+    plain = hook_data(netxml.network_xml(RECORD, []))
+    assert subprocess.run(argv, input=plain, text=True).returncode == 0
+    bad = hook_data(netxml.network_xml(RECORD, [], span=dict(SPAN, local="999.1.1.1")))
+    done = subprocess.run(argv, input=bad, text=True, capture_output=True)
+    assert done.returncode == 1 and "local address '999.1.1.1'" in done.stderr
