@@ -74,6 +74,9 @@ def test_concurrent_creates_never_overlap(admin):
     assert [r.status for r in made] == [201] * 8
     cidrs = [n["cidr"] for n in admin.get(N).json]
     assert len(cidrs) == len(set(cidrs))
+    # the VXLAN ids are chosen under the same lock: one tunnel per network
+    vnis = [n["vni"] for n in admin.get(N).json]
+    assert len(vnis) == len(set(vnis)) and min(vnis) >= networks.FIRST_VNI
 
 
 def test_overlapping_and_reserved_cidrs_are_409(admin):

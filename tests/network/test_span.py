@@ -165,6 +165,15 @@ def test_a_hypervisor_outside_the_underlay_keeps_a_network_of_its_own(store, set
     assert netxml.peers(xml_of(conns["a"], net)) == []
 
 
+def test_vxlan_ids_are_the_lowest_free(store, settings):
+    made = [networks.create(store, settings, {"project_id": str(uuid.uuid4()), "name": n})
+            for n in "xyz"]
+    assert [n["vni"] for n in made] == [networks.FIRST_VNI + i for i in range(3)]
+    networks.networks(store).delete(made[1]["uuid"])
+    again = networks.create(store, settings, {"project_id": str(uuid.uuid4()), "name": "w"})
+    assert again["vni"] == networks.FIRST_VNI + 1
+
+
 def test_a_network_made_before_vxlan_ids_gets_one(store, settings, hvs):
     made, conns = hvs
     port = place(store, settings, made["a"])
