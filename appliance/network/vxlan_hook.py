@@ -14,7 +14,7 @@ kernel copies broadcast and unknown frames to each peer, head-end replication; t
 is learnt), puts it on the bridge, and drops VXLAN packets arriving from any project
 bridge (`ap-*`): a node must never send into another network's tunnel. On `updated` (a
 peer added or removed live) it brings the FDB to the peers; on `stopped` it removes the
-device. A network without the metadata, or not named `appliance-...`, is left alone.
+device. A `vxlan<VNI>` on another bridge is never touched (the start fails, naming it). A network without the metadata, or not named `appliance-...`, is left alone.
 
 Standalone and stdlib only: the appliance image runs it from its venv
 (/etc/libvirt/hooks/network.d/appliance-vxlan); an outside hypervisor gets this file
@@ -144,8 +144,27 @@ def _run(argv, check=True):
     return done
 
 
+def master_of(link_text):
+    """The bridge a device is a port of, from `ip -o link show dev X`, or None."""
+    words = link_text.split()
+    return words[words.index("master") + 1] if "master" in words else None
+
+
+def _link(dev):
+    """`ip -o link show dev <dev>` output, or None when there is no such device."""
+    done = _run(["ip", "-o", "link", "show", "dev", dev], check=False)
+    return done.stdout if done.returncode == 0 else None
+
+
 def _exists(dev):
-    return _run(["ip", "link", "show", "dev", dev], check=False).returncode == 0
+    return _link(dev) is not None
+
+
+def _ours(vxlan, link_text):
+    """Whether an existing device is this network's to remake or remove: on its bridge,
+    or on none. A device on another bridge is another network's (another appliance on
+    the same host, or a leftover) and is never taken over."""
+    return master_of(link_text) in (None, vxlan["bridge"])
 
 
 def _firewall():
@@ -156,20 +175,24 @@ def _firewall():
 
 def handle(operation, vxlan):
     dev = device(vxlan["vni"])
+    link = _link(dev)
+    if link is not None and not _ours(vxlan, link):
+        if operation == "stopped":
+            return
+        raise HookError(f"{dev} is a port of bridge {master_of(link)}, not of "
+                        f"{vxlan['bridge']}: another network holds VXLAN id {vxlan['vni']}")
     if operation == "stopped":
-        if _exists(dev):
+        if link is not None:
             _run(stop_commands(vxlan)[0])
         return
-    if operation == "updated" and _exists(dev):
+    if operation == "updated" and link is not None:
         current = flood_peers(_run(["bridge", "fdb", "show", "dev", dev]).stdout)
         for argv in fdb_commands(dev, current, vxlan["peers"]):
             _run(argv)
         return
-    if operation not in ("started", "updated"):
-        return
     _firewall()
     # started again (libvirtd restarted, or a start after a crash): made afresh
-    if _exists(dev):
+    if link is not None:
         _run(stop_commands(vxlan)[0])
     for argv in start_commands(vxlan):
         _run(argv)

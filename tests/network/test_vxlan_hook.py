@@ -116,3 +116,16 @@ def test_runs_as_the_image_runs_it():
     bad = hook_data(netxml.network_xml(RECORD, [], span=dict(SPAN, local="999.1.1.1")))
     done = subprocess.run(argv, input=bad, text=True, capture_output=True)
     assert done.returncode == 1 and "local address '999.1.1.1'" in done.stderr
+
+
+def test_a_device_on_another_bridge_is_another_networks():
+    """`ip -o link show dev vxlan4100` as iproute2 prints it: the bridge it is a port of."""
+    vxlan = vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, [], span=SPAN)))
+    on = ("7: vxlan4100: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue master "
+          "{} state UNKNOWN mode DEFAULT group default qlen 1000\\    link/ether "
+          "6a:2c:11:00:00:01 brd ff:ff:ff:ff:ff:ff")
+    assert vxlan_hook.master_of(on.format("ap-5b0c1a529d2f")) == "ap-5b0c1a529d2f"
+    assert vxlan_hook._ours(vxlan, on.format("ap-5b0c1a529d2f"))
+    assert not vxlan_hook._ours(vxlan, on.format("ap-000000000000"))
+    loose = on.replace("master {} ", "")
+    assert vxlan_hook.master_of(loose) is None and vxlan_hook._ours(vxlan, loose)
