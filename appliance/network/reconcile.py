@@ -124,8 +124,15 @@ def _with_home(store, network, hypervisors, hv_uuid, its_users):
     if hv_uuid not in its_users:
         return {**network, "home_hypervisor": None}
     coll = networks(store)
-    coll.update_many({network["uuid"]: (network["revision"], {"home_hypervisor": hv_uuid})})
-    return coll.get(network["uuid"])
+    # a record that moved meanwhile (a rename through the API) is read again and retried:
+    # a pass without a home would define the network here as "alone", then again as home
+    for _ in range(5):
+        coll.update_many({network["uuid"]: (network["revision"],
+                                            {"home_hypervisor": hv_uuid})})
+        network = coll.get(network["uuid"])
+        if network is None or network.get("home_hypervisor") in hypervisors:
+            return network
+    return {**network, "home_hypervisor": hv_uuid}
 
 
 def _ensure(conn, network, net, served, span, home, wanted):
