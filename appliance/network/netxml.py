@@ -8,12 +8,13 @@ network that nothing can leave.
 
 A network that spans hypervisors (docs/network.md, "Networks across hypervisors") has the
 same bridge on each of them: with the addresses, DHCP and dnsmasq on its home hypervisor
-only, a bare bridge elsewhere. Each carries what the libvirt network hook
-(vxlan_hook.py) needs to join them: the VXLAN id and this hypervisor's underlay address in
-`<metadata>` (fixed for the network's life here), and each peer's underlay address as an
-empty `<portgroup name='vxlan-peer-<address>'/>`: portgroups are the part of a network
-that libvirt changes live (virNetworkUpdate) and then hands to the hook ("updated"), so
-peers come and go without restarting the bridge under running nodes.
+only, a bare bridge elsewhere. Every network with a VXLAN id carries what the libvirt
+network hook (vxlan_hook.py) needs to join it to others, whether it spans yet or not:
+the id in `<metadata>` and the tunnel's MTU, fixed for the network's life; and each
+peer's underlay address as an empty `<portgroup name='vxlan-peer-<address>'/>`:
+portgroups are the part of a network that libvirt changes live (virNetworkUpdate) and
+then hands to the hook ("updated"), so a network starts spanning, and peers come and go,
+without restarting the bridge under running nodes.
 """
 
 import ipaddress
@@ -47,24 +48,24 @@ def peer_xml(address):
     return ET.tostring(ET.Element("portgroup", name=PEER_PREFIX + address), encoding="unicode")
 
 
-def network_xml(network, hosts, span=None, home=True):
-    """The libvirt XML of a network record with these host entries. `span`: {vni, local,
-    peers} when the network may span hypervisors from here (this one has an underlay
-    address); `home` False: the bare bridge of a hypervisor other than the home."""
+def network_xml(network, hosts, peers=(), home=True):
+    """The libvirt XML of a network record with these host entries and VXLAN peers
+    (underlay addresses); `home` False: the bare bridge of a hypervisor other than the
+    home. A record without a `vni` (made before VXLAN ids) gets no tunnel."""
     ET.register_namespace("dnsmasq", DNSMASQ_NS)
     ET.register_namespace("appliance", VXLAN_NS)
     root = ET.Element("network")
     ET.SubElement(root, "name").text = network_name(network["uuid"])
-    if span is not None:
+    vni = network.get("vni")
+    if vni is not None:
         metadata = ET.SubElement(root, "metadata")
-        ET.SubElement(metadata, f"{{{VXLAN_NS}}}vxlan", vni=str(span["vni"]),
-                      local=span["local"])
+        ET.SubElement(metadata, f"{{{VXLAN_NS}}}vxlan", vni=str(vni))
     if home and network["routing"] == "nat":
         ET.SubElement(root, "forward", mode="nat")
     ET.SubElement(root, "bridge", name=network["bridge"], stp="on", delay="0")
-    if span is not None:
+    if vni is not None:
         ET.SubElement(root, "mtu", size=str(VXLAN_MTU))
-        for address in sorted(span["peers"]):
+        for address in sorted(peers):
             ET.SubElement(root, "portgroup", name=PEER_PREFIX + address)
     if not home:
         return ET.tostring(root, encoding="unicode")
@@ -88,7 +89,7 @@ def network_xml(network, hosts, span=None, home=True):
 def shape(xml):
     """What of a network's XML must match for it to be ours as is (not the host entries
     nor the VXLAN peers, which change live): bridge, forward mode, addresses and lease
-    range, MTU, VXLAN id and local underlay address."""
+    range, MTU and VXLAN id."""
     root = ET.fromstring(xml)
     forward = root.find("forward")
     bridge = root.find("bridge")
@@ -104,9 +105,9 @@ def shape(xml):
 
 
 def vxlan(xml):
-    """(vni, local address) of a network's XML, or None when it has no VXLAN."""
+    """The VXLAN id of a network's XML (as written), or None when it has none."""
     element = ET.fromstring(xml).find(f"metadata/{{{VXLAN_NS}}}vxlan")
-    return None if element is None else (element.get("vni"), element.get("local"))
+    return None if element is None else element.get("vni")
 
 
 def peers(xml):

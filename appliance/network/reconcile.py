@@ -32,7 +32,7 @@ def underlay_of(hypervisor):
 
 def plan(network, users, hypervisors, here):
     """This hypervisor's part in a network, pure: (role, ports whose DHCP entry it holds,
-    span or None, wanted). `users`: {hypervisor uuid: ports of nodes placed there};
+    VXLAN peers, wanted). `users`: {hypervisor uuid: ports of nodes placed there};
     `hypervisors`: {uuid: record}; the network's `home_hypervisor` (None: it has none,
     and this hypervisor runs none of its nodes).
 
@@ -42,25 +42,21 @@ def plan(network, users, hypervisors, here):
     underlay running nodes of a network homed elsewhere: a network of its own, as before
     VXLAN (same addresses, its own DHCP, not joined). `wanted`: it has a port to serve
     (else a network defined here is only kept in step, never defined or started).
-    span: {vni, local, peers} for the home and members that have an underlay address."""
+    peers: the other carriers' underlay addresses, where this one and the home have one."""
     home = network["home_hypervisor"]
     address = {h: underlay_of(hypervisors.get(h)) for h in set(users) | {home, here}}
-    spanning = bool(address[home]) and network.get("vni") is not None
+    spanning = bool(address[home]) and bool(address[here]) and network.get("vni") is not None
     members = sorted(h for h in users if h != home and address[h]) if spanning else []
-    local = address[here]
 
-    def span(peers):
-        if not local or network.get("vni") is None:
-            return None
-        return {"vni": network["vni"], "local": local,
-                "peers": sorted({address[h] for h in peers} - {local})}
+    def peers(carriers):
+        return sorted({address[h] for h in carriers} - {address[here]})
 
     if here == home:
         served = list(users.get(here, ())) + [p for h in members for p in users[h]]
-        return "home", served, span(members), bool(served)
-    if spanning and local:
-        return "member", [], span([home, *members]), here in users
-    return "alone", list(users.get(here, ())), None, here in users
+        return "home", served, peers(members), bool(served)
+    if spanning:
+        return "member", [], peers([home, *members]), here in users
+    return "alone", list(users.get(here, ())), [], here in users
 
 
 def reconcile_networks(store, conn, hypervisor):
@@ -97,12 +93,12 @@ def reconcile_networks(store, conn, hypervisor):
         if network is None:         # deleted meanwhile
             _remove(existing, "its record is gone")
             continue
-        if underlay_of(hypervisors.get(hv_uuid)):
-            network = ensure_vni(store, network)
-        role, served, span, wanted = plan(network, its_users, hypervisors, hv_uuid)
+        network = ensure_vni(store, network)
+        if network is None:
+            continue
+        role, served, peers, wanted = plan(network, its_users, hypervisors, hv_uuid)
         try:
-            _ensure(conn, network, existing, served, span, role == "home" or role == "alone",
-                    wanted)
+            _ensure(conn, network, existing, served, peers, role != "member", wanted)
         except libvirt.libvirtError as e:
             log.warning("network %s on hypervisor %s: %s", uuid, hv_uuid, e)
             net_status[uuid] = {"status": "ERROR", "status_reason": str(e)}
@@ -135,12 +131,12 @@ def _with_home(store, network, hypervisors, hv_uuid, its_users):
     return {**network, "home_hypervisor": hv_uuid}
 
 
-def _ensure(conn, network, net, served, span, home, wanted):
+def _ensure(conn, network, net, served, peers, home, wanted):
     """The network defined as the plan says, running, with exactly these host entries and
     VXLAN peers. A network of ours not wanted here is only kept in step, never defined or
     started."""
     hosts = netxml.host_entries(served) if home else []
-    desired = netxml.network_xml(network, hosts, span=span, home=home)
+    desired = netxml.network_xml(network, hosts, peers=peers, home=home)
     if net is not None and netxml.shape(net.XMLDesc(0)) != netxml.shape(desired):
         _remove(net, "it differs from its record; defined again")
         net = None
@@ -149,7 +145,7 @@ def _ensure(conn, network, net, served, span, home, wanted):
             return
         log.info("defining network %s (bridge %s, %s%s)",
                  netxml.network_name(network["uuid"]), network["bridge"], network["cidr"],
-                 "" if span is None else f", vxlan {span['vni']}"
+                 "" if not peers else f", vxlan {network['vni']} to {', '.join(peers)}"
                  + ("" if home else ", a bare bridge"))
         net = conn.networkDefineXML(desired)
         # up again after a host restart, before libvirt starts the domains that use it
@@ -157,7 +153,7 @@ def _ensure(conn, network, net, served, span, home, wanted):
     if wanted and not net.isActive():
         net.create()
     _sync_hosts(net, hosts)
-    _sync_peers(net, [] if span is None else span["peers"])
+    _sync_peers(net, peers)
 
 
 def _sync_hosts(net, hosts):

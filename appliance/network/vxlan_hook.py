@@ -5,11 +5,11 @@ a VXLAN (docs/network.md, "Networks across hypervisors").
 The compute daemon reaches a hypervisor only through libvirt, so what a hypervisor must do
 beyond libvirt rides in the network's own XML, which libvirt hands to this hook on stdin
 (`<hookData><network>...`) with `network <name> <operation> <sub-op> -`:
-- `<metadata><appliance:vxlan vni=".." local=".."/>`: the VXLAN id and this
-  hypervisor's underlay address;
+- `<metadata><appliance:vxlan vni=".."/>`: the VXLAN id;
 - `<portgroup name='vxlan-peer-<address>'/>`: each peer's underlay address;
 - `<bridge name>` and `<mtu size>`.
-On `started` it makes `vxlan<VNI>` (unicast: one all-zeros FDB entry per peer, so the
+On `started` it makes `vxlan<VNI>` (its source address the kernel's route to the peers;
+unicast: one all-zeros FDB entry per peer, so the
 kernel copies broadcast and unknown frames to each peer, head-end replication; the rest
 is learnt), puts it on the bridge, and drops VXLAN packets arriving from any project
 bridge (`ap-*`): a node must never send into another network's tunnel. On `updated` (a
@@ -44,7 +44,7 @@ class HookError(Exception):
 
 
 def parse(text):
-    """The VXLAN of a hook's XML: {name, vni, local, bridge, mtu, peers}, or None when the
+    """The VXLAN of a hook's XML: {name, vni, bridge, mtu, peers}, or None when the
     network is not one of ours with a VXLAN. HookError on a value that cannot be used."""
     root = ET.fromstring(text)
     network = root if root.tag == "network" else root.find("network")
@@ -70,7 +70,6 @@ def parse(text):
     peers = [p.get("name")[len(PEER_PREFIX):] for p in network.findall("portgroup")
              if (p.get("name") or "").startswith(PEER_PREFIX)]
     return {"name": network.findtext("name"), "vni": vni, "bridge": bridge, "mtu": mtu,
-            "local": _ipv4(mark.get("local"), "local"),
             "peers": sorted({_ipv4(p, "peer") for p in peers}, key=_key)}
 
 
@@ -96,7 +95,7 @@ def start_commands(vxlan):
     """The device made, put on the bridge and up, with one flood entry per peer."""
     dev = device(vxlan["vni"])
     commands = [["ip", "link", "add", dev, "type", "vxlan", "id", str(vxlan["vni"]),
-                 "local", vxlan["local"], "dstport", str(PORT)]]
+                 "dstport", str(PORT)]]
     if vxlan["mtu"]:
         commands.append(["ip", "link", "set", dev, "mtu", vxlan["mtu"]])
     commands += [["ip", "link", "set", dev, "master", vxlan["bridge"]],

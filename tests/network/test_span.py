@@ -76,8 +76,7 @@ def test_home_holds_dhcp_for_all_members_a_bare_bridge(store, settings, hvs):
     home, member = xml_of(conns["a"], record["uuid"]), xml_of(conns["b"], record["uuid"])
     # one bridge name, one VXLAN id, each pointing at the other
     assert netxml.shape(home)["bridge"] == netxml.shape(member)["bridge"] == record["bridge"]
-    assert netxml.vxlan(home) == (str(record["vni"]), "192.0.2.1")
-    assert netxml.vxlan(member) == (str(record["vni"]), "192.0.2.2")
+    assert netxml.vxlan(home) == netxml.vxlan(member) == str(record["vni"])
     assert (netxml.peers(home), netxml.peers(member)) == (["192.0.2.2"], ["192.0.2.1"])
     # DHCP at home for both nodes; the member has no address, no DHCP, and runs
     assert sorted(h["mac"] for h in netxml.hosts(home)) == sorted(
@@ -159,7 +158,7 @@ def test_a_hypervisor_outside_the_underlay_keeps_a_network_of_its_own(store, set
     pass_all(store, hvs)
     net = port["network"]
     alone = xml_of(conns["d"], net)
-    assert netxml.vxlan(alone) is None and netxml.peers(alone) == []
+    assert netxml.peers(alone) == [] and netxml.shape(alone)["ips"]
     assert [h["mac"] for h in netxml.hosts(alone)] == [away["mac"]]
     assert [h["mac"] for h in netxml.hosts(xml_of(conns["a"], net))] == [port["mac"]]
     assert netxml.peers(xml_of(conns["a"], net)) == []
@@ -184,7 +183,7 @@ def test_a_network_made_before_vxlan_ids_gets_one(store, settings, hvs):
     reconcile_networks(store, conns["a"], made["a"])
     vni = coll.get(old["uuid"])["vni"]
     assert vni is not None and vni != other["vni"]
-    assert netxml.vxlan(xml_of(conns["a"], old["uuid"])) == (str(vni), "192.0.2.1")
+    assert netxml.vxlan(xml_of(conns["a"], old["uuid"])) == str(vni)
 
 
 HV = {name: {"uuid": name, "driver_spec": {"underlay_address": address}}
@@ -193,19 +192,14 @@ NET = {"uuid": "n", "vni": 5000, "home_hypervisor": "a"}
 
 
 @pytest.mark.parametrize("here, users, expected", [
-    ("a", {"a": ["pa"], "b": ["pb"], "d": ["pd"]},
-     ("home", ["pa", "pb"], {"vni": 5000, "local": "192.0.2.1", "peers": ["192.0.2.2"]},
-      True)),
+    ("a", {"a": ["pa"], "b": ["pb"], "d": ["pd"]}, ("home", ["pa", "pb"], ["192.0.2.2"], True)),
     ("b", {"a": ["pa"], "b": ["pb"], "c": ["pc"]},
-     ("member", [], {"vni": 5000, "local": "192.0.2.2",
-                     "peers": ["192.0.2.1", "192.0.2.3"]}, True)),
+     ("member", [], ["192.0.2.1", "192.0.2.3"], True)),
     # the home with no node of its own still serves DHCP to the members'
-    ("a", {"b": ["pb"]},
-     ("home", ["pb"], {"vni": 5000, "local": "192.0.2.1", "peers": ["192.0.2.2"]}, True)),
-    ("d", {"a": ["pa"], "d": ["pd"]}, ("alone", ["pd"], None, True)),
+    ("a", {"b": ["pb"]}, ("home", ["pb"], ["192.0.2.2"], True)),
+    ("d", {"a": ["pa"], "d": ["pd"]}, ("alone", ["pd"], [], True)),
     # a member with no node left: kept in step, not wanted
-    ("c", {"a": ["pa"]},
-     ("member", [], {"vni": 5000, "local": "192.0.2.3", "peers": ["192.0.2.1"]}, False)),
+    ("c", {"a": ["pa"]}, ("member", [], ["192.0.2.1"], False)),
 ])
 def test_plan(here, users, expected):
     assert plan(NET, users, HV, here) == expected
@@ -214,6 +208,25 @@ def test_plan(here, users, expected):
 def test_plan_with_a_home_outside_the_underlay():
     """A home without an underlay address joins nobody: every hypervisor is alone."""
     net = dict(NET, home_hypervisor="d")
-    assert plan(net, {"d": ["pd"], "a": ["pa"]}, HV, "a") == (
-        "alone", ["pa"], None, True)
-    assert plan(net, {"d": ["pd"], "a": ["pa"]}, HV, "d") == ("home", ["pd"], None, True)
+    assert plan(net, {"d": ["pd"], "a": ["pa"]}, HV, "a") == ("alone", ["pa"], [], True)
+    assert plan(net, {"d": ["pd"], "a": ["pa"]}, HV, "d") == ("home", ["pd"], [], True)
+
+
+def test_a_home_that_joins_the_underlay_starts_spanning_live(store, settings, hvs):
+    """A hypervisor that runs nodes before it has an underlay address: once it gets one,
+    its networks get their peers by live updates, never defined again (their bridges
+    stay up under the running nodes)."""
+    made, conns = hvs
+    port = place(store, settings, made["d"])
+    reconcile_networks(store, conns["d"], made["d"])
+    place(store, settings, made["a"])
+    coll = store.collection("compute_hypervisors")
+    d = coll.update(made["d"]["uuid"], {"driver_spec": {
+        **made["d"]["driver_spec"], "underlay_address": "192.0.2.4"}})
+    calls = []
+    reconcile_networks(store, Recorder(conns["d"], calls), d)
+    assert {c[0] for c in calls} == {"update"}
+    assert netxml.peers(xml_of(conns["d"], port["network"])) == ["192.0.2.1"]
+    reconcile_networks(store, conns["a"], made["a"])
+    member = xml_of(conns["a"], port["network"])
+    assert netxml.peers(member) == ["192.0.2.4"] and netxml.shape(member)["ips"] == []

@@ -12,8 +12,8 @@ from appliance.network.networks import bridge_name
 UUID = "5b0c1a52-9d2f-4b43-8c3e-2f2b1d4e6a70"
 RECORD = {"uuid": UUID, "routing": "isolated", "cidr": "10.40.0.0/24",
           "bridge": bridge_name(UUID), "gateway": "10.40.0.1", "dns": "10.40.0.2",
-          "dhcp_start": "10.40.0.20", "dhcp_end": "10.40.0.254"}
-SPAN = {"vni": 4100, "local": "192.0.2.1", "peers": ["192.0.2.10", "192.0.2.9"]}
+          "dhcp_start": "10.40.0.20", "dhcp_end": "10.40.0.254", "vni": 4100}
+PEERS = ["192.0.2.10", "192.0.2.9"]
 
 
 def hook_data(xml):
@@ -22,24 +22,25 @@ def hook_data(xml):
 
 @pytest.mark.parametrize("home", [True, False])
 def test_reads_what_netxml_writes(home):
-    xml = netxml.network_xml(RECORD, [], span=SPAN, home=home)
+    xml = netxml.network_xml(RECORD, [], peers=PEERS, home=home)
     assert vxlan_hook.parse(hook_data(xml)) == {
         "name": f"appliance-{UUID}", "vni": 4100, "bridge": "ap-5b0c1a529d2f",
-        "mtu": "1450", "local": "192.0.2.1", "peers": ["192.0.2.9", "192.0.2.10"]}
+        "mtu": "1450", "peers": ["192.0.2.9", "192.0.2.10"]}
 
 
 def test_networks_without_a_vxlan_or_not_ours_are_left_alone():
-    assert vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, []))) is None
-    foreign = netxml.network_xml(RECORD, [], span=SPAN).replace(
+    old = {k: v for k, v in RECORD.items() if k != "vni"}
+    assert vxlan_hook.parse(hook_data(netxml.network_xml(old, []))) is None
+    foreign = netxml.network_xml(RECORD, [], peers=PEERS).replace(
         f"appliance-{UUID}", "default")
     assert vxlan_hook.parse(hook_data(foreign)) is None
 
 
 def test_start_commands():
-    vxlan = vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, [], span=SPAN)))
+    vxlan = vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, [], peers=PEERS)))
     assert vxlan_hook.start_commands(vxlan) == [
         ["ip", "link", "add", "vxlan4100", "type", "vxlan", "id", "4100",
-         "local", "192.0.2.1", "dstport", "4789"],
+         "dstport", "4789"],
         ["ip", "link", "set", "vxlan4100", "mtu", "1450"],
         ["ip", "link", "set", "vxlan4100", "master", "ap-5b0c1a529d2f"],
         ["ip", "link", "set", "vxlan4100", "up"],
@@ -73,7 +74,7 @@ def test_firewall_drops_vxlan_from_every_project_bridge():
 @pytest.mark.parametrize("change, message", [
     (lambda x: x.replace('vni="4100"', 'vni="16777216"'), "out of VXLAN's range"),
     (lambda x: x.replace('vni="4100"', 'vni="x"'), "not a number"),
-    (lambda x: x.replace('local="192.0.2.1"', 'local="192.0.2.1 dev lo"'),
+    (lambda x: x.replace("vxlan-peer-192.0.2.9", "vxlan-peer-192.0.2.9 dev lo"),
      "not an IPv4 address"),
     (lambda x: x.replace("vxlan-peer-192.0.2.9", "vxlan-peer-224.0.0.1"),
      "not a host's unicast address"),
@@ -83,7 +84,7 @@ def test_firewall_drops_vxlan_from_every_project_bridge():
     (lambda x: x.replace('size="1450"', 'size="9; x"'), "mtu"),
 ])
 def test_bad_values_stop_the_start_with_a_message(change, message, capsys):
-    xml = hook_data(change(netxml.network_xml(RECORD, [], span=SPAN)))
+    xml = hook_data(change(netxml.network_xml(RECORD, [], peers=PEERS)))
     with pytest.raises(vxlan_hook.HookError, match=message):
         vxlan_hook.parse(xml)
     # as libvirt runs it: status 1 (libvirt refuses the start) and the reason on stderr
@@ -111,16 +112,17 @@ def test_runs_as_the_image_runs_it():
         assert "-m appliance.network.vxlan_hook" in f.read()
     argv = [sys.executable, "-m", "appliance.network.vxlan_hook", "default", "started",
             "begin", "-"]
-    plain = hook_data(netxml.network_xml(RECORD, []))
+    plain = hook_data(netxml.network_xml({k: v for k, v in RECORD.items() if k != "vni"},
+                                         []))
     assert subprocess.run(argv, input=plain, text=True).returncode == 0
-    bad = hook_data(netxml.network_xml(RECORD, [], span=dict(SPAN, local="999.1.1.1")))
+    bad = hook_data(netxml.network_xml(RECORD, [], peers=["999.1.1.1"]))
     done = subprocess.run(argv, input=bad, text=True, capture_output=True)
-    assert done.returncode == 1 and "local address '999.1.1.1'" in done.stderr
+    assert done.returncode == 1 and "peer address '999.1.1.1'" in done.stderr
 
 
 def test_a_device_on_another_bridge_is_another_networks():
     """`ip -o link show dev vxlan4100` as iproute2 prints it: the bridge it is a port of."""
-    vxlan = vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, [], span=SPAN)))
+    vxlan = vxlan_hook.parse(hook_data(netxml.network_xml(RECORD, [], peers=PEERS)))
     on = ("7: vxlan4100: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1450 qdisc noqueue master "
           "{} state UNKNOWN mode DEFAULT group default qlen 1000\\    link/ether "
           "6a:2c:11:00:00:01 brd ff:ff:ff:ff:ff:ff")

@@ -117,7 +117,7 @@ def test_the_hook_makes_the_tunnel_on_both_hypervisors(site):
             ns = site[name]
             details = ip("-n", ns.name, "-d", "link", "show", "dev", dev)
             assert f"vxlan id {net['vni']}" in details and f"master {net['bridge']}" in details
-            assert f"local {UNDERLAY[name]}" in details and "dstport 4789" in details
+            assert "dstport 4789" in details and "mtu 1450" in details
             flood = subprocess.run(["ip", "netns", "exec", ns.name, "bridge", "fdb", "show",
                                     "dev", dev], capture_output=True, text=True).stdout
             assert vxlan_hook.flood_peers(flood) == [peer]
