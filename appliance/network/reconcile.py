@@ -61,9 +61,10 @@ def plan(network, users, hypervisors, here):
 
 def reconcile_networks(store, conn, hypervisor):
     """Define and start every network with ports of nodes placed on `hypervisor` (a record
-    or its uuid) on its libvirt connection `conn`, with a fixed DHCP host entry per port,
-    changed live; drop the host entries of ports gone; remove our networks whose record is
-    gone; write the networks' and ports' status."""
+    or its uuid), or homed there, on its libvirt connection `conn`, as `plan` says: a
+    fixed DHCP host entry per port served and the VXLAN peers, both changed live; drop the
+    host entries of ports gone; remove our networks whose record is gone; write the
+    networks' and ports' status."""
     hv_uuid = hypervisor["uuid"] if isinstance(hypervisor, dict) else hypervisor
     hypervisors = {h["uuid"]: h for h in store.collection(COMPUTE_HYPERVISORS).records()}
     # the one this pass runs on exists, recorded or not (tests pass a bare uuid)
