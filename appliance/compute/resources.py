@@ -24,7 +24,7 @@ from appliance.kinds import NETWORK_NETWORKS
 from appliance.tenancy import is_platform
 from state.collection import format_time, utcnow
 
-from . import console, disks, hypervisor_rules, machine_rules, volume_rules
+from . import console, disks, hypervisor_rules, machine_rules, remote, volume_rules
 from .console import CONSOLE_TAIL, console_path
 from .drivers import LOCAL_HYPER
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
@@ -123,15 +123,18 @@ LIBVIRT_SPEC = {
         "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
         "node": {"type": "string", "format": "uuid"},
+        "host_key": {"type": ["string", "null"], "maxLength": 16384},
         "underlay_address": {"type": ["string", "null"], "maxLength": 15},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
                    "machine_prefix (vm-), and the reference's network fields; kind "
                    f"{LOCAL_HYPER}: the same plus node (required: the admin project's HW "
                    "node this libvirt runs on), storage_pool a name or [{name, tier, "
-                   "ephemeral}] (one pool); underlay_address (optional, both kinds): the "
-                   "hypervisor's IPv4 address that VXLAN tunnels carry project networks "
-                   "to from the other hypervisors (docs/network.md)"}
+                   "ephemeral}] (one pool); a qemu+ssh:// connection_uri needs host_key, "
+                   "the host's SSH public key line (ssh-keyscan), pinned; underlay_address "
+                   "(optional, both kinds): the hypervisor's IPv4 address that VXLAN "
+                   "tunnels carry project networks to from the other hypervisors "
+                   "(docs/network.md)"}
 
 
 def hypervisor_fields():
@@ -165,6 +168,10 @@ def hypervisor_fields():
         Field("avail_disk", Integer(), read_only=True),
         Field("accel", Enum("kvm", "tcg"), read_only=True,
               description="the accelerator guests get here"),
+        Field("ssh_public_key", String(1024), read_only=True,
+              description="the appliance's SSH public key (one for all hypervisors): "
+                          "install it in the authorized_keys of a qemu+ssh hypervisor's "
+                          "user"),
     ]
 
 
@@ -197,6 +204,11 @@ class Hypervisors(ComputeResource):
 
     def prepare_update(self, call, current, changes):
         return hypervisor_rules.hypervisor_changes(self.api.store, call, current, changes)
+
+    def render(self, record, only=None):
+        # the platform's key, not the record's: every platform caller reads the same one
+        return super().render({**record, "ssh_public_key": remote.public_key(self.api.store)},
+                              only)
 
     def declared_links(self):
         return [Link(NODES, HYPERVISORS, field="hypervisor",
