@@ -1,5 +1,5 @@
 """A project network across two hypervisors, for real: two network namespaces, each with
-its own libvirtd (tests/compute/netns.py) and the appliance's network hook installed as
+its own libvirtd (tests/compute/netns.py) with the appliance's network hook installed as
 docs/network.md tells an outside hypervisor's operator (vxlan_hook.py copied into
 /etc/libvirt/hooks/network.d/), joined by a veth as their underlay (192.0.2.1 and
 192.0.2.2). The networks are made by the compute daemon's network step
@@ -10,19 +10,16 @@ namespace plugged into the libvirt bridge by a veth carrying the port's MAC. A g
 TCG takes minutes to boot here; what is tested is the hypervisors' side (the bridges, the
 tunnel, DHCP from the home across it, and the isolation), which a guest's NIC would meet
 the same way. Project A spans both hypervisors (home on the first); project B too, with
-its own VXLAN id. Last, the compute daemon's whole pass on the same two hypervisors
-builds a project's two nodes (real domains, an empty disk), one on each, and spans their
-network. Slow: two libvirtds, six namespaces, two domains.
+its own VXLAN id. Slow: two libvirtds and six namespaces. The compute daemon's whole pass
+spanning a network with real domains is tests/compute/test_two_hypervisors.py's, in the
+shared appliance namespace.
 """
 
 import concurrent.futures
 import contextlib
 import ipaddress
-import os
-import shutil
 import subprocess
 import uuid
-import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -36,20 +33,7 @@ from .endpoints import ECHO_SERVER, LISTEN, VXLAN_SEND, Endpoint
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-HOOK = vxlan_hook.__file__
 UNDERLAY = {"hv1": "192.0.2.1", "hv2": "192.0.2.2"}
-
-
-class HookedNetns(netns.Netns):
-    """A Netns whose libvirtd has the appliance's network hook: installed before libvirtd
-    starts, as libvirtd looks for hooks only then."""
-
-    def _private_copies(self):
-        super()._private_copies()
-        hooks = self.path("etc", "hooks", "network.d")
-        os.makedirs(hooks, exist_ok=True)
-        shutil.copy(HOOK, os.path.join(hooks, "appliance-vxlan"))
-        os.chmod(os.path.join(hooks, "appliance-vxlan"), 0o755)
 
 
 def ip(*argv):
@@ -60,9 +44,10 @@ def ip(*argv):
 
 @contextlib.contextmanager
 def two_hypervisors():
-    """Two HookedNetns joined by a veth, the underlay: 192.0.2.1 and 192.0.2.2."""
+    """Two Netns (each libvirtd with the hook) joined by a veth, the underlay: 192.0.2.1
+    and 192.0.2.2."""
     netns.require()
-    with HookedNetns(prefix="hv1") as hv1, HookedNetns(prefix="hv2") as hv2:
+    with netns.Netns(prefix="hv1") as hv1, netns.Netns(prefix="hv2") as hv2:
         ip("link", "add", "underlay", "netns", hv1.name, "type", "veth",
            "peer", "name", "underlay", "netns", hv2.name)
         for ns, name in ((hv1, "hv1"), (hv2, "hv2")):
@@ -196,88 +181,3 @@ def test_stopping_the_network_removes_the_tunnel(site):
     assert site["hv2"].run(["ip", "link", "show", "dev", dev]).returncode != 0
     reconcile_networks(site["store"], site["conns"]["hv2"], site["hvs"]["hv2"])
     assert site["hv2"].run(["ip", "link", "show", "dev", dev]).returncode == 0
-
-
-@pytest.fixture(scope="module")
-def daemon_site(site, tmp_path_factory):
-    """The compute daemon's whole pass (appliance/compute/reconcile.py's Reconciler) on the
-    same two hypervisors, with a store of its own: a project's two nodes, one placed on
-    each, booting a tiny empty disk under TCG (SeaBIOS finds nothing and waits: a running
-    domain with a NIC is what the network needs). Its tests come last in this module: the
-    daemon removes the networks of ours it has no record of, the other tests' among them."""
-    from appliance.compute.reconcile import Reconciler
-    from tests.compute.reconcile_helpers import settings_for
-    tmp = tmp_path_factory.mktemp("vxlan-daemon")
-    image = str(tmp / "tiny.qcow2")
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", image, "64M"], check=True)
-    hv1, hv2 = site["hv1"], site["hv2"]
-    store = Store(str(tmp / "state"))
-    settings = settings_for(store.directory)
-    hvs = {}
-    for name, ns in (("hv1", hv1), ("hv2", hv2)):
-        hvs[name] = store.collection("compute_hypervisors").insert({
-            "name": name, "description": "", "machine_type": "VM",
-            "driver_spec": {"kind": "libvirt", "connection_uri": ns.uri,
-                            "storage_pool": netns.POOL, "machine_prefix": "vm-",
-                            "underlay_address": UNDERLAY[name]},
-            "cores_ratio": 1.0, "ram_ratio": 1.0, "status": "IN_PROGRESS"})
-    # VXLAN ids are one appliance's; this store shares the hypervisors with the site's,
-    # so its ids start past the site's networks' (two networks there)
-    for _ in range(2):
-        networks.create(store, settings, {"project_id": str(uuid.uuid4()), "name": "skip"})
-    project = str(uuid.uuid4())
-    nodes = {}
-    for name in ("hv1", "hv2"):
-        nodes[name] = store.collection("compute_nodes").insert({
-            "name": f"on-{name}", "description": "", "project_id": project, "cores": 1,
-            "ram": 128, "node_type": "VM", "hostname": None, "placement_policies": [],
-            "disk_spec": {"kind": "root_disk", "image": f"file://{image}", "size": 1},
-            "network": None, "status": "SCHEDULED", "status_reason": None,
-            "hypervisor": hvs[name]["uuid"], "default_network": {}, "node_set": None,
-            "power_state": "on", "reboot_requested_at": None})
-    rec = Reconciler(store, settings)
-    try:
-        # the second pass gives the home the DHCP entry of the port the first made on hv2
-        rec.pass_once()
-        rec.pass_once()
-        yield {"hv1": hv1, "hv2": hv2, "store": store, "hvs": hvs, "nodes": nodes}
-    finally:
-        for _uri, conn in list(rec.conns.values()):
-            conn.close()
-        store.close()
-
-
-def test_the_compute_daemon_spans_a_projects_network(daemon_site):
-    store, hvs = daemon_site["store"], daemon_site["hvs"]
-    nodes = {name: store.collection("compute_nodes").get(n["uuid"])
-             for name, n in daemon_site["nodes"].items()}
-    assert {n["status"] for n in nodes.values()} == {"ACTIVE"}, \
-        [n["status_reason"] for n in nodes.values()]
-    net = networks.networks(store).get(nodes["hv1"]["default_network"]["network"])
-    assert nodes["hv2"]["default_network"]["network"] == net["uuid"]
-    assert net["home_hypervisor"] == hvs["hv1"]["uuid"] and net["status"] == "ACTIVE"
-    conns = {name: daemon_site[name].connect() for name in ("hv1", "hv2")}
-    try:
-        home = conns["hv1"].networkLookupByName(netxml.network_name(net["uuid"])).XMLDesc(0)
-        member = conns["hv2"].networkLookupByName(netxml.network_name(net["uuid"])).XMLDesc(0)
-        # the home holds both nodes' DHCP entries; the member is a bare bridge
-        assert sorted(h["mac"] for h in netxml.hosts(home)) == sorted(
-            n["default_network"]["mac"] for n in nodes.values())
-        assert netxml.shape(member)["ips"] == []
-        assert (netxml.peers(home), netxml.peers(member)) == (["192.0.2.2"], ["192.0.2.1"])
-        assert {p["status"] for p in networks.ports(store).by("network", net["uuid"])} == \
-            {"ACTIVE"}
-        # hv2's domain is on the member network, its tap on the bridge with the tunnel's MTU
-        dom = conns["hv2"].lookupByUUIDString(nodes["hv2"]["uuid"])
-        source = ET.fromstring(dom.XMLDesc(0)).find("devices/interface/source")
-        assert source.get("network") == netxml.network_name(net["uuid"])
-        tap = ET.fromstring(dom.XMLDesc(0)).find("devices/interface/target").get("dev")
-        link = ip("-n", daemon_site["hv2"].name, "link", "show", "dev", tap)
-        assert "mtu 1450" in link and f"master {net['bridge']}" in link
-    finally:
-        for conn in conns.values():
-            conn.close()
-    for name in ("hv1", "hv2"):
-        details = ip("-n", daemon_site[name].name, "-d", "link", "show",
-                     "dev", f"vxlan{net['vni']}")
-        assert f"master {net['bridge']}" in details
