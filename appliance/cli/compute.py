@@ -36,7 +36,7 @@ OPTION_OF_FIELD = {"name": "-n/--name", "description": "-D/--description",
                    "project_id": "-p/--project", "cores": "-c/--cores", "ram": "-r/--ram",
                    "disk_spec": "-i/--image, -d/--disk-size", "hostname": "--hostname",
                    "replicas": "--replicas", "size": "--size", "kind": "--kind",
-                   "driver_spec": "--uri, --storage-pool", "cores_ratio": "--cores-ratio",
+                   "driver_spec": "--uri, --storage-pool, --underlay-address", "cores_ratio": "--cores-ratio",
                    "ram_ratio": "--ram-ratio"}
 
 
@@ -121,6 +121,9 @@ def _shape_options(sub, name, create):
         opt("--storage-pool", help="the libvirt storage pool of the nodes' disks "
                                    "(driver_spec.storage_pool, default \"default\"; "
                                    "test:///default has \"default-pool\")")
+        opt("--underlay-address", help="the hypervisor's IPv4 address that carries "
+                                       "project networks between hypervisors "
+                                       "(driver_spec.underlay_address; docs/network.md)")
         opt("--cores-ratio", type=float, help="CPU overcommit (1.0)")
         opt("--ram-ratio", type=float, help="RAM overcommit (1.0)")
     if name == "placement-policies" and create:
@@ -170,7 +173,8 @@ def _write(method):
                 if method == "PUT" else None
             body["disk_spec"] = _root_disk(current, _image_url(args.image), args.disk_size)
         uri, pool = getattr(args, "uri", None), getattr(args, "storage_pool", None)
-        if uri is not None or pool is not None:
+        underlay = getattr(args, "underlay_address", None)
+        if uri is not None or pool is not None or underlay is not None:
             # the API takes driver_spec whole: an update of one part re-sends the rest
             spec = client.request("GET", target).payload().get("driver_spec") or {} \
                 if method == "PUT" else {}
@@ -179,6 +183,8 @@ def _write(method):
                 spec["connection_uri"] = uri
             if pool is not None:
                 spec["storage_pool"] = pool
+            if underlay is not None:
+                spec["underlay_address"] = underlay
             body["driver_spec"] = spec
         with_given_fields(body, args, env, method)
         if method == "POST" and args.compute_collection in MACHINES:

@@ -5,9 +5,10 @@ hypervisor per node; a qemu+ssh hypervisor's pinned host key (remote.py). Raises
 HYPERVISOR_NODE_LOCK, so that two registrations of one node at once cannot both pass.
 """
 
-from appliance.api.errors import BadRequest, Conflict
+from appliance.api.errors import BadRequest, Conflict, Forbidden
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_HYPERVISORS, COMPUTE_NODES
 from appliance.tenancy import nodes as node_rules
+from appliance.tenancy import underlay
 
 from . import remote
 from .drivers import LOCAL_HYPER, with_defaults
@@ -46,6 +47,7 @@ def checked_spec(store, call, spec, own_uuid):
         spec = remote.check_spec(spec)
     except remote.SpecError as e:
         raise BadRequest(str(e)) from None
+    check_underlay(store, call, spec, own_uuid)
     if spec["kind"] != LOCAL_HYPER:
         if "node" in spec:
             raise BadRequest(f"driver_spec.node: only for kind {LOCAL_HYPER}")
@@ -63,6 +65,25 @@ def checked_spec(store, call, spec, own_uuid):
                          f"{LOCAL_HYPER} runs on a HW node")
     check_one_per_node(store, spec["node"], own_uuid)
     return spec
+
+
+def check_underlay(store, call, spec, own_uuid):
+    """The underlay address by the tenant rule (appliance/tenancy/underlay.py), and one
+    hypervisor per address (409): two would take each other's tunnels."""
+    address = spec.get("underlay_address")
+    if address is None:
+        spec.pop("underlay_address", None)
+        return
+    refused = underlay.refusal(store, call.principal, address)
+    if refused:
+        status, message = refused
+        raise (Forbidden if status == 403 else BadRequest)(message)
+    other = next((h for h in store.collection(COMPUTE_HYPERVISORS).records()
+                  if h["uuid"] != own_uuid
+                  and (h.get("driver_spec") or {}).get("underlay_address") == address), None)
+    if other is not None:
+        raise Conflict(f"driver_spec.underlay_address: hypervisor {other['uuid']} already "
+                       f"has {address}")
 
 
 def check_one_per_node(store, node_uuid, own_uuid):

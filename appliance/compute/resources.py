@@ -124,13 +124,17 @@ LIBVIRT_SPEC = {
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
         "node": {"type": "string", "format": "uuid"},
         "host_key": {"type": ["string", "null"], "maxLength": 16384},
+        "underlay_address": {"type": ["string", "null"], "maxLength": 15},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
                    "machine_prefix (vm-), and the reference's network fields; kind "
                    f"{LOCAL_HYPER}: the same plus node (required: the admin project's HW "
                    "node this libvirt runs on), storage_pool a name or [{name, tier, "
                    "ephemeral}] (one pool); a qemu+ssh:// connection_uri needs host_key, "
-                   "the host's SSH public key line (ssh-keyscan), pinned"}
+                   "the host's SSH public key line (ssh-keyscan), pinned; underlay_address "
+                   "(optional, both kinds): the hypervisor's IPv4 address that VXLAN "
+                   "tunnels carry project networks to from the other hypervisors "
+                   "(docs/network.md)"}
 
 
 def hypervisor_fields():

@@ -6,6 +6,9 @@ Rules that span records are kept by the store, across processes:
   creators never pick overlapping cidrs;
 - one default network per project: the unique key `default_of` (the project for a default
   network, the network's own uuid otherwise, so that non-default ones never collide);
+- one VXLAN id per network (`vni`), chosen under the same lock as the cidr, as the cidr
+  is (no unique key: networks made before it have none, until `ensure_vni`): the tunnel
+  that carries the network between hypervisors (docs/network.md);
 - ports: unique (network, ipv4), (mac) and (node).
 Lock order: the cidr lock, then the ports kind, then the networks kind (a network is
 deleted under the ports lock, so no port can be added to it meanwhile).
@@ -25,6 +28,9 @@ PORT_UNIQUE = [("network", "ipv4"), ("mac",), ("node",)]
 CIDR_LOCK = "network-cidrs"
 DEFAULT_NAME = "default"
 LAYOUT = ("cidr", "gateway", "dns", "dhcp_start", "dhcp_end")
+# VXLAN ids: 24 bits; the first 4,095 are left to an operator's own VXLANs (and to
+# VLAN-numbered ones) on the same underlay
+FIRST_VNI, LAST_VNI = 4096, (1 << 24) - 1
 
 
 class NetworkError(Exception):
@@ -82,10 +88,37 @@ def prepare(store, settings, record):
     record.update({key: net_layout[key] for key in LAYOUT})
     record.update({
         "default": default, "default_of": project if default else record["uuid"],
-        "bridge": bridge_name(record["uuid"]), "status": "NEW", "status_reason": None})
+        "bridge": bridge_name(record["uuid"]), "vni": free_vni(store),
+        "status": "NEW", "status_reason": None})
     if record.get("routing") is None:
         record["routing"] = settings["network_routing"]
     return record
+
+
+def free_vni(store):
+    """The lowest VXLAN id no network holds. The caller holds the cidr lock until the
+    insert or update."""
+    taken = {n.get("vni") for n in networks(store).records()}
+    vni = FIRST_VNI
+    while vni in taken:
+        vni += 1
+    if vni > LAST_VNI:
+        raise CidrConflict("no free VXLAN id left: delete a network")
+    return vni
+
+
+def ensure_vni(store, network):
+    """The network record with a `vni`: one made before VXLAN ids were given gets the
+    lowest free one now (under the cidr lock, compare and set)."""
+    if network.get("vni") is not None:
+        return network
+    coll = networks(store)
+    with store.named_lock(CIDR_LOCK):
+        current = coll.get(network["uuid"])
+        if current is None or current.get("vni") is not None:
+            return current
+        coll.update_many({current["uuid"]: (current["revision"], {"vni": free_vni(store)})})
+        return coll.get(network["uuid"])
 
 
 def _allocate_cidr(settings, project, default, taken):

@@ -5,6 +5,16 @@ on it, where libvirt's dnsmasq answers DHCP and DNS. DHCP hands out only the fix
 entries (one per port: its MAC gets its IPv4), within the lease range. `<forward
 mode='nat'/>` only for routing "nat"; without `<forward>` libvirt builds an isolated
 network that nothing can leave.
+
+A network that spans hypervisors (docs/network.md, "Networks across hypervisors") has the
+same bridge on each of them: with the addresses, DHCP and dnsmasq on its home hypervisor
+only, a bare bridge elsewhere. Every network with a VXLAN id carries what the libvirt
+network hook (vxlan_hook.py) needs to join it to others, whether it spans yet or not:
+the id in `<metadata>` and the tunnel's MTU, fixed for the network's life; and each
+peer's underlay address as an empty `<portgroup name='vxlan-peer-<address>'/>`:
+portgroups are the part of a network that libvirt changes live (virNetworkUpdate) and
+then hands to the hook ("updated"), so a network starts spanning, and peers come and go,
+without restarting the bridge under running nodes.
 """
 
 import ipaddress
@@ -12,6 +22,11 @@ import xml.etree.ElementTree as ET
 
 PREFIX = "appliance-"
 DNSMASQ_NS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
+VXLAN_NS = "https://appliance.local/ns/network"
+PEER_PREFIX = "vxlan-peer-"
+# a 1500-byte underlay less VXLAN's 50 bytes (outer IPv4, UDP, VXLAN, inner Ethernet):
+# libvirt gives the nodes' interfaces this MTU (virtio tells the guest)
+VXLAN_MTU = 1450
 
 
 def network_name(network_uuid):
@@ -29,14 +44,31 @@ def host_xml(host):
     return ET.tostring(element, encoding="unicode")
 
 
-def network_xml(network, hosts):
-    """The libvirt XML of a network record with these host entries."""
+def peer_xml(address):
+    return ET.tostring(ET.Element("portgroup", name=PEER_PREFIX + address), encoding="unicode")
+
+
+def network_xml(network, hosts, peers=(), home=True):
+    """The libvirt XML of a network record with these host entries and VXLAN peers
+    (underlay addresses); `home` False: the bare bridge of a hypervisor other than the
+    home. A record without a `vni` (made before VXLAN ids) gets no tunnel."""
     ET.register_namespace("dnsmasq", DNSMASQ_NS)
+    ET.register_namespace("appliance", VXLAN_NS)
     root = ET.Element("network")
     ET.SubElement(root, "name").text = network_name(network["uuid"])
-    if network["routing"] == "nat":
+    vni = network.get("vni")
+    if vni is not None:
+        metadata = ET.SubElement(root, "metadata")
+        ET.SubElement(metadata, f"{{{VXLAN_NS}}}vxlan", vni=str(vni))
+    if home and network["routing"] == "nat":
         ET.SubElement(root, "forward", mode="nat")
     ET.SubElement(root, "bridge", name=network["bridge"], stp="on", delay="0")
+    if vni is not None:
+        ET.SubElement(root, "mtu", size=str(VXLAN_MTU))
+        for address in sorted(peers):
+            ET.SubElement(root, "portgroup", name=PEER_PREFIX + address)
+    if not home:
+        return ET.tostring(root, encoding="unicode")
     mask = str(ipaddress.IPv4Network(network["cidr"]).netmask)
     ip = ET.SubElement(root, "ip", address=network["gateway"], netmask=mask)
     dhcp = ET.SubElement(ip, "dhcp")
@@ -55,8 +87,9 @@ def network_xml(network, hosts):
 
 
 def shape(xml):
-    """What of a network's XML must match for it to be ours as is (not the host entries,
-    which change live): bridge, forward mode, addresses and lease range."""
+    """What of a network's XML must match for it to be ours as is (not the host entries
+    nor the VXLAN peers, which change live): bridge, forward mode, addresses and lease
+    range, MTU and VXLAN id."""
     root = ET.fromstring(xml)
     forward = root.find("forward")
     bridge = root.find("bridge")
@@ -65,8 +98,23 @@ def shape(xml):
         lease = ip.find("dhcp/range")
         ips.append((ip.get("address"), ip.get("netmask") or ip.get("prefix"),
                     None if lease is None else (lease.get("start"), lease.get("end"))))
+    mtu = root.find("mtu")
     return {"bridge": None if bridge is None else bridge.get("name"),
-            "forward": None if forward is None else forward.get("mode"), "ips": ips}
+            "forward": None if forward is None else forward.get("mode"), "ips": ips,
+            "mtu": None if mtu is None else mtu.get("size"), "vxlan": vxlan(xml)}
+
+
+def vxlan(xml):
+    """The VXLAN id of a network's XML (as written), or None when it has none."""
+    element = ET.fromstring(xml).find(f"metadata/{{{VXLAN_NS}}}vxlan")
+    return None if element is None else element.get("vni")
+
+
+def peers(xml):
+    """The peers' underlay addresses of a network's XML (its vxlan-peer- portgroups)."""
+    return sorted(p.get("name")[len(PEER_PREFIX):]
+                  for p in ET.fromstring(xml).findall("portgroup")
+                  if (p.get("name") or "").startswith(PEER_PREFIX))
 
 
 def hosts(xml):

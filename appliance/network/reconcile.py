@@ -3,76 +3,158 @@
 Run by the compute daemon (crec's reconciler) on every pass, per hypervisor. Level
 triggered and idempotent: a pass over an unchanged store touches neither libvirt nor the
 store. Only networks named `appliance-<uuid>` are ever changed; others are left alone.
+
+A network whose nodes run on several hypervisors with underlay addresses spans them
+(docs/network.md, "Networks across hypervisors"): its home hypervisor (the first that ran
+a node of it, kept in the record) holds the gateway, DNS and every port's DHCP entry;
+each other one a bare bridge of the same name; the libvirt network hook (vxlan_hook.py)
+joins them by the network's VXLAN id. `plan` decides a hypervisor's part, pure.
 """
 
 import logging
 
 import libvirt
 
-from appliance.kinds import COMPUTE_NODES
+from appliance.kinds import COMPUTE_HYPERVISORS, COMPUTE_NODES
 
 from . import netxml
-from .networks import networks, ports
+from .networks import ensure_vni, networks, ports
 
 log = logging.getLogger("appliance.network")
 NODES = COMPUTE_NODES
 HOST_SECTION = libvirt.VIR_NETWORK_SECTION_IP_DHCP_HOST
+PEER_SECTION = libvirt.VIR_NETWORK_SECTION_PORTGROUP
+
+
+def underlay_of(hypervisor):
+    return ((hypervisor or {}).get("driver_spec") or {}).get("underlay_address")
+
+
+def plan(network, users, hypervisors, here):
+    """This hypervisor's part in a network, pure: (role, ports whose DHCP entry it holds,
+    VXLAN peers, wanted). `users`: {hypervisor uuid: ports of nodes placed there};
+    `hypervisors`: {uuid: record}; the network's `home_hypervisor` (None: it has none,
+    and this hypervisor runs none of its nodes).
+
+    role "home": the addresses, DHCP and dnsmasq; its ports and those of every member.
+    role "member": a bare bridge joined to the home's by the VXLAN (this hypervisor and
+    the home both have an underlay address). role "alone": a hypervisor outside the
+    underlay running nodes of a network homed elsewhere: a network of its own, as before
+    VXLAN (same addresses, its own DHCP, not joined). `wanted`: it has a port to serve
+    (else a network defined here is only kept in step, never defined or started).
+    peers: the other carriers' underlay addresses, where this one and the home have one."""
+    home = network["home_hypervisor"]
+    address = {h: underlay_of(hypervisors.get(h)) for h in set(users) | {home, here}}
+    spanning = bool(address[home]) and bool(address[here]) and network.get("vni") is not None
+    members = sorted(h for h in users if h != home and address[h]) if spanning else []
+
+    def peers(carriers):
+        return sorted({address[h] for h in carriers} - {address[here]})
+
+    if here == home:
+        served = list(users.get(here, ())) + [p for h in members for p in users[h]]
+        return "home", served, peers(members), bool(served)
+    if spanning:
+        return "member", [], peers([home, *members]), here in users
+    return "alone", list(users.get(here, ())), [], here in users
 
 
 def reconcile_networks(store, conn, hypervisor):
     """Define and start every network with ports of nodes placed on `hypervisor` (a record
-    or its uuid) on its libvirt connection `conn`, with a fixed DHCP host entry per port,
-    changed live; drop the host entries of ports gone; remove our networks whose record is
-    gone; write the networks' and ports' status."""
+    or its uuid), or homed there, on its libvirt connection `conn`, as `plan` says: a
+    fixed DHCP host entry per port served and the VXLAN peers, both changed live; drop the
+    host entries of ports gone; remove our networks whose record is gone; write the
+    networks' and ports' status."""
     hv_uuid = hypervisor["uuid"] if isinstance(hypervisor, dict) else hypervisor
-    local = {}                      # network uuid -> ports of nodes placed here
+    hypervisors = {h["uuid"]: h for h in store.collection(COMPUTE_HYPERVISORS).records()}
+    # the one this pass runs on exists, recorded or not (tests pass a bare uuid)
+    hypervisors.setdefault(hv_uuid, hypervisor if isinstance(hypervisor, dict)
+                           else {"uuid": hv_uuid})
+    placed = {n["uuid"]: n["hypervisor"] for n in store.collection(NODES).records()
+              if n.get("hypervisor")}
+    users = {}                      # network uuid -> {hypervisor uuid: ports placed there}
     port_coll = ports(store)
-    for node in store.collection(NODES).by("hypervisor", hv_uuid):
-        for port in port_coll.by("node", node["uuid"]):
-            local.setdefault(port["network"], []).append(port)
+    for port in port_coll.records():
+        if port["node"] in placed:
+            users.setdefault(port["network"], {}).setdefault(
+                placed[port["node"]], []).append(port)
     net_coll = networks(store)
     defined = {net.name(): net for net in conn.listAllNetworks()}
+    homed_here = {n["uuid"] for n in net_coll.by("home_hypervisor", hv_uuid)}
     net_status, port_status = {}, {}
-    for uuid in set(local) | {name[len(netxml.PREFIX):] for name in defined
-                              if name.startswith(netxml.PREFIX)}:
+    for uuid in {u for u, by_hv in users.items() if hv_uuid in by_hv} | homed_here | {
+            name[len(netxml.PREFIX):] for name in defined if name.startswith(netxml.PREFIX)}:
         network = net_coll.get(uuid)
         existing = defined.get(netxml.network_name(uuid))
         if network is None:
             _remove(existing, "its record is gone")
             continue
-        its_ports = local.get(uuid, [])
+        its_users = users.get(uuid, {})
+        network = _with_home(store, network, hypervisors, hv_uuid, its_users)
+        if network is None:         # deleted meanwhile
+            _remove(existing, "its record is gone")
+            continue
+        network = ensure_vni(store, network)
+        if network is None:
+            continue
+        role, served, peers, wanted = plan(network, its_users, hypervisors, hv_uuid)
         try:
-            _ensure(conn, network, existing, its_ports)
+            _ensure(conn, network, existing, served, peers, role != "member", wanted)
         except libvirt.libvirtError as e:
             log.warning("network %s on hypervisor %s: %s", uuid, hv_uuid, e)
             net_status[uuid] = {"status": "ERROR", "status_reason": str(e)}
             continue
-        if its_ports:
+        if wanted:
             net_status[uuid] = {"status": "ACTIVE", "status_reason": None}
-            port_status.update({p["uuid"]: {"status": "ACTIVE"} for p in its_ports})
+            port_status.update({p["uuid"]: {"status": "ACTIVE"} for p in served})
     _write(net_coll, net_status)
     _write(port_coll, port_status)
 
 
-def _ensure(conn, network, net, its_ports):
-    """The network defined as the record says, running, with exactly these host entries.
-    A network of ours with no local port is only kept in step, never defined here."""
-    hosts = netxml.host_entries(its_ports)
-    desired = netxml.network_xml(network, hosts)
+def _with_home(store, network, hypervisors, hv_uuid, its_users):
+    """The network with its `home_hypervisor`: kept while that hypervisor exists, else
+    this one when it runs a node of it (compare and set: of two passes at once, one wins
+    and the other reads it). Seen with no home (None) when it has none and none is due
+    here: then nothing of it is wanted here."""
+    if network.get("home_hypervisor") in hypervisors:
+        return network
+    if hv_uuid not in its_users:
+        return {**network, "home_hypervisor": None}
+    coll = networks(store)
+    # a record that moved meanwhile (a rename through the API) is read again and retried:
+    # a pass without a home would define the network here as "alone", then again as home
+    for _ in range(5):
+        coll.update_many({network["uuid"]: (network["revision"],
+                                            {"home_hypervisor": hv_uuid})})
+        network = coll.get(network["uuid"])
+        if network is None or network.get("home_hypervisor") in hypervisors:
+            return network
+    return {**network, "home_hypervisor": hv_uuid}
+
+
+def _ensure(conn, network, net, served, peers, home, wanted):
+    """The network defined as the plan says, running, with exactly these host entries and
+    VXLAN peers. A network of ours not wanted here is only kept in step, never defined or
+    started."""
+    hosts = netxml.host_entries(served) if home else []
+    desired = netxml.network_xml(network, hosts, peers=peers, home=home)
     if net is not None and netxml.shape(net.XMLDesc(0)) != netxml.shape(desired):
         _remove(net, "it differs from its record; defined again")
         net = None
     if net is None:
-        if not its_ports:
+        if not wanted:
             return
-        log.info("defining network %s (bridge %s, %s)", netxml.network_name(network["uuid"]),
-                 network["bridge"], network["cidr"])
+        log.info("defining network %s (bridge %s, %s%s)",
+                 netxml.network_name(network["uuid"]), network["bridge"], network["cidr"],
+                 "" if not peers else f", vxlan {network['vni']} to {', '.join(peers)}"
+                 + ("" if home else ", a bare bridge"))
         net = conn.networkDefineXML(desired)
         # up again after a host restart, before libvirt starts the domains that use it
         net.setAutostart(1)
-    if its_ports and not net.isActive():
+    if wanted and not net.isActive():
         net.create()
     _sync_hosts(net, hosts)
+    _sync_peers(net, peers)
 
 
 def _sync_hosts(net, hosts):
@@ -92,6 +174,23 @@ def _sync_hosts(net, hosts):
         if current.get(mac) != host:
             net.update(libvirt.VIR_NETWORK_UPDATE_COMMAND_ADD_LAST, HOST_SECTION, -1,
                        netxml.host_xml(host), flags)
+
+
+def _sync_peers(net, peers):
+    """The VXLAN peers (portgroups) changed live and in the definition: libvirt hands the
+    new XML to the hook ("updated"), which brings the tunnel's flood list to it."""
+    current = netxml.peers(net.XMLDesc(0))
+    flags = libvirt.VIR_NETWORK_UPDATE_AFFECT_CONFIG
+    if net.isActive():
+        flags |= libvirt.VIR_NETWORK_UPDATE_AFFECT_LIVE
+    for address in current:
+        if address not in peers:
+            net.update(libvirt.VIR_NETWORK_UPDATE_COMMAND_DELETE, PEER_SECTION, -1,
+                       netxml.peer_xml(address), flags)
+    for address in peers:
+        if address not in current:
+            net.update(libvirt.VIR_NETWORK_UPDATE_COMMAND_ADD_LAST, PEER_SECTION, -1,
+                       netxml.peer_xml(address), flags)
 
 
 def _remove(net, why):

@@ -7,7 +7,7 @@ renumbering the nodes on it, or tearing its bridge down under them).
 """
 
 from appliance.api.errors import BadRequest, Conflict
-from appliance.api.fields import UUID, Boolean, Enum, Field, Reference, String
+from appliance.api.fields import UUID, Boolean, Enum, Field, Integer, Reference, String
 from appliance.api.resource import Resource
 
 from . import ipam
@@ -46,6 +46,12 @@ class Networks(Resource):
                 _address("dhcp_end", "the last lease"),
                 Field("bridge", String(15), read_only=True,
                       description="the Linux bridge on each hypervisor"),
+                Field("vni", Integer(), read_only=True,
+                      description="the VXLAN id that carries the network between "
+                                  "hypervisors (given by the platform)"),
+                Field("home_hypervisor", UUID(), read_only=True,
+                      description="the hypervisor that holds the gateway and DHCP (the "
+                                  "first that ran a node of it)"),
                 Field("default", Boolean(), read_only=True,
                       description="the project's default network (nodes without a network)"),
                 Field("status", Enum(*STATUSES), read_only=True),

@@ -9,7 +9,8 @@ by a module of this package, never by a rule written again inside a capability:
 - `nodes`: who may target which node (configs, services, SSH keys, LBs, DBaaS placement);
 - `addresses`: which addresses a project's LB pools and fetches may reach;
 - `fetch`: the one guarded fetcher that daemons use for a project's URLs;
-- `zones`: who may own which DNS zone.
+- `zones`: who may own which DNS zone;
+- `underlay`: who may set a hypervisor's underlay address, and which address it may be.
 """
 
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_NODES, UA_AGENTS

@@ -194,6 +194,14 @@ def test_hypervisors_sets_and_policies(logged_in):
     assert pooled.json()["driver_spec"]["connection_uri"] == "test:///default"
     assert pooled.json()["driver_spec"]["storage_pool"] == "default-pool"
     assert (pooled.json()["ram_ratio"], pooled.json()["cores_ratio"]) == (4.0, 1.0)
+    joined = logged_in("--json", "compute", "hypervisors", "update", "local",
+                       "--underlay-address", "198.51.100.20")
+    assert joined.code == 0, joined.stderr
+    assert joined.json()["driver_spec"]["underlay_address"] == "198.51.100.20"
+    assert joined.json()["driver_spec"]["storage_pool"] == "default-pool"
+    refused = logged_in("compute", "hypervisors", "update", "local",
+                        "--underlay-address", "127.0.0.1")
+    assert refused.code == 1 and "loopback" in refused.stderr
     policy = logged_in("--json", "compute", "placement-policies", "add", "-p", ADMIN_PROJECT,
                        "-n", "spread", "--kind", "hard-anti-affinity")
     assert policy.code == 0 and policy.json()["kind"] == "hard-anti-affinity"

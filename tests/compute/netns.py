@@ -37,6 +37,11 @@ SSH_TOOLS = ("sshd", "ssh-keygen", "ssh-keyscan", "nsenter")
 LIBVIRT_DIRS = {"run": "/run/libvirt", "etc": "/etc/libvirt", "lib": "/var/lib/libvirt",
                 "log": "/var/log/libvirt", "cache": "/var/cache/libvirt"}
 POOL = "default"      # the storage pool a hypervisor's driver_spec names by default
+# the appliance's libvirt network hook (docs/network.md, "Networks across hypervisors"),
+# installed as the image installs it: every test libvirtd joins networks across
+# hypervisors as a real one does
+VXLAN_HOOK = os.path.join(os.path.dirname(__file__), "..", "..", "appliance", "network",
+                          "vxlan_hook.py")
 
 
 def unavailable():
@@ -157,6 +162,11 @@ class Netns:
         kvm = self.path("kvm-blocker")
         open(kvm, "w").close()
         os.chmod(kvm, 0)
+        # libvirtd looks for hooks only when it starts
+        hook = os.path.join(etc, "hooks", "network.d", "appliance-vxlan")
+        os.makedirs(os.path.dirname(hook), exist_ok=True)
+        shutil.copy(VXLAN_HOOK, hook)
+        os.chmod(hook, 0o755)
 
     def _start_script(self):
         mounts = "\n".join(f"mount --bind {self.path(key)} {target}"

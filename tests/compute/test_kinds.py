@@ -83,6 +83,52 @@ def test_hypervisors_are_for_administrators_only(server, admin, member):
     assert admin.get(f"{H}/{h['uuid']}").json["name"] == "h"
 
 
+def underlay(address, uri=None):
+    return {"kind": "libvirt", "connection_uri": uri or f"test:///{uuid.uuid4().hex}",
+            "underlay_address": address}
+
+
+def test_underlay_address_is_a_hypervisors_own_unicast_address(admin, server):
+    """The address every hypervisor floods a network's frames to: a project network's
+    address there would hand one node every network's frames (appliance/tenancy/
+    underlay.py); the attack is refused and nothing is written."""
+    h = created(admin.post(H, hyper(driver_spec=underlay("198.51.100.1"))))
+    assert h["driver_spec"]["underlay_address"] == "198.51.100.1"
+    net = admin.post("/v1/network/networks", {"project_id": ADMIN_PROJECT,
+                                              "cidr": "10.61.0.0/24"})
+    assert net.status == 201, net
+    before = len(admin.get(H).json)
+    for address, words in (("10.61.0.30", "inside 10.61.0.0/24"),
+                           ("127.0.0.1", "loopback"), ("169.254.1.1", "link-local"),
+                           ("239.1.1.1", "multicast"), ("0.0.0.0", "unspecified"),
+                           ("198.51.100.1/24", "not an IPv4 address"),
+                           ("host.example", "not an IPv4 address")):
+        assert words in refused(admin.post(H, hyper(driver_spec=underlay(address))), 400)
+    # one hypervisor per address: two would take each other's tunnels
+    assert "already has 198.51.100.1" in refused(
+        admin.post(H, hyper(driver_spec=underlay("198.51.100.1"))), 409)
+    assert "inside 10.61.0.0/24" in refused(admin.put(f"{H}/{h['uuid']}", {
+        "driver_spec": underlay("10.61.0.30", h["driver_spec"]["connection_uri"])}), 400)
+    assert len(admin.get(H).json) == before
+    assert admin.get(f"{H}/{h['uuid']}").json["driver_spec"]["underlay_address"] == \
+        "198.51.100.1"
+    admin.delete(f"/v1/network/networks/{net.json['uuid']}")
+
+
+def test_only_the_platform_sets_an_underlay_address(server):
+    """The rule itself, for a caller the hypervisor policy would let through were it ever
+    granted to a project: a project's principal is refused (403), a node agent's too."""
+    from types import SimpleNamespace
+
+    from appliance.tenancy import underlay as rule
+    project = SimpleNamespace(project_id=str(uuid.uuid4()), node=None)
+    agent = SimpleNamespace(project_id=None, node=str(uuid.uuid4()))
+    for principal in (project, agent):
+        status, message = rule.refusal(server.store, principal, "198.51.100.7")
+        assert status == 403 and "only the platform" in message
+    assert rule.refusal(server.store, None, "198.51.100.7") is None
+
+
 # ---- placement policies ------------------------------------------------------------------
 
 def test_policy_kinds(admin):

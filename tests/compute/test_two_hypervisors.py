@@ -2,7 +2,8 @@
 (tests/compute/tcg.py) and a second machine in another, with its own libvirtd and an sshd,
 joined by a veth pair; the second is registered through the API as
 `qemu+ssh://root@10.99.0.2/system` with its host key pinned, and reached with the key
-the appliance made (appliance/compute/remote.py).
+the appliance made (appliance/compute/remote.py). Both hypervisors are on the underlay (the
+veth), so the set spread over them has its network across both (a VXLAN, docs/network.md).
 
 Root only; skips with the reason where the namespaces, libvirt or sshd are missing. No OS
 is booted: a node is ACTIVE once its domain runs, which is all placement and the
@@ -12,11 +13,13 @@ nothing and waits) under TCG.
 
 import faulthandler
 import subprocess
+import xml.etree.ElementTree as ET
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from appliance.network import netxml
 from tests.compute import tcg
 from tests.compute.netns import sshd_unavailable
 
@@ -50,8 +53,8 @@ def env(tmp_path_factory, request):
         finally:
             # what this module made goes, so the shared appliance is as it was: the
             # set (its members at once), then the second hypervisor (no node left on it)
-            for path in reversed(env.cleanup):
-                env.admin.delete(path)
+            for item in reversed(env.cleanup):
+                item() if callable(item) else env.admin.delete(item)
 
 
 def hypervisor(env, hv_uuid):
@@ -68,8 +71,17 @@ def wait_status(env, path, status, what, timeout=WAIT):
 @pytest.fixture(scope="module")
 def hv2(env):
     second = env.second
+    # both on the underlay, the link between them (docs/network.md, "Networks across
+    # hypervisors"): the appliance's hypervisor only gains VXLAN peers, live
+    first = f"{H}/{env.hypervisor['uuid']}"
+    spec = hypervisor(env, env.hypervisor["uuid"])["driver_spec"]
+    env.ok(env.admin.put(first, {"driver_spec": {**spec,
+                                                 "underlay_address": second.OWN_ADDRESS}}))
+    env.cleanup.append(lambda: env.admin.put(first, {"driver_spec": spec}))
+    wait_status(env, first, "ACTIVE", "the appliance's hypervisor ACTIVE on the underlay")
     hv = env.ok(env.admin.post(H, {"name": "hv2", "driver_spec": {
-        "kind": "libvirt", "connection_uri": second.uri, "host_key": second.host_key}}), 201)
+        "kind": "libvirt", "connection_uri": second.uri, "host_key": second.host_key,
+        "underlay_address": second.ADDRESS}}), 201)
     env.cleanup.append(f"{H}/{hv['uuid']}")
     return wait_status(env, f"{H}/{hv['uuid']}", "ACTIVE", "hv2 ACTIVE over qemu+ssh")
 
@@ -137,6 +149,53 @@ def test_a_set_with_anti_affinity_puts_one_node_on_each_hypervisor(env, hv2):
     assert len(env.second.domains_of(second)) == 1 and tcg.domains_in(env.ns, second) == {}
     assert all(dom_id > 0 for dom_id in env.second.domains_of(second).values())  # running
     env.pair = (node_set["uuid"], first, second)
+
+
+def test_the_sets_network_spans_both_hypervisors(env, hv2):
+    """docs/network.md, "Networks across hypervisors": both hypervisors have an underlay
+    address (the veth between them), so the set's network (the admin project's default)
+    is one segment: homed on the appliance's hypervisor with both nodes' DHCP entries,
+    a bare bridge on hv2 joined by the network's VXLAN (made by the appliance's network
+    hook in each libvirtd), hv2's domain on it with the tunnel's MTU."""
+    _set, first, second = env.pair
+    node = env.node(second)
+    net = env.ok(env.admin.get(f"/v1/network/networks/{node['default_network']['network']}"))
+    assert net["home_hypervisor"] == env.hypervisor["uuid"] and net["vni"]
+    macs = sorted(env.node(n)["default_network"]["mac"] for n in (first, second))
+    name = netxml.network_name(net["uuid"])
+
+    def network_xml(ns):
+        conn = ns.connect()
+        try:
+            return conn.networkLookupByName(name).XMLDesc(0)
+        finally:
+            conn.close()
+
+    def home_serves_both():
+        # the home's pass adds the entry, then the peer: two live updates, each running
+        # the hook, so one may be seen before the other
+        xml = network_xml(env.ns)
+        return xml if sorted(h["mac"] for h in netxml.hosts(xml)) == macs and \
+            netxml.peers(xml) == [env.second.ADDRESS] else None
+    env.wait("hv2's node's DHCP entry and hv2 as a peer at the home", home_serves_both, WAIT)
+    member = network_xml(env.second.ns)
+    assert netxml.shape(member)["ips"] == [] and netxml.hosts(member) == []
+    assert netxml.peers(member) == [env.second.OWN_ADDRESS]
+    for ns in (env.ns, env.second.ns):
+        link = ns.run(["ip", "-d", "link", "show", "dev", f"vxlan{net['vni']}"]).stdout
+        assert f"vxlan id {net['vni']}" in link and f"master {net['bridge']}" in link
+    domain = ET.fromstring(next(iter(_domain_xmls(env.second.ns, second))))
+    tap = domain.find("devices/interface/target").get("dev")
+    link = env.second.ns.run(["ip", "link", "show", "dev", tap]).stdout
+    assert "mtu 1450" in link and f"master {net['bridge']}" in link
+
+
+def _domain_xmls(ns, node_uuid):
+    conn = ns.connect()
+    try:
+        return [conn.lookupByName(name).XMLDesc(0) for name in tcg.domains_in(ns, node_uuid)]
+    finally:
+        conn.close()
 
 
 def test_a_vanished_hypervisor_is_error_with_its_nodes_and_both_come_back(env, hv2):

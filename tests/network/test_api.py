@@ -14,7 +14,7 @@ N = "/v1/network/networks"
 P = "/v1/network/ports"
 FIELDS = {"uuid", "name", "description", "project_id", "cidr", "routing", "gateway", "dns",
           "dhcp_start", "dhcp_end", "bridge", "default", "status", "status_reason",
-          "created_at", "updated_at"}
+          "vni", "home_hypervisor", "created_at", "updated_at"}
 
 
 def create(admin, **fields):
@@ -74,6 +74,9 @@ def test_concurrent_creates_never_overlap(admin):
     assert [r.status for r in made] == [201] * 8
     cidrs = [n["cidr"] for n in admin.get(N).json]
     assert len(cidrs) == len(set(cidrs))
+    # the VXLAN ids are chosen under the same lock: one tunnel per network
+    vnis = [n["vni"] for n in admin.get(N).json]
+    assert len(vnis) == len(set(vnis)) and min(vnis) >= networks.FIRST_VNI
 
 
 def test_overlapping_and_reserved_cidrs_are_409(admin):
@@ -111,6 +114,8 @@ def test_overlapping_and_reserved_cidrs_are_409(admin):
     ({"bridge": "br0"}, 403, "bridge is read-only"),
     ({"default": True}, 403, "default is read-only"),
     ({"status": "ACTIVE"}, 403, "status is read-only"),
+    ({"vni": 4096}, 403, "vni is read-only"),
+    ({"home_hypervisor": str(uuid.UUID(int=9))}, 403, "home_hypervisor is read-only"),
     ({"default_of": ADMIN_PROJECT}, 400, "unknown field"),
     ({"project_id": "not-a-uuid"}, 400, "project_id"),
     ({"project_id": str(uuid.UUID(int=7))}, 400, "does not exist"),
@@ -205,7 +210,14 @@ def test_projects_see_only_their_own(net_server, admin):
         error(resp, 404)
     error(owner.post(N, {"project_id": other}), 403)
     error(owner.get(N, query={"project_id": other}), 403)
+    # the VXLAN id says which tunnel a network's frames ride: a project taking another's
+    # would join its network on every hypervisor; it is the platform's to give
+    assert theirs["vni"] != mine.json["vni"]
+    assert "vni is read-only" in error(owner.put(f"{N}/{mine.json['uuid']}",
+                                                 {"vni": theirs["vni"]}), 403)
+    assert "vni is read-only" in error(owner.post(N, {"vni": theirs["vni"]}), 403)
     assert state(admin) == before
+    assert owner.get(f"{N}/{mine.json['uuid']}").json["vni"] == mine.json["vni"]
     # a reader may look, not create
     reader_uuid, reader, reader_password = make_user(admin)
     bind(admin, reader_uuid, "reader", project)

@@ -50,7 +50,8 @@ def test_hosts_and_shape_read_back_what_was_written():
     assert netxml.shape(xml) == {
         "bridge": "ap-5b0c1a529d2f", "forward": None,
         "ips": [("10.20.0.1", "255.255.252.0", ("10.20.0.20", "10.20.3.254")),
-                ("10.20.0.2", "255.255.252.0", None)]}
+                ("10.20.0.2", "255.255.252.0", None)],
+        "mtu": None, "vxlan": None}
     # host entries are not part of the shape: they change live
     assert netxml.shape(netxml.network_xml(record(), [])) == netxml.shape(xml)
     assert netxml.shape(netxml.network_xml(record("nat"), [])) != netxml.shape(xml)
@@ -60,3 +61,44 @@ def test_host_xml_leaves_out_what_is_unset():
     assert ET.fromstring(netxml.host_xml({"mac": "52:54:00:00:00:01", "ip": "10.0.0.3",
                                           "name": None})).attrib == {
         "mac": "52:54:00:00:00:01", "ip": "10.0.0.3"}
+
+
+PEERS = ["192.0.2.3", "192.0.2.2"]
+
+
+def test_a_network_with_a_vxlan_id_carries_it_the_mtu_and_its_peers():
+    xml = netxml.network_xml(dict(record("nat"), vni=4097), netxml.host_entries(PORTS),
+                             peers=PEERS)
+    root = ET.fromstring(xml)
+    mark = root.find(f"metadata/{{{netxml.VXLAN_NS}}}vxlan")
+    assert mark.attrib == {"vni": "4097"}
+    assert root.find("mtu").attrib == {"size": "1450"}
+    assert [p.get("name") for p in root.findall("portgroup")] == [
+        "vxlan-peer-192.0.2.2", "vxlan-peer-192.0.2.3"]
+    # the home keeps the gateway, DHCP and NAT
+    assert root.find("forward").attrib == {"mode": "nat"}
+    assert len(root.findall("ip")) == 2 and len(root.findall("ip/dhcp/host")) == 2
+    assert netxml.vxlan(xml) == "4097"
+    assert netxml.peers(xml) == ["192.0.2.2", "192.0.2.3"]
+    # peers change live: not part of the shape, so a network starts spanning (gets its
+    # first peer) without being defined again; the VXLAN id is part of it
+    alone = netxml.network_xml(dict(record("nat"), vni=4097), [])
+    assert netxml.peers(alone) == [] and netxml.shape(alone) == netxml.shape(xml)
+    assert netxml.shape(netxml.network_xml(dict(record("nat"), vni=4098), [])) != \
+        netxml.shape(xml)
+    # a record from before VXLAN ids: no tunnel, no MTU
+    assert netxml.shape(netxml.network_xml(record("nat"), []))["mtu"] is None
+
+
+def test_a_member_is_a_bare_bridge():
+    """Another hypervisor than the home: the bridge and the tunnel only; no address, no
+    DHCP, no dnsmasq, no NAT (its nodes reach the gateway through the tunnel)."""
+    xml = netxml.network_xml(dict(record("nat"), vni=4097), [], peers=PEERS, home=False)
+    root = ET.fromstring(xml)
+    assert root.find("bridge").get("name") == bridge_name(UUID)
+    assert root.find("ip") is None and root.find("forward") is None
+    assert root.find(f"{{{netxml.DNSMASQ_NS}}}options") is None
+    assert netxml.vxlan(xml) == "4097"
+    assert netxml.shape(xml)["ips"] == [] and netxml.shape(xml)["mtu"] == "1450"
+    assert ET.fromstring(netxml.peer_xml("192.0.2.9")).attrib == {
+        "name": "vxlan-peer-192.0.2.9"}
