@@ -7,7 +7,30 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
+from appliance.iam import passwords  # noqa: E402
 from tests.apiserver import ApiServer  # noqa: E402
+
+
+def _remember_matches(verify):
+    """passwords.verify for the servers of this process, remembering the (password, hash)
+    pairs that matched: the suite logs in as the same user thousands of times, and each
+    scrypt costs a tenth of a second to a third (a tenth of the suite's time went there).
+    The KDF is a pure function, so a pair that matched matches again; only matches are
+    kept, so a wrong password and an unknown user (its dummy hash) still run the KDF each
+    time (tests/iam/test_tokens.py times the two against each other)."""
+    matched = set()
+
+    def remembering(password, encoded):
+        if encoded is not None and (password, encoded) in matched:
+            return True
+        ok = verify(password, encoded)
+        if ok:
+            matched.add((password, encoded))
+        return ok
+    return remembering
+
+
+passwords.verify = _remember_matches(passwords.verify)
 
 ADMIN_PASSWORD = "admin-password-for-tests"
 
