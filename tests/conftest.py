@@ -35,6 +35,26 @@ passwords.verify = _remember_matches(passwords.verify)
 ADMIN_PASSWORD = "admin-password-for-tests"
 
 
+def _one_hash_of_the_admin_password(hash_password):
+    """passwords.hash_password, giving the one hash it made first for the tests' admin
+    password: each server of the run seeds its admin with it (bootstrap), a scrypt per
+    server started, and then the first login on each ran another. A salt shared by the
+    admins of throwaway state directories changes nothing a test looks at; every other
+    password gets a fresh salt and its own scrypt."""
+    made = []
+
+    def hashing(password):
+        if password != ADMIN_PASSWORD:
+            return hash_password(password)
+        if not made:
+            made.append(hash_password(password))
+        return made[0]
+    return hashing
+
+
+passwords.hash_password = _one_hash_of_the_admin_password(passwords.hash_password)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """A real Waitress server on a loopback port, over a fresh state dir, per test module."""

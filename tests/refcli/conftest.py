@@ -177,8 +177,11 @@ class Exordos:
         return json.loads(self.ok(*args, "-o", "json").stdout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def appliance(tmp_path_factory):
+    """One `appliance up` for the directory's modules (each took some 20 s to start one):
+    what a module makes has a name of its own (refcli-...) and is what its asserts look
+    for; the password change of test_session.py puts the old one back."""
     up = Appliance(str(tmp_path_factory.mktemp("appliance"))).start()
     try:
         yield up.wait_ready()
