@@ -196,3 +196,8 @@ def exordos(appliance, tmp_path_factory):
     home.mkdir()
     return Exordos(exordos_venv(), str(home), appliance.url, str(work),
                    appliance.admin_password)
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()
