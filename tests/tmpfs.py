@@ -11,7 +11,9 @@ can see.
 
 tests/state keeps the default (/tmp): the store's own tests, some of which race a reader
 against writers at the pace of a disk's writes (test_feed.py's cursor across segments
-falls out of the feed's window when the writes cost nothing). tests/image and
+falls out of the feed's window when the writes cost nothing); tests/audit too (its
+test of a lost entry makes a segment immutable with chattr, which tmpfs does not
+enforce). tests/image and
 tests/compute keep it too: their disk images are gigabytes that a RAM disk should not
 hold, and QEMU's cache modes may want O_DIRECT, which tmpfs lacks.
 

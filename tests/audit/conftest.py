@@ -30,8 +30,3 @@ def entries(client, **query):
 @pytest.fixture(scope="module")
 def admin(server):
     return server.client(server.login("admin", "admin-password-for-tests"))
-
-
-from tests import tmpfs  # noqa: E402
-
-tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()
