@@ -7,9 +7,52 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
+from appliance.iam import passwords  # noqa: E402
 from tests.apiserver import ApiServer  # noqa: E402
 
+
+def _remember_matches(verify):
+    """passwords.verify for the servers of this process, remembering the (password, hash)
+    pairs that matched: the suite logs in as the same user thousands of times, and each
+    scrypt costs a tenth of a second to a third (a tenth of the suite's time went there).
+    The KDF is a pure function, so a pair that matched matches again; only matches are
+    kept, so a wrong password and an unknown user (its dummy hash) still run the KDF each
+    time (tests/iam/test_tokens.py times the two against each other)."""
+    matched = set()
+
+    def remembering(password, encoded):
+        if encoded is not None and (password, encoded) in matched:
+            return True
+        ok = verify(password, encoded)
+        if ok:
+            matched.add((password, encoded))
+        return ok
+    return remembering
+
+
+passwords.verify = _remember_matches(passwords.verify)
+
 ADMIN_PASSWORD = "admin-password-for-tests"
+
+
+def _one_hash_of_the_admin_password(hash_password):
+    """passwords.hash_password, giving the one hash it made first for the tests' admin
+    password: each server of the run seeds its admin with it (bootstrap), a scrypt per
+    server started, and then the first login on each ran another. A salt shared by the
+    admins of throwaway state directories changes nothing a test looks at; every other
+    password gets a fresh salt and its own scrypt."""
+    made = []
+
+    def hashing(password):
+        if password != ADMIN_PASSWORD:
+            return hash_password(password)
+        if not made:
+            made.append(hash_password(password))
+        return made[0]
+    return hashing
+
+
+passwords.hash_password = _one_hash_of_the_admin_password(passwords.hash_password)
 
 
 @pytest.fixture(scope="module")

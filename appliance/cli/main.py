@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib
 import os
+import shutil
 import sys
 import uuid
 from typing import Sequence
@@ -108,10 +109,18 @@ class _ParserExit(Exception):
 class ArgumentParser(argparse.ArgumentParser):
     """argparse writing to the injected streams and returning instead of calling sys.exit."""
 
-    def __init__(self, *args, env: Environment, **kwargs):
+    def __init__(self, *args, env: Environment, width: int | None = None, **kwargs):
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        # argparse makes a formatter at every add_argument (to check the metavar), and each
+        # asked the terminal for its size: a third of the time of building the parser,
+        # which every command does. The width is read once per build (build_parser), as
+        # argparse reads it (the terminal's columns less 2).
+        self.width = shutil.get_terminal_size().columns - 2 if width is None else width
         super().__init__(*args, **kwargs)
         self.env = env
+
+    def _get_formatter(self):
+        return self.formatter_class(prog=self.prog, width=self.width)
 
     def _print_message(self, message, file=None):
         if message:
@@ -175,10 +184,10 @@ login to the same endpoint keeps the pin unless one of the options is given. Pla
 endpoints need none of this."""
 
 
-def _common_options(env: Environment) -> ArgumentParser:
+def _common_options(parser_class) -> ArgumentParser:
     # SUPPRESS keeps a subcommand's unset option from overwriting one given before it, so
     # `appliance --json list x` and `appliance list x --json` mean the same.
-    common = ArgumentParser(add_help=False, env=env)
+    common = parser_class(add_help=False)
     group = common.add_argument_group("global options")
     group.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
                        help="print the server's JSON unchanged (for scripts)")
@@ -194,12 +203,14 @@ def _common_options(env: Environment) -> ArgumentParser:
 
 
 def build_parser(env: Environment) -> ArgumentParser:
-    common = _common_options(env)
-    parser = ArgumentParser(prog="appliance", description=MAIN_DESCRIPTION, epilog=MAIN_EPILOG,
-                            parents=[common], env=env)
+    parser_class = functools.partial(ArgumentParser, env=env,
+                                     width=shutil.get_terminal_size().columns - 2)
+    common = _common_options(parser_class)
+    parser = parser_class(prog="appliance", description=MAIN_DESCRIPTION, epilog=MAIN_EPILOG,
+                          parents=[common])
     parser.add_argument("--version", action="version", version=f"appliance {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True,
-                                     parser_class=functools.partial(ArgumentParser, env=env))
+                                     parser_class=parser_class)
 
     def command(name: str, summary: str, example: str, handler, details: str = "") -> ArgumentParser:
         epilog = f"example:\n  {example}\n\nexit codes: 0 ok, 1 refused (4xx), 2 usage, 3 server error (5xx), " \
@@ -267,26 +278,26 @@ def build_parser(env: Environment) -> ArgumentParser:
     command("daemons", "each daemon's state, since when, and its last successful pass "
             "(admin)", "appliance daemons", cmd_daemons)
 
-    groups.add_groups(commands, common, functools.partial(ArgumentParser, env=env), {
+    groups.add_groups(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete},
         extra={"secret": certificates.add_collection})
 
-    em.add_em_group(commands, common, functools.partial(ArgumentParser, env=env))
-    compute.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+    em.add_em_group(commands, common, parser_class)
+    compute.add_group(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
-    services.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+    services.add_group(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
-    repo.add_groups(commands, common, functools.partial(ArgumentParser, env=env))
-    configs.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+    repo.add_groups(commands, common, parser_class)
+    configs.add_group(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show})
-    lb.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+    lb.add_group(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
-    sqldb.add_group(commands, common, functools.partial(ArgumentParser, env=env), {
+    sqldb.add_group(commands, common, parser_class, {
         "list": cmd_list, "show": cmd_show, "delete": cmd_delete})
-    backup.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
-    agent.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
-    audit.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
-    events.add_commands(commands, common, functools.partial(ArgumentParser, env=env))
+    backup.add_commands(commands, common, parser_class)
+    agent.add_commands(commands, common, parser_class)
+    audit.add_commands(commands, common, parser_class)
+    events.add_commands(commands, common, parser_class)
 
     up = commands.add_parser("up", help="start the appliance (API and daemons) in the foreground",
                              description="Start the appliance; arguments go to the supervisor. "

@@ -60,3 +60,8 @@ def refused(resp, status):
     body = resp.json
     assert set(body) == {"type", "code", "message"} and body["code"] == status, body
     return body["message"]
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -13,3 +13,8 @@ def server(tmp_path_factory):
                     extra=widgets.register).start()
     yield srv
     srv.stop()
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

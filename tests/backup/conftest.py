@@ -63,3 +63,8 @@ def state_bytes(directory, with_locks=True):
                     os.stat(path).st_mode & 0o7777, f.read())
         found[os.path.normpath(rel) + "/"] = (os.stat(folder).st_mode & 0o7777, b"")
     return found
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -144,3 +144,8 @@ def logged_in(cli) -> Cli:
     cli.login()
     cli.sent.clear()
     return cli
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -67,8 +67,11 @@ def test_follow_prints_what_happens_meanwhile(logged_in):
                       transport=transport, getpass=lambda prompt: "", stdin_isatty=False,
                       stdout_isatty=False, clock=time.time, ask=None)
     started = time.monotonic()
+    # --timeout 8: each long poll waits 3 s (timeout - 5), not the default's 20; the asks
+    # that see nothing new (the last, and the first of a module run alone) end on that wait
     with pytest.raises(KeyboardInterrupt):
-        program(["events", "--follow", "--json", "--kind", "iam_projects"], env)
+        program(["events", "--follow", "--json", "--kind", "iam_projects", "--timeout", "8"],
+                env)
     names = [json.loads(line)["name"] for line in stdout.getvalue().splitlines()]
     assert names.count("ev-cli-followed") == 1
     # each later ask starts after the last revision it was told: nothing twice

@@ -167,3 +167,8 @@ def login(console_appliance):
                    30, "the session cookie after logging in")
         return None
     return log_in
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -63,3 +63,8 @@ def install(admin, manifest):
     done = act(admin, resp.json["uuid"], "install")
     assert done.status == 200, done
     return resp.json["uuid"]
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -27,3 +27,8 @@ def bare_server(tmp_path):
     srv = ApiServer(os.path.join(str(tmp_path), "state"), ADMIN_PASSWORD).start()
     yield srv
     srv.stop()
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -16,3 +16,8 @@ def net_server(tmp_path_factory):
 @pytest.fixture(scope="module")
 def admin(net_server):
     return net_server.client(net_server.login("admin", ADMIN_PASSWORD))
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

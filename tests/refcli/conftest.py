@@ -177,8 +177,11 @@ class Exordos:
         return json.loads(self.ok(*args, "-o", "json").stdout)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def appliance(tmp_path_factory):
+    """One `appliance up` for the directory's modules (each took some 20 s to start one):
+    what a module makes has a name of its own (refcli-...) and is what its asserts look
+    for; the password change of test_session.py puts the old one back."""
     up = Appliance(str(tmp_path_factory.mktemp("appliance"))).start()
     try:
         yield up.wait_ready()
@@ -193,3 +196,8 @@ def exordos(appliance, tmp_path_factory):
     home.mkdir()
     return Exordos(exordos_venv(), str(home), appliance.url, str(work),
                    appliance.admin_password)
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

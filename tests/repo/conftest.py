@@ -68,3 +68,8 @@ def elements_of(admin, repo_uuid, **query):
 def wait_element(admin, element_uuid, status, timeout=20):
     return wait_for(lambda: (e := admin.get(f"{E}/{element_uuid}").json)["status"] == status
                     and e, timeout)
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -79,3 +79,8 @@ def remember(value):
     """Note a secret value: the last test of the run greps every log for it."""
     SECRET_VALUES.add(value)
     return value
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()

@@ -47,3 +47,8 @@ class Member:
 @pytest.fixture(scope="module")
 def node(admin):
     return hw_node(admin)["uuid"]
+
+
+from tests import tmpfs  # noqa: E402
+
+tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()
