@@ -3,7 +3,7 @@ what each offers (cores, RAM, the pool's disk, acceleration), and its status: AC
 ERROR with libvirt's message. A dead connection (libvirtd restarted) is reopened on the
 next pass; what was cached about its domains is dropped then (`on_lost`)."""
 
-from . import kvm_probe, placement
+from . import kvm_probe, migration, placement
 from .virt import GB, HYPERVISORS, NODES, NodeFailure, libvirt, log, pool_of, reason, write
 
 
@@ -74,7 +74,9 @@ class Hypervisors:
 
 
 def _placed(store):
-    return [n for n in store.collection(NODES).records() if n.get("hypervisor")]
+    # a node being moved holds room on its target too (migration.reserved)
+    return migration.reserved([n for n in store.collection(NODES).records()
+                               if n.get("hypervisor")])
 
 
 def discover(conn, uri, spec, accel):
@@ -92,7 +94,7 @@ def discover(conn, uri, spec, accel):
         accel[uri], why = kvm_probe.probe_accel(conn)
         log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none", why)
     return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
-            "accel": accel[uri]}
+            "accel": accel[uri], "arch": _model}
 
 
 def write_capacity(store, active):
