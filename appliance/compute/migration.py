@@ -13,7 +13,7 @@ fill one hypervisor twice over.
 """
 
 from . import placement
-from .lifecycle import built_by_daemon
+from .lifecycle import built_by_daemon, wants_power
 
 REQUESTED, RUNNING, DONE, REFUSED, FAILED = "requested", "running", "done", "refused", "failed"
 UNDER_WAY = (REQUESTED, RUNNING)
@@ -85,6 +85,9 @@ def check(node, hypervisors, nodes, policies, target_uuid=None):
     if node.get("status") != "ACTIVE" or not node.get("hypervisor"):
         raise Refused(409, f"node {node['uuid']} is {node.get('status')}: only an ACTIVE "
                            "node is moved; wait until it is ACTIVE")
+    if not wants_power(node):
+        raise Refused(409, f"node {node['uuid']} is powered off: a move is live, of a "
+                           "running domain; power it on first")
     by_uuid = {h["uuid"]: h for h in hypervisors}
     source = by_uuid.get(node["hypervisor"]) or {"uuid": node["hypervisor"]}
     if source.get("status") != "ACTIVE":

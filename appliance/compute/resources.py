@@ -123,6 +123,11 @@ LIBVIRT_SPEC = {
         "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
         "node": {"type": "string", "format": "uuid"},
+        "migration_address": {"type": ["string", "null"], "maxLength": 255,
+                              "pattern": r"^[A-Za-z0-9.:_-]+$",
+                              "description": "the host or address other hypervisors' "
+                                             "QEMU reach this one at to move a node "
+                                             "here; default: the connection_uri's host"},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
                    "machine_prefix (vm-), and the reference's network fields; kind "

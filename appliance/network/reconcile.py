@@ -19,15 +19,17 @@ NODES = COMPUTE_NODES
 HOST_SECTION = libvirt.VIR_NETWORK_SECTION_IP_DHCP_HOST
 
 
-def reconcile_networks(store, conn, hypervisor):
+def reconcile_networks(store, conn, hypervisor, arriving=()):
     """Define and start every network with ports of nodes placed on `hypervisor` (a record
     or its uuid) on its libvirt connection `conn`, with a fixed DHCP host entry per port,
     changed live; drop the host entries of ports gone; remove our networks whose record is
-    gone; write the networks' and ports' status."""
+    gone; write the networks' and ports' status. `arriving`: nodes being moved here from
+    another hypervisor (compute's migrate), whose host entries are here before they run
+    here, so that this side's DHCP renews their leases."""
     hv_uuid = hypervisor["uuid"] if isinstance(hypervisor, dict) else hypervisor
     local = {}                      # network uuid -> ports of nodes placed here
     port_coll = ports(store)
-    for node in store.collection(NODES).by("hypervisor", hv_uuid):
+    for node in list(store.collection(NODES).by("hypervisor", hv_uuid)) + list(arriving):
         for port in port_coll.by("node", node["uuid"]):
             local.setdefault(port["network"], []).append(port)
     net_coll = networks(store)
