@@ -155,7 +155,7 @@ def sweep_pool(store, hv, conn, prefix):
         if kind == "volume" and record is None and _attached_somewhere(conn, name):
             continue
         delete(pool, name)
-        log.info("deleted pool volume %s: its %s %s is gone", name, kind, uuid)
+        log.info("deleted pool volume %s: its %s %s is gone or elsewhere", name, kind, uuid)
 
 
 def _attached_somewhere(conn, name):

@@ -211,3 +211,24 @@ def test_a_daemon_restart_during_the_move_leaves_the_node_where_it_runs(two):
     assert (after["hypervisor"], after["status"]) == (two.hypervisor["uuid"], "ACTIVE")
     assert two.conn.lookupByUUIDString(node["uuid"]).isActive()
     assert not two.second_conn.listAllDomains(0)
+
+
+def test_progress_is_the_jobs_share_of_its_data():
+    from appliance.compute.migrate import destination_xml, migration_address, percent
+    assert percent({"data_total": 200, "data_processed": 50}) == 25
+    # libvirt without data_*: memory and disk added up
+    assert percent({"memory_total": 100, "memory_processed": 100, "disk_total": 100,
+                    "disk_processed": 0}) == 50
+    # 100 is written once the move is done, never while it runs
+    assert percent({"data_total": 10, "data_processed": 10}) == 99
+    assert percent({}) == 0
+    assert migration_address({"driver_spec": {
+        "connection_uri": "qemu+ssh://root@10.1.2.3/system"}}) == "10.1.2.3"
+    assert migration_address({"driver_spec": {"connection_uri": "qemu:///system",
+                                              "migration_address": "hv2.local"}}) == "hv2.local"
+    assert migration_address({"driver_spec": {"connection_uri": "qemu:///system"}}) is None
+    xml = ("<domain><devices><disk><source file='/a/vm-x-disk0.qcow2'/><target dev='vda'/>"
+           "</disk><disk><source file='/a/seed.iso'/><target dev='hdc'/></disk>"
+           "</devices></domain>")
+    assert "/b/disk0" in destination_xml(xml, {"vda": "/b/disk0"})
+    assert "/a/seed.iso" in destination_xml(xml, {"vda": "/b/disk0"})
