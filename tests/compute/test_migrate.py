@@ -129,6 +129,10 @@ def test_refusals_change_nothing(server, admin, pair):
         nodes.update(node["uuid"], {"status": status})
         _refused_unchanged(server, admin, node, {"hypervisor": b["uuid"]}, 409,
                            f"is {status}: only an ACTIVE node is moved")
+    nodes.update(node["uuid"], {"status": "ACTIVE", "power_state": "off"})
+    _refused_unchanged(server, admin, node, {"hypervisor": b["uuid"]}, 409,
+                       "powered off: a move is live")
+    nodes.update(node["uuid"], {"power_state": "on"})
     hw = created(admin.post(N, node_body(node_type="HW", disk_spec=None)))
     _refused_unchanged(server, admin, hw, {"hypervisor": b["uuid"]}, 409, "HW machine")
     # the node's own hypervisor down: nothing can be moved off it live
