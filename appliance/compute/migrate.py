@@ -68,13 +68,22 @@ def migration_address(hv):
     return host or None
 
 
-def destination_xml(source_xml, paths):
-    """The domain's XML with each disk's source replaced by `paths[target dev]`."""
+def destination_xml(source_xml, paths, file_console=True):
+    """The domain's XML with each disk's source replaced by `paths[target dev]`. Without
+    `file_console` (a target on another machine, which has not the appliance's state
+    directory for the console log) each file serial and console becomes a pty, in place:
+    a device dropped would break the ABI a live domain keeps."""
     root = ET.fromstring(source_xml)
     for disk in root.findall("devices/disk"):
         target, source = disk.find("target"), disk.find("source")
         if target is not None and source is not None and target.get("dev") in paths:
             source.set("file", paths[target.get("dev")])
+    if not file_console:
+        for chardev in root.findall("devices/serial") + root.findall("devices/console"):
+            if chardev.get("type") == "file":
+                chardev.set("type", "pty")
+                for source in chardev.findall("source"):
+                    chardev.remove(source)
     return ET.tostring(root, encoding="unicode")
 
 

@@ -232,3 +232,14 @@ def test_progress_is_the_jobs_share_of_its_data():
            "</devices></domain>")
     assert "/b/disk0" in destination_xml(xml, {"vda": "/b/disk0"})
     assert "/a/seed.iso" in destination_xml(xml, {"vda": "/b/disk0"})
+    # to another machine: the file console becomes a pty, the devices stay as many
+    chardevs = ("<domain><devices><serial type='file'><source path='/s/c.log'/>"
+                "<target port='0'/></serial><serial type='pty'><target port='1'/></serial>"
+                "<console type='file'><source path='/s/c.log'/><target type='serial' "
+                "port='0'/></console></devices></domain>")
+    import xml.etree.ElementTree as ET
+    remote = ET.fromstring(destination_xml(chardevs, {}, file_console=False))
+    assert [(c.tag, c.get("type")) for c in remote.find("devices")] == [
+        ("serial", "pty"), ("serial", "pty"), ("console", "pty")]
+    assert "/s/c.log" not in destination_xml(chardevs, {}, file_console=False)
+    assert "/s/c.log" in destination_xml(chardevs, {})
