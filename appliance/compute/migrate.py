@@ -202,21 +202,24 @@ class Migrations:
         done = threading.Event()
         watcher = threading.Thread(target=self._watch, args=(node, dom, done), daemon=True)
         watcher.start()
+        failure = None
         try:
             dom.migrate3(target_conn, params, flags())
         except libvirt.libvirtError as e:
-            done.set()
             state = migration.REFUSED if _cannot(e) else migration.FAILED
-            log.warning("node %s: move %s: %s", node["uuid"], state, reason(e))
-            self._finish(node, state, "libvirt: " + reason(e))
-            return
+            failure = (state, "libvirt: " + reason(e))
         except Exception as e:      # a worker must never die silently with a move "running"
-            done.set()
             log.exception("node %s: move failed", node["uuid"])
-            self._finish(node, migration.FAILED, f"{type(e).__name__}: {e}")
-            return
-        done.set()
-        self._moved(node)
+            failure = (migration.FAILED, f"{type(e).__name__}: {e}")
+        finally:
+            # the last progress write before the end's, never after it
+            done.set()
+            watcher.join()
+        if failure is None:
+            self._moved(node)
+        else:
+            log.warning("node %s: move %s: %s", node["uuid"], *failure)
+            self._finish(node, *failure)
 
     def _watch(self, node, dom, done):
         last = 0
