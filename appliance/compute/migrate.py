@@ -219,6 +219,7 @@ class Migrations:
             self._moved(node)
         else:
             log.warning("node %s: move %s: %s", node["uuid"], *failure)
+            _resume_if_paused(node, dom)
             self._finish(node, *failure)
 
     def _watch(self, node, dom, done):
@@ -251,7 +252,8 @@ class Migrations:
     def _recover(self, node, active):
         """A move left "running" by a daemon that died: the domain is looked for on both
         sides, and the record says where it runs. A client-driven migration ends with
-        the connection of the process that drove it, so the domain runs on one side."""
+        the connection of the process that drove it: the domain runs on one side (on
+        the source it may be left paused: resumed here)."""
         m = node["migration"]
         source, target = active.get(node.get("hypervisor")), active.get(m["target"])
         if source is None or target is None:
@@ -266,6 +268,8 @@ class Migrations:
                      node["uuid"], m["target"])
             self._moved(node)
             return
+        if on_source is not None:
+            _resume_if_paused(node, on_source)
         self._finish(node, migration.FAILED, "the compute daemon stopped during the move; "
                                              "the node stayed on its hypervisor")
         if on_target is not None and on_source is not None:
@@ -302,6 +306,18 @@ class Migrations:
 def _attached(store, node_uuid):
     return [v for v in store.collection(VOLUMES).records()
             if (v.get("node") or "").rsplit("/", 1)[-1] == node_uuid]
+
+
+def _resume_if_paused(node, dom):
+    """libvirt resumes the source after a failed move, but leaves it paused when the
+    move's client went away after the copy and before confirming it (the target's copy
+    then gone): a node that should run is resumed."""
+    try:
+        if dom.isActive() and dom.state()[0] == libvirt.VIR_DOMAIN_PAUSED:
+            log.info("node %s: resuming its domain, paused by the move", node["uuid"])
+            dom.resume()
+    except libvirt.libvirtError as e:
+        log.warning("node %s: after the move: %s", node["uuid"], reason(e))
 
 
 def _lookup(conn, uuid):
