@@ -264,6 +264,7 @@ class Migrations:
                 on_target.isActive() or on_source is None):
             if on_source is not None and not on_source.isActive():
                 on_source.undefine()
+            _resume_if_paused(node, on_target)
             log.info("node %s: the move to %s had finished before the daemon restarted",
                      node["uuid"], m["target"])
             self._moved(node)
