@@ -12,12 +12,14 @@ STAMP := $(VENV)/.installed
 # (tests/cli/test_readme.py); nginx: the tests' real nginx; postgresql: the DBaaS tests' real PostgreSQL; pebble: the tests' ACME server (tests/secret/pebble.py);
 # libvirt: the compute daemon's hypervisor (libvirt-dev and pkg-config build
 # libvirt-python; iproute2 and openssh-client: the VM tests' network namespace,
-# tests/compute/netns.py); chromium and chromium-driver: the web console's browser tests
+# tests/compute/netns.py; openssh-server: the sshd binary of the second machine there,
+# reached over qemu+ssh, which the tests start on their own; the package's service is
+# not used); chromium and chromium-driver: the web console's browser tests
 # (tests/console/, driven by Playwright from PyPI; never a browser download); the rest
 # builds images and boots them (tests/image)
 DEBIAN_PACKAGES := dnsutils curl postgresql-client nginx libnginx-mod-stream postgresql wrk pebble mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
 	cloud-image-utils e2fsprogs fdisk util-linux mount \
-	libvirt-dev pkg-config libvirt-daemon-system libvirt-clients dnsmasq-base iproute2 openssh-client \
+	libvirt-dev pkg-config libvirt-daemon-system libvirt-clients dnsmasq-base iproute2 openssh-client openssh-server \
 	chromium chromium-driver
 PROFILE ?= appliance
 

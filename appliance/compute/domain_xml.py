@@ -69,15 +69,23 @@ def build(node, name, accel, disks, port, network_name, console_path, image=None
         ET.SubElement(iface, "mac", address=port["mac"])
         ET.SubElement(iface, "model", type="virtio")
     # the serial log is the console the CLI prints and where the ready marker shows up;
-    # the pty keeps `virsh console` working alongside it
-    serial = ET.SubElement(devices, "serial", type="file")
-    ET.SubElement(serial, "source", path=console_path, append="on")
-    ET.SubElement(serial, "target", port="0")
-    pty = ET.SubElement(devices, "serial", type="pty")
-    ET.SubElement(pty, "target", port="1")
-    console = ET.SubElement(devices, "console", type="file")
-    ET.SubElement(console, "source", path=console_path, append="on")
-    ET.SubElement(console, "target", type="serial", port="0")
+    # the pty keeps `virsh console` working alongside it. No console_path: the domain
+    # runs on another machine (qemu+ssh), where the appliance's state directory is not:
+    # a pty only (a file there would not be ours to read, and its directory is missing)
+    if console_path is None:
+        pty = ET.SubElement(devices, "serial", type="pty")
+        ET.SubElement(pty, "target", port="0")
+        ET.SubElement(ET.SubElement(devices, "console", type="pty"), "target",
+                      type="serial", port="0")
+    else:
+        serial = ET.SubElement(devices, "serial", type="file")
+        ET.SubElement(serial, "source", path=console_path, append="on")
+        ET.SubElement(serial, "target", port="0")
+        pty = ET.SubElement(devices, "serial", type="pty")
+        ET.SubElement(pty, "target", port="1")
+        console = ET.SubElement(devices, "console", type="file")
+        ET.SubElement(console, "source", path=console_path, append="on")
+        ET.SubElement(console, "target", type="serial", port="0")
     ET.SubElement(devices, "rng", model="virtio").append(
         _el("backend", {"model": "random"}, "/dev/urandom"))
     return ET.tostring(dom, encoding="unicode")

@@ -20,10 +20,10 @@ from collections import namedtuple
 from appliance import kinds
 from appliance.agent.credentials import vm_credential
 
-from . import cloudinit, domain_xml, volumes
+from . import cloudinit, domain_xml, remote, volumes
 from .images import reach_for
 from .images import resolve as resolve_image
-from .lifecycle import wants_power
+from .lifecycle import waits_for_hypervisor, wants_power
 from .virt import NODES, hv_pool, libvirt, log, machine_prefix, write
 
 SHUTDOWN_GRACE = 30.0       # seconds between a power_off's ACPI shutdown and the hard stop
@@ -87,6 +87,10 @@ def plan_node(node, attached, held, prefix, remembered=None, was_running=False):
             and in_place(node, prefix, attached, held):
         # a restarted daemon (empty memory) finds what it made before: no redefine
         return [Action("remember", running)]
+    if defined and waits_for_hypervisor(node) and running == want_on \
+            and in_place(node, prefix, attached, held):
+        # its hypervisor answers again and the domain is as it was: nothing to rebuild
+        return [Action("active", running)]
     actions = []
     if defined and running and not want_on:
         actions.append(Action("power_off"))     # ends here while the shutdown is under way
@@ -225,7 +229,8 @@ def _domain_xml(run, reboot):
         node, run.prefix + node["uuid"],
         run.rec.hypervisors.accel.get(run.hv["driver_spec"]["connection_uri"]), run.disks,
         {"mac": run.port["mac"], "bridge": bridge}, run.bridges.get(bridge),
-        os.path.join(run.rec.console_dir, node["uuid"] + ".log"),
+        None if remote.is_remote_ssh(run.hv["driver_spec"]["connection_uri"])
+        else os.path.join(run.rec.console_dir, node["uuid"] + ".log"),
         image=root_image(node), reboot=reboot)
 
 

@@ -1,7 +1,7 @@
 """The checks of a hypervisor's `driver_spec` before the API writes it (docs/compute.md): the
 defaults filled in (drivers.py, which the daemon reads with the same defaults), and an
 exordos_local_hyper's `node`: the admin project's HW node this libvirt runs on, at most one
-hypervisor per node. Raises the API's 4xx errors; resources.py calls it under
+hypervisor per node; a qemu+ssh hypervisor's pinned host key (remote.py). Raises the API's 4xx errors; resources.py calls it under
 HYPERVISOR_NODE_LOCK, so that two registrations of one node at once cannot both pass.
 """
 
@@ -9,6 +9,7 @@ from appliance.api.errors import BadRequest, Conflict
 from appliance.kinds import ADMIN_PROJECT, COMPUTE_HYPERVISORS, COMPUTE_NODES
 from appliance.tenancy import nodes as node_rules
 
+from . import remote
 from .drivers import LOCAL_HYPER, with_defaults
 from .lifecycle import REDO
 
@@ -41,6 +42,10 @@ def checked_spec(store, call, spec, own_uuid):
     tenant rule of appliance/tenancy/nodes.py: a project's machine never hosts the
     platform's VMs), at most one hypervisor per node (409, as the reference)."""
     spec = with_defaults(spec)
+    try:
+        spec = remote.check_spec(spec)
+    except remote.SpecError as e:
+        raise BadRequest(str(e)) from None
     if spec["kind"] != LOCAL_HYPER:
         if "node" in spec:
             raise BadRequest(f"driver_spec.node: only for kind {LOCAL_HYPER}")

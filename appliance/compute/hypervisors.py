@@ -1,9 +1,11 @@
 """The hypervisors of a pass (docs/compute-daemon.md, step 2): one kept connection each,
 what each offers (cores, RAM, the pool's disk, acceleration), and its status: ACTIVE, or
 ERROR with libvirt's message. A dead connection (libvirtd restarted) is reopened on the
-next pass; what was cached about its domains is dropped then (`on_lost`)."""
+next pass; what was cached about its domains is dropped then (`on_lost`). A qemu+ssh
+hypervisor is opened with the platform's key and its pinned host key (remote.py); one
+that does not answer is `down`, and its nodes go ERROR with the reason (nodes.py)."""
 
-from . import kvm_probe, migration, placement
+from . import kvm_probe, migration, placement, remote
 from .virt import GB, HYPERVISORS, NODES, NodeFailure, libvirt, log, pool_of, reason, write
 
 
@@ -15,29 +17,43 @@ def detect_accel(conn):
 
 
 class Hypervisors:
-    """`conns`: hypervisor uuid -> (uri, connection); `accel`: uri -> "kvm" | "tcg" | None,
-    probed once per URI. `on_open(conn)` is called for each new connection (events),
-    `on_lost(hv_uuid)` when one is found dead."""
+    """`conns`: hypervisor uuid -> (what was opened, connection); `accel`: uri -> "kvm" |
+    "tcg" | None, probed once per URI. `on_open(conn)` is called for each new connection
+    (events), `on_lost(hv_uuid)` when one is found dead. `down`: hypervisor uuid -> why,
+    for those that did not answer in the last refresh. `ssh_dir` holds the files of
+    qemu+ssh connections (remote.py); `keyfile()` gives the platform key's path."""
 
-    def __init__(self, store, connect, on_open, on_lost):
+    def __init__(self, store, connect, on_open, on_lost, ssh_dir=None, keyfile=None):
         self.store, self.connect = store, connect
         self.on_open, self.on_lost = on_open, on_lost
+        self.ssh_dir = ssh_dir
+        self.keyfile = keyfile or (lambda: remote.key_path(store))
         self.conns = {}
         self.accel = {}
+        self.down = {}
 
     def refresh(self):
         """{uuid: (record, connection)} of the hypervisors that answer, each written ACTIVE
-        with what it offers; the others written ERROR."""
+        with what it offers; the others written ERROR (and listed in `down` when they did
+        not answer at all)."""
         coll = self.store.collection(HYPERVISORS)
         active, placed = {}, None
+        self.down = {}
         for hv in coll.records():
             spec = hv.get("driver_spec") or {}
+            uri = spec.get("connection_uri")
             try:
-                conn = self.connection(hv["uuid"], spec.get("connection_uri"))
-                found = discover(conn, spec.get("connection_uri"), spec, self.accel)
+                conn = self.connection(hv["uuid"], spec)
+            except (libvirt.libvirtError, remote.SpecError) as e:
+                self.unreachable(hv, remote.explain(uri, reason(e)))
+                continue
+            try:
+                found = discover(conn, uri, spec, self.accel)
             except libvirt.libvirtError as e:
-                self.conns.pop(hv["uuid"], None)
-                write(coll, hv, status="ERROR", status_reason=reason(e))
+                if not conn.isAlive():
+                    self.unreachable(hv, remote.explain(uri, reason(e)))
+                else:
+                    write(coll, hv, status="ERROR", status_reason=reason(e))
                 continue
             except NodeFailure as e:
                 write(coll, hv, status="ERROR", status_reason=str(e))
@@ -55,17 +71,33 @@ class Hypervisors:
             del self.conns[gone]
         return active
 
-    def connection(self, hv_uuid, uri):
+    def unreachable(self, hv, why):
+        """The hypervisor did not answer (or stopped answering mid-pass): ERROR with why,
+        its connection dropped, and listed in `down` (its nodes follow: nodes.py)."""
+        log.warning("hypervisor %s: unreachable: %s", hv.get("name") or hv["uuid"], why)
+        if self.conns.pop(hv["uuid"], None) is not None:
+            self.on_lost(hv["uuid"])
+        current = self.store.collection(HYPERVISORS).get(hv["uuid"]) or hv
+        write(self.store.collection(HYPERVISORS), current, status="ERROR", status_reason=why)
+        self.down[hv["uuid"]] = why
+
+    def connection(self, hv_uuid, spec):
+        uri = spec.get("connection_uri")
+        # the pinned key is part of what was opened: a new one reopens the connection
+        opened = (uri, remote.pinned_digest(spec))
         known = self.conns.get(hv_uuid)
         if known is not None:
-            if known[0] == uri and known[1].isAlive():
+            if known[0] == opened and known[1].isAlive():
                 return known[1]
             log.warning("hypervisor %s: connection to %s lost; reconnecting", hv_uuid, uri)
             self.conns.pop(hv_uuid, None)
             self.on_lost(hv_uuid)
-        conn = self.connect(uri)
+        target = uri
+        if remote.is_remote_ssh(uri):
+            target = remote.libvirt_uri(uri, spec, hv_uuid, self.ssh_dir, self.keyfile())
+        conn = self.connect(target)
         self.on_open(conn)
-        self.conns[hv_uuid] = (uri, conn)
+        self.conns[hv_uuid] = (opened, conn)
         return conn
 
     def first(self, fallback):

@@ -38,3 +38,20 @@ def built_by_daemon(node):
 def wants_power(node):
     """Whether the node should run: power_off stops it, power_on (the default) runs it."""
     return node.get("power_state", "on") != "off"
+
+
+# a node whose hypervisor does not answer: ERROR with this reason, and back to what its
+# domain really is once the hypervisor answers again (docs/compute-daemon.md)
+UNREACHABLE = " is unreachable: "
+
+
+def unreachable_reason(hv, message):
+    name = hv.get("name") or hv["uuid"]
+    return f"hypervisor {name} ({hv['uuid']}){UNREACHABLE}{message}"
+
+
+def waits_for_hypervisor(node):
+    """Whether the node is in ERROR only because its hypervisor did not answer."""
+    why = node.get("status_reason") or ""
+    return node.get("status") == "ERROR" and why.startswith("hypervisor ") \
+        and UNREACHABLE in why

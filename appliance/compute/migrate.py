@@ -38,7 +38,7 @@ import xml.etree.ElementTree as ET
 from state import NotFound
 from state.collection import format_time, utcnow
 
-from . import migration, volume_xml, volumes
+from . import migration, remote, volume_xml, volumes
 from .domain_xml import disks_of
 from .domains import images_of
 from .images import ImageError, reach_for
@@ -190,7 +190,11 @@ class Migrations:
         for path, dev in by_path.items():
             if path.endswith("/" + seed_name) or path == seed:
                 paths[dev] = volumes.in_pool(pool, seed_name, seed, rec.no_upload)
-        params = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: destination_xml(source_xml, paths)}
+        # a target on another machine has no console log file of ours: a pty there
+        local = not remote.is_remote_ssh((target_hv.get("driver_spec") or {})
+                                         .get("connection_uri"))
+        params = {libvirt.VIR_MIGRATE_PARAM_DEST_XML: destination_xml(source_xml, paths,
+                                                                      file_console=local)}
         address = migration_address(target_hv)
         if address:
             params[libvirt.VIR_MIGRATE_PARAM_URI] = f"tcp://{address}"

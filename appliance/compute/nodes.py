@@ -1,12 +1,12 @@
 """Nodes in the compute pass, before and after their domains (docs/compute-daemon.md, steps
 3, 4 and 6): placement of unplaced nodes, each placed node's port, the release of ports whose
-node is gone, and what the pass remembers of each node between passes (`NodeMemory`): the
+node is gone, the nodes of a hypervisor that does not answer (ERROR), and what the pass remembers of each node between passes (`NodeMemory`): the
 fingerprint of what was last made, when an ERROR is retried, and the restarts counted."""
 
 from appliance import kinds
 
 from . import migration, placement
-from .lifecycle import built_by_daemon
+from .lifecycle import built_by_daemon, unreachable_reason
 from .virt import NODES, POLICIES, NodeFailure, log, write
 
 FAILED_RETRY = 60.0         # seconds before a node in ERROR (not placement) is tried again
@@ -57,6 +57,21 @@ def port(store, settings, ports, node):
     if node.get("default_network") != wanted:
         node = write(store.collection(NODES), node, default_network=wanted) or node
     return node, found, network
+
+
+def hypervisor_down(store, memory, hv, why):
+    """The nodes of a hypervisor that does not answer: ERROR, naming it and why. Nothing
+    else changes (their domains may well run on): once it answers, each node's domain is
+    looked at again (domains.plan_node) and the node is what it really is."""
+    nodes = store.collection(NODES)
+    text = unreachable_reason(hv, why)
+    for node in nodes.by("hypervisor", hv["uuid"]):
+        if not built_by_daemon(node):
+            continue
+        memory.converged.pop(node["uuid"], None)
+        memory.failed.pop(node["uuid"], None)
+        if write(nodes, node, status="ERROR", status_reason=text) is not None:
+            log.warning("node %s: ERROR: %s", node["uuid"], text)
 
 
 def release_orphan_ports(store, ports):

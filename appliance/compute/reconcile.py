@@ -97,8 +97,9 @@ class Reconciler:
         self.events = Events(on_change, lambda dom: self.converged.pop(
             self.marks.node_of(dom), None))
         self.hypervisors = Hypervisors(store, lambda uri: self.connect(uri), self.events.watch,
-                                       self.marks.forget_hypervisor)
-        self.conns = self.hypervisors.conns     # hypervisor uuid -> (uri, connection)
+                                       self.marks.forget_hypervisor,
+                                       ssh_dir=os.path.join(base, "ssh"))
+        self.conns = self.hypervisors.conns     # hypervisor uuid -> (what was opened, connection)
         self.no_upload = set()  # connection URIs whose driver cannot upload to a pool
         self.migrations = Migrations(self)  # moves of nodes between hypervisors
         self._lock = threading.Lock()
@@ -111,10 +112,19 @@ class Reconciler:
             if self.reconcile_sets is not None:
                 self.reconcile_sets(self.store, self.settings)
             active = self.hypervisors.refresh()
+            self._nodes_of_down_hypervisors()
             nodes.place(self.store, active)
             by_hv = self.store.collection(NODES)
-            for hv_uuid, (hv, conn) in active.items():
-                _converge_hypervisor(self, hv, conn, by_hv.by("hypervisor", hv_uuid))
+            for hv_uuid, (hv, conn) in list(active.items()):
+                try:
+                    _converge_hypervisor(self, hv, conn, by_hv.by("hypervisor", hv_uuid))
+                except libvirt.libvirtError as e:
+                    if conn.isAlive():
+                        raise
+                    # it went away mid-pass: as if it had not answered, and the others go on
+                    del active[hv_uuid]
+                    self.hypervisors.unreachable(hv, reason(e))
+                    self._nodes_of_down_hypervisors()
             # after the hypervisors: a target already runs the moved node's network
             self.migrations.step(active)
             if len(active) == len(self.store.collection(HYPERVISORS).records()):
@@ -124,6 +134,13 @@ class Reconciler:
                 # its address is held until that hypervisor is back (never given twice)
                 log.debug("a hypervisor is down: ports of deleted nodes kept for now")
             write_capacity(self.store, active)
+
+    def _nodes_of_down_hypervisors(self):
+        hv_coll = self.store.collection(HYPERVISORS)
+        for hv_uuid, why in self.hypervisors.down.items():
+            hv = hv_coll.get(hv_uuid)
+            if hv is not None:
+                nodes.hypervisor_down(self.store, self.memory, hv, why)
 
     def step(self, name, node_uuid):
         """A point of a node's creation; tests replace it to kill the pass right there."""

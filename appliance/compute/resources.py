@@ -24,7 +24,8 @@ from appliance.kinds import NETWORK_NETWORKS
 from appliance.tenancy import is_platform
 from state.collection import format_time, utcnow
 
-from . import console, disks, hypervisor_rules, machine_rules, migration, volume_rules
+from . import (console, disks, hypervisor_rules, machine_rules, migration, remote,
+               volume_rules)
 from .console import CONSOLE_TAIL, console_path
 from .drivers import LOCAL_HYPER
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
@@ -128,12 +129,14 @@ LIBVIRT_SPEC = {
                               "description": "the host or address other hypervisors' "
                                              "QEMU reach this one at to move a node "
                                              "here; default: the connection_uri's host"},
+        "host_key": {"type": ["string", "null"], "maxLength": 16384},
     },
     "description": "kind libvirt: connection_uri (required), storage_pool (default), "
                    "machine_prefix (vm-), and the reference's network fields; kind "
                    f"{LOCAL_HYPER}: the same plus node (required: the admin project's HW "
                    "node this libvirt runs on), storage_pool a name or [{name, tier, "
-                   "ephemeral}] (one pool)"}
+                   "ephemeral}] (one pool); a qemu+ssh:// connection_uri needs host_key, "
+                   "the host's SSH public key line (ssh-keyscan), pinned"}
 
 
 def hypervisor_fields():
@@ -170,6 +173,10 @@ def hypervisor_fields():
         Field("arch", String(64), read_only=True,
               description="the host's CPU architecture, from libvirt (a node moves "
                           "only between hypervisors of one arch and one accel)"),
+        Field("ssh_public_key", String(1024), read_only=True,
+              description="the appliance's SSH public key (one for all hypervisors): "
+                          "install it in the authorized_keys of a qemu+ssh hypervisor's "
+                          "user"),
     ]
 
 
@@ -202,6 +209,11 @@ class Hypervisors(ComputeResource):
 
     def prepare_update(self, call, current, changes):
         return hypervisor_rules.hypervisor_changes(self.api.store, call, current, changes)
+
+    def render(self, record, only=None):
+        # the platform's key, not the record's: every platform caller reads the same one
+        return super().render({**record, "ssh_public_key": remote.public_key(self.api.store)},
+                              only)
 
     def declared_links(self):
         return [Link(NODES, HYPERVISORS, field="hypervisor",

@@ -46,3 +46,22 @@ def member(server, admin):
 @pytest.fixture(scope="module")
 def other(server, admin):
     return Member(server, admin)
+
+
+@pytest.fixture(scope="session")
+def tcg_env(tmp_path_factory):
+    """The appliance in a test network namespace with its libvirt registered as a
+    hypervisor (tests/compute/tcg.py), made once for the VM tests of a run
+    (test_e2e_tcg.py, test_two_hypervisors.py): its start and libvirt's first QEMU probe
+    are paid once. Each module leaves it as it found it (its nodes, sets and extra
+    hypervisors deleted)."""
+    import faulthandler
+
+    from tests.compute import tcg
+    reason = tcg.missing()
+    if reason:
+        pytest.skip(reason)
+    faulthandler.cancel_dump_traceback_later()
+    with tcg.appliance_in_netns(str(tmp_path_factory.mktemp("tcg-env"))) as env:
+        env.hypervisor = env.register_hypervisor()
+        yield env

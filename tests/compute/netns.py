@@ -10,7 +10,11 @@ The namespace has only `lo` and the bridges libvirt makes: nothing in it routes 
 no packet of a guest, of libvirtd's dnsmasq or of a process run inside ever leaves it.
 libvirtd and virtlogd run inside it with private copies of libvirt's directories
 (bind mounts in their own mount namespace), so they never meet the host's libvirt nor
-another test's. Everything is stopped and removed on exit, after a failure too:
+another test's. A second Netns reached from the first stands for a second machine:
+`link()` joins two namespaces by a veth pair (their only way to each other), and
+`start_sshd()` runs an sshd beside libvirtd (in its mount namespace, so the remote
+libvirt URI `qemu+ssh://root@ADDRESS/system` finds this libvirtd's socket), root login by
+key only. Everything is stopped and removed on exit, after a failure too:
 every process in the namespace, its mounts (they live in a mount namespace that ends
 with its last process), the namespace, the temp directory.
 """
@@ -28,6 +32,7 @@ import time
 
 CLONE_NEWNET = 0x40000000
 TOOLS = ("ip", "libvirtd", "virtlogd", "mount", "dnsmasq")
+SSH_TOOLS = ("sshd", "ssh-keygen", "ssh-keyscan", "nsenter")
 # the directories libvirt writes or reads its configuration from: each gets a private copy
 LIBVIRT_DIRS = {"run": "/run/libvirt", "etc": "/etc/libvirt", "lib": "/var/lib/libvirt",
                 "log": "/var/log/libvirt", "cache": "/var/cache/libvirt"}
@@ -49,10 +54,20 @@ def unavailable():
     return None
 
 
-def require():
+def sshd_unavailable():
+    """Why a Netns cannot run an sshd here (a reason to skip), or None."""
+    missing = [t for t in SSH_TOOLS if shutil.which(t) is None
+               and not os.path.exists(f"/usr/sbin/{t}")]
+    if missing:
+        return (f"missing tools {', '.join(missing)}: `make setup` as root installs "
+                "openssh-server")
+    return None
+
+
+def require(sshd=False):
     """Skip the calling test with the reason when a Netns cannot be made here."""
     import pytest
-    reason = unavailable()
+    reason = unavailable() or (sshd_unavailable() if sshd else None)
     if reason:
         pytest.skip(reason)
 
@@ -70,6 +85,7 @@ class Netns:
         self.root = None
         self.libvirtd = None
         self.log_path = None
+        self.sshd_address = None
 
     # -- life cycle
 
@@ -213,6 +229,90 @@ class Netns:
                 time.sleep(0.1)
             if not self.pids():
                 return
+
+    # -- a second machine: a link between two namespaces, an sshd
+
+    def link(self, other, address, other_address, prefix_len=24):
+        """A veth pair between this namespace (`address`) and `other`
+        (`other_address`), both up: the one path between the two. Returns the
+        names of the two ends (this side's, the other's)."""
+        tag = secrets.token_hex(3)
+        mine, theirs = f"vh{tag}a", f"vh{tag}b"
+        subprocess.run(["ip", "link", "add", mine, "netns", self.name, "type", "veth",
+                        "peer", "name", theirs, "netns", other.name],
+                       check=True, capture_output=True)
+        for ns, dev, addr in ((self, mine, address), (other, theirs, other_address)):
+            ns.run(["ip", "addr", "add", f"{addr}/{prefix_len}", "dev", dev], check=True)
+            ns.run(["ip", "link", "set", dev, "up"], check=True)
+        return mine, theirs
+
+    def set_link(self, dev, up):
+        """A link of this namespace up or down (a cable pulled, and put back)."""
+        self.run(["ip", "link", "set", dev, "up" if up else "down"], check=True)
+
+    def start_sshd(self, address, authorized_keys, port=22):
+        """An sshd on `address:port` in this namespace, in libvirtd's mount namespace
+        (where /run/libvirt is this libvirtd's), root login with `authorized_keys` (the
+        lines) only: no password, no keyboard-interactive. Its host key is made here;
+        `host_key()` reads it. Started again by calling this again after `stop_sshd()`."""
+        ssh = self.path("ssh")
+        os.makedirs(ssh, exist_ok=True)
+        host_key = os.path.join(ssh, "ssh_host_ed25519_key")
+        if not os.path.exists(host_key):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                            f"{self.name}-host", "-f", host_key], check=True,
+                           capture_output=True)
+        with open(os.path.join(ssh, "authorized_keys"), "w") as f:
+            f.write("".join(line.rstrip("\n") + "\n" for line in authorized_keys))
+        config = os.path.join(ssh, "sshd_config")
+        with open(config, "w") as f:
+            f.write(textwrap.dedent(f"""\
+                # tests/compute/netns.py: the second machine's sshd
+                ListenAddress {address}:{port}
+                HostKey {host_key}
+                PidFile {os.path.join(ssh, 'sshd.pid')}
+                AuthorizedKeysFile {os.path.join(ssh, 'authorized_keys')}
+                PermitRootLogin prohibit-password
+                PubkeyAuthentication yes
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                UsePAM no
+                # the files live under /tmp (world-writable): the test's own tree
+                StrictModes no
+                """))
+        os.makedirs("/run/sshd", mode=0o755, exist_ok=True)    # sshd's privilege separation
+        done = subprocess.run(
+            ["nsenter", "-t", str(self.libvirtd.pid), "-m", "-n", "--",
+             shutil.which("sshd") or "/usr/sbin/sshd", "-f", config,
+             "-E", os.path.join(ssh, "sshd.log")], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"sshd did not start: {done.stderr}{self.sshd_log()}")
+        self.sshd_address = (address, port)
+        return self
+
+    def stop_sshd(self):
+        try:
+            with open(self.path("ssh", "sshd.pid")) as f:
+                pid = int(f.read())
+        except (OSError, ValueError):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    def host_key(self):
+        """This sshd's public host key line (`ssh-ed25519 AAAA... comment`)."""
+        with open(self.path("ssh", "ssh_host_ed25519_key.pub")) as f:
+            return f.read().strip()
+
+    def sshd_log(self):
+        try:
+            with open(self.path("ssh", "sshd.log"), errors="replace") as f:
+                return f.read()[-4000:]
+        except (OSError, TypeError):
+            return ""
 
     # -- what tests use
 

@@ -273,5 +273,61 @@ def appliance_in_netns(workdir):
             images.close()
 
 
+class SecondMachine:
+    """A second hypervisor host for an Env: its own namespace with libvirtd and an sshd,
+    joined to the appliance's namespace by a veth pair (`OWN_ADDRESS` <->
+    `ADDRESS`, the only path between them), reached as `uri` over qemu+ssh with the
+    appliance's key (authorized for root) and `host_key` pinned, as an operator adds one
+    (docs/compute.md, "Remote hypervisors")."""
+
+    ADDRESS, OWN_ADDRESS = "10.99.0.2", "10.99.0.1"
+
+    def __init__(self, env, ns):
+        self.env, self.ns = env, ns
+        self.uri = f"qemu+ssh://root@{self.ADDRESS}/system"
+        self.appliance_end, self.end = env.ns.link(ns, self.OWN_ADDRESS, self.ADDRESS)
+        # the key the appliance gives: any hypervisor's record shows it
+        key = env.ok(env.admin.get("/v1/compute/hypervisors/"))[0]["ssh_public_key"]
+        ns.start_sshd(self.ADDRESS, [key])
+        self.host_key = self.keyscan()
+
+    def keyscan(self):
+        """The host key as the docs tell an operator to read it: ssh-keyscan, from the
+        appliance's side, without the host name it prints first."""
+        def scanned():
+            out = self.env.ns.run(["ssh-keyscan", "-T", "5", "-t", "ed25519", self.ADDRESS])
+            lines = [line for line in out.stdout.splitlines() if not line.startswith("#")]
+            return lines[0].split(None, 1)[1] if lines else None
+        return self.env.wait("ssh-keyscan of the second machine", scanned, 60)
+
+    def set_reachable(self, up):
+        """The second machine's end of the link up or down: to the appliance it is gone
+        (no route), while its libvirtd and guests run on."""
+        self.ns.set_link(self.end, up)
+
+    def domains_of(self, node_uuid):
+        return domains_in(self.ns, node_uuid)
+
+
+@contextlib.contextmanager
+def second_machine(env):
+    with Netns(prefix="apt2") as ns:
+        yield SecondMachine(env, ns)
+
+
+def domains_in(ns, node_uuid):
+    """{name: running id} of the namespace's libvirt domains carrying the node's mark."""
+    conn = ns.connect()
+    try:
+        found = {}
+        for dom in conn.listAllDomains():
+            mark = ET.fromstring(dom.XMLDesc()).find(f"metadata/{{{NODE_NS}}}node")
+            if mark is not None and mark.get("uuid") == node_uuid:
+                found[dom.name()] = dom.ID()
+        return found
+    finally:
+        conn.close()
+
+
 def new_uuid():
     return str(uuidlib.uuid4())

@@ -73,6 +73,29 @@ def test_a_restarted_daemon_remembers_a_domain_in_place_without_redefining():
     assert plan_node(node(), [], held(), PREFIX) == [Action("remember", True)]
 
 
+OUTAGE = {"status": "ERROR", "status_reason": "hypervisor hv2 (u) is unreachable: ssh: "
+          "connect to host 10.99.0.2 port 22: No route to host"}
+
+
+def test_a_node_back_from_its_hypervisors_outage_is_active_without_a_rebuild():
+    # the domain ran on while the hypervisor was away: only the status is written
+    assert plan_node(node(**OUTAGE), [], held(), PREFIX) == [Action("active", True)]
+    assert plan_node(node(power_state="off", **OUTAGE), [], held(running=False), PREFIX) \
+        == [Action("active", False)]
+
+
+def test_a_node_back_from_an_outage_is_built_again_only_where_its_domain_needs_it():
+    # the domain stopped meanwhile: started again (it was running), not rebuilt
+    stopped = plan_node(node(**OUTAGE), [], held(running=False), PREFIX, was_running=True)
+    assert "restart" in verbs(stopped) and "replace_root" not in verbs(stopped)
+    # the domain is gone (the host was reinstalled): built anew
+    gone = plan_node(node(**OUTAGE), [], Held(), PREFIX)
+    assert verbs(gone) == BUILD + ["define", "step", "start", "step", "active"]
+    # another ERROR (not the hypervisor's) is no shortcut
+    other = node(status="ERROR", status_reason="image http://x: HTTP 404 Not Found")
+    assert plan_node(other, [], held(), PREFIX) != [Action("active", True)]
+
+
 def test_a_missing_seed_file_is_not_in_place():
     state = held()._replace(seed_on_disk=False)
     assert "define" in verbs(plan_node(node(), [], state, PREFIX))

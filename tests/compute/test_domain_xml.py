@@ -53,6 +53,14 @@ def test_libvirt_reads_back_mark_disks_nic_and_console(conn):
     assert "<readonly/>" in xml
 
 
+def test_a_domain_on_another_machine_has_a_pty_console_and_no_file(conn):
+    # qemu+ssh: the appliance's console directory is not on that machine
+    xml = conn.defineXML(domain_xml.build(NODE, "vm-" + NODE["uuid"], None, DISKS, PORT,
+                                          "appliance-net", None)).XMLDesc(0)
+    assert "<serial type='pty'>" in xml and "<console type='pty'>" in xml
+    assert "<serial type='file'>" not in xml and "append='on'" not in xml
+
+
 def test_without_a_libvirt_network_the_nic_joins_the_bridge(conn):
     xml = conn.defineXML(build(network=None)).XMLDesc(0)
     assert "<source bridge='ap-0123456789ab'/>" in xml

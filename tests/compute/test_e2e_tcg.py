@@ -30,13 +30,10 @@ def no_stack_dumps():
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    reason = tcg.missing()
-    if reason:
-        pytest.skip(reason)
-    with tcg.appliance_in_netns(str(tmp_path_factory.mktemp("e2e"))) as env:
-        env.hypervisor = env.register_hypervisor()
-        yield env
+def env(tcg_env):
+    # the run's appliance in its namespace (tests/compute/conftest.py), shared with
+    # test_two_hypervisors.py
+    return tcg_env
 
 
 def test_hypervisor_in_the_namespace_runs_tcg(env):

@@ -313,6 +313,84 @@ def test_reconnects_after_the_connection_is_lost(world):
     assert world.store.collection("compute_nodes").records()[0]["status"] == "ACTIVE"
 
 
+class Reachable:
+    """The test driver's connection as a remote one that can go away: while `down`, it
+    is not alive and no new one opens (what ssh to a vanished host gives). A stand-in:
+    test:///default cannot lose its host; the real loss over qemu+ssh is
+    tests/compute/test_two_hypervisors.py."""
+
+    def __init__(self, conn):
+        self.conn, self.down, self.defined = conn, False, 0
+
+    def open(self, uri):
+        if self.down:
+            raise libvirt.libvirtError("Cannot recv data: ssh: connect to host 10.99.0.2 "
+                                       "port 22: No route to host: Connection reset by peer")
+        return self
+
+    def isAlive(self):
+        return not self.down
+
+    def defineXML(self, xml):
+        self.defined += 1
+        return self.conn.defineXML(xml)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def test_nodes_of_an_unreachable_hypervisor_go_error_and_come_back_without_a_rebuild(world):
+    link = Reachable(world.conn)
+    rec = Reconciler(world.store, world.settings, connect=link.open)
+    node = world.add_node()
+    converge(world, 3, rec)
+    assert world.node(node["uuid"])["status"] == "ACTIVE"
+    dom_id, defined = world.domain(node["uuid"]).ID(), link.defined
+
+    link.down = True
+    rec.pass_once()
+    hv = world.store.collection("compute_hypervisors").get(world.hypervisor["uuid"])
+    assert hv["status"] == "ERROR" and "No route to host" in hv["status_reason"]
+    down = world.node(node["uuid"])
+    assert down["status"] == "ERROR"
+    assert down["status_reason"].startswith(
+        f"hypervisor test ({hv['uuid']}) is unreachable: ")
+    assert "No route to host" in down["status_reason"]
+    assert down["hypervisor"] == hv["uuid"]          # not placed elsewhere meanwhile
+    rec.pass_once()                                  # still down: nothing new written
+    assert world.node(node["uuid"])["revision"] == down["revision"]
+
+    link.down = False
+    rec.pass_once()
+    back = world.node(node["uuid"])
+    assert (back["status"], back["status_reason"]) == ("ACTIVE", None)
+    assert world.store.collection("compute_hypervisors").get(hv["uuid"])["status"] == "ACTIVE"
+    # the same running domain: not redefined, not restarted
+    assert world.domain(node["uuid"]).ID() == dom_id and link.defined == defined
+    rec.pass_once()
+    assert world.node(node["uuid"])["revision"] == back["revision"]
+
+
+def test_a_hypervisor_lost_mid_pass_puts_its_nodes_in_error_and_the_pass_goes_on(world):
+    link = Reachable(world.conn)
+    rec = Reconciler(world.store, world.settings, connect=link.open)
+    node = world.add_node()
+    converge(world, 3, rec)
+
+    def vanish(*_args):
+        link.down = True
+        raise libvirt.libvirtError("Cannot write data: Broken pipe")
+    link.listAllDomains = vanish           # the host goes while the pass reads it
+    rec.pass_once()                        # no exception out of the pass
+    hv = world.store.collection("compute_hypervisors").get(world.hypervisor["uuid"])
+    assert hv["status"] == "ERROR" and "Broken pipe" in hv["status_reason"]
+    assert "is unreachable: Cannot write data" in world.node(node["uuid"])["status_reason"]
+    del link.listAllDomains
+    link.down = False
+    rec.pass_once()
+    assert world.node(node["uuid"])["status"] == "ACTIVE"
+
+
 def test_set_members_become_domains_scale_down_and_roll_an_image(world):
     """capi's reconcile_sets plans the members; the pass turns them into domains."""
     sets = world.store.collection("compute_sets")

@@ -1,0 +1,166 @@
+"""Issue 31's second hypervisor, for real: the appliance in one network namespace
+(tests/compute/tcg.py) and a second machine in another, with its own libvirtd and an sshd,
+joined by a veth pair; the second is registered through the API as
+`qemu+ssh://root@10.99.0.2/system` with its host key pinned, and reached with the key
+the appliance made (appliance/compute/remote.py).
+
+Root only; skips with the reason where the namespaces, libvirt or sshd are missing. No OS
+is booted: a node is ACTIVE once its domain runs, which is all placement and the
+hypervisor's loss and return need, so the nodes boot a tiny empty disk (SeaBIOS finds
+nothing and waits) under TCG.
+"""
+
+import faulthandler
+import subprocess
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from tests.compute import tcg
+from tests.compute.netns import sshd_unavailable
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+H, SETS = "/v1/compute/hypervisors", "/v1/compute/sets"
+WAIT = 300      # a bound on a hang: a pass every 30 s, ssh gives up on a silent host in ~15 s
+
+
+@pytest.fixture(autouse=True)
+def no_stack_dumps():
+    # the suite dumps stacks after 45 s (to catch a hung request); these waits take longer
+    faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, request):
+    reason = tcg.missing() or sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    # the run's appliance in its namespace, shared with test_e2e_tcg.py
+    env = request.getfixturevalue("tcg_env")
+    env.image = str(tmp_path_factory.mktemp("two-hv") / "tiny.qcow2")
+    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", env.image, "64M"],
+                   check=True)
+    env.cleanup = []
+    with tcg.second_machine(env) as second:
+        env.second = second
+        try:
+            yield env
+        finally:
+            # what this module made goes, so the shared appliance is as it was: the
+            # set (its members at once), then the second hypervisor (no node left on it)
+            for path in reversed(env.cleanup):
+                env.admin.delete(path)
+
+
+def hypervisor(env, hv_uuid):
+    return env.ok(env.admin.get(f"{H}/{hv_uuid}"))
+
+
+def wait_status(env, path, status, what, timeout=WAIT):
+    def reached():
+        rec = env.ok(env.admin.get(path))
+        return rec if rec["status"] == status else None
+    return env.wait(what, reached, timeout)
+
+
+@pytest.fixture(scope="module")
+def hv2(env):
+    second = env.second
+    hv = env.ok(env.admin.post(H, {"name": "hv2", "driver_spec": {
+        "kind": "libvirt", "connection_uri": second.uri, "host_key": second.host_key}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
+    return wait_status(env, f"{H}/{hv['uuid']}", "ACTIVE", "hv2 ACTIVE over qemu+ssh")
+
+
+def test_a_wrong_host_key_is_error_saying_so(env):
+    second = env.second
+    impostor = ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    # the same host by another spelling of its URI (one URI is registered once)
+    hv = env.ok(env.admin.post(H, {"name": "wrong-key", "driver_spec": {
+        "kind": "libvirt", "connection_uri": f"qemu+ssh://root@{second.ADDRESS}:22/system",
+        "host_key": impostor}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
+    rec = wait_status(env, f"{H}/{hv['uuid']}", "ERROR", "the wrong-key hypervisor ERROR")
+    assert f"host key of {second.ADDRESS} does not match driver_spec.host_key" in \
+        rec["status_reason"]
+    assert "Host key verification failed" in rec["status_reason"]
+    assert rec["all_cores"] is None or rec["all_cores"] == 0
+    env.ok(env.admin.delete(f"{H}/{hv['uuid']}"), 204)
+
+
+def test_a_host_that_refuses_the_appliances_key_is_error_saying_to_install_it(env):
+    second = env.second
+    # no such user there: sshd refuses every key, as for a user whose authorized_keys
+    # lacks the appliance's
+    hv = env.ok(env.admin.post(H, {"name": "no-key", "driver_spec": {
+        "kind": "libvirt", "connection_uri": f"qemu+ssh://ghost@{second.ADDRESS}/system",
+        "host_key": second.host_key}}), 201)
+    env.cleanup.append(f"{H}/{hv['uuid']}")
+    rec = wait_status(env, f"{H}/{hv['uuid']}", "ERROR", "the refused hypervisor ERROR")
+    assert f"{second.ADDRESS} refused the appliance's SSH key" in rec["status_reason"]
+    assert "ssh_public_key" in rec["status_reason"] and "Permission denied" in \
+        rec["status_reason"]
+    env.ok(env.admin.delete(f"{H}/{hv['uuid']}"), 204)
+
+
+def test_the_second_hypervisor_is_active_with_its_capacity(env, hv2):
+    assert hv2["status_reason"] is None
+    assert hv2["all_cores"] > 0 and hv2["all_ram"] > 0 and hv2["all_disk"] > 0
+    assert hv2["avail_cores"] > 0 and hv2["accel"] == "tcg"
+    assert hv2["driver_spec"]["host_key"] == " ".join(env.second.host_key.split()[:2])
+    # one platform key for every hypervisor, and it is what the second machine trusts
+    assert hv2["ssh_public_key"] == env.hypervisor["ssh_public_key"]
+    assert "Accepted publickey for root" in env.second.ns.sshd_log()
+
+
+def test_a_set_with_anti_affinity_puts_one_node_on_each_hypervisor(env, hv2):
+    policy = env.ok(env.admin.post("/v1/compute/placement_policies/", {
+        "project_id": tcg.ADMIN_PROJECT, "name": "spread", "kind": "hard-anti-affinity"}),
+        201)
+    node_set = env.ok(env.admin.post(f"{SETS}/", {
+        "project_id": tcg.ADMIN_PROJECT, "name": "pair", "replicas": 2, "cores": 1,
+        "ram": 512, "placement_policies": [policy["uuid"]],
+        "disk_spec": {"kind": "root_disk", "size": 1, "image": f"file://{env.image}"}}), 201)
+    env.cleanup += [f"/v1/compute/placement_policies/{policy['uuid']}",
+                    f"{SETS}/{node_set['uuid']}"]
+    rec = wait_status(env, f"{SETS}/{node_set['uuid']}", "ACTIVE", "the set ACTIVE")
+    members = [env.node(uuid) for uuid in rec["nodes"]]
+    assert len(members) == 2
+    where = {m["hypervisor"]: m["uuid"] for m in members}
+    assert set(where) == {env.hypervisor["uuid"], hv2["uuid"]}
+    # each domain runs on the libvirtd placement named, and only there
+    first, second = where[env.hypervisor["uuid"]], where[hv2["uuid"]]
+    assert len(tcg.domains_in(env.ns, first)) == 1 and env.second.domains_of(first) == {}
+    assert len(env.second.domains_of(second)) == 1 and tcg.domains_in(env.ns, second) == {}
+    assert all(dom_id > 0 for dom_id in env.second.domains_of(second).values())  # running
+    env.pair = (node_set["uuid"], first, second)
+
+
+def test_a_vanished_hypervisor_is_error_with_its_nodes_and_both_come_back(env, hv2):
+    set_uuid, first, second = env.pair
+    running = env.second.domains_of(second)
+    env.second.set_reachable(False)
+    try:
+        down = wait_status(env, f"{H}/{hv2['uuid']}", "ERROR", "hv2 ERROR once it is gone")
+        assert down["status_reason"]
+        node = wait_status(env, f"/v1/compute/nodes/{second}", "ERROR",
+                           "hv2's node ERROR once hv2 is gone")
+        assert node["status_reason"].startswith(f"hypervisor hv2 ({hv2['uuid']}) is "
+                                                "unreachable: ")
+        assert node["hypervisor"] == hv2["uuid"]       # not moved: its domain may run on
+        # the other hypervisor and its node are untouched
+        assert hypervisor(env, env.hypervisor["uuid"])["status"] == "ACTIVE"
+        assert env.node(first)["status"] == "ACTIVE"
+        assert env.ok(env.admin.get(f"{SETS}/{set_uuid}"))["status"] == "ERROR"
+    finally:
+        env.second.set_reachable(True)
+    wait_status(env, f"{H}/{hv2['uuid']}", "ACTIVE", "hv2 ACTIVE once it is back")
+    back = wait_status(env, f"/v1/compute/nodes/{second}", "ACTIVE",
+                       "hv2's node ACTIVE once hv2 is back")
+    assert back["status_reason"] is None and back["hypervisor"] == hv2["uuid"]
+    # the same domain, running on as it was: not rebuilt, not restarted
+    assert env.second.domains_of(second) == running
+    wait_status(env, f"{SETS}/{set_uuid}", "ACTIVE", "the set ACTIVE again")
