@@ -233,7 +233,9 @@ class Migrations:
                 now = percent(dom.jobStats(0))
             except libvirt.libvirtError:
                 continue
-            if now != last:
+            # libvirt's total grows when the disks' copy hands over to the RAM's: the
+            # share is shown as it only goes up, never back
+            if now > last:
                 last = now
                 self._write(node, progress=now)
 
