@@ -6,7 +6,7 @@ The test driver has no migration, which is what these tests use it for: a move t
 libvirt cannot do is refused at run time with libvirt's reason and the node stays, ACTIVE,
 where it runs; a move the world made impossible since the API's answer is refused too; and
 a daemon that died during a move finds the domain on whichever side it runs. The real move
-between two libvirtds is tests/compute/test_migrate_real.py."""
+between two libvirtds is in tests/compute/test_two_hypervisors.py."""
 
 import libvirt
 import pytest
