@@ -16,6 +16,7 @@ from .common import (add_body_options, add_list_arguments, add_project_option,
                      add_wait_options, create, emit, fields_epilog, session_client, update,
                      verb_adder, with_given_fields)
 from .groups import emit_after_wait, on_item_or_collection, resolve, show_or_wait, wait_active
+from .wait import Watched, wait_for
 
 WAITS_FOR = "the compute daemon to build it"
 # CLI name -> (API collection, summary, create example)
@@ -82,6 +83,13 @@ def _add_verbs(verbs, common, name, api, example, handlers):
     if name == "nodes":
         for action in ("power-on", "power-off", "reboot"):
             verb(action, f"{action} the node", _action(action.replace("-", "_")))
+        move = verb("migrate", "move the node, running, to another hypervisor (admin only); "
+                    "--wait follows the move's progress", cmd_migrate,
+                    epilog="appliance compute nodes migrate web-0 --hypervisor hv2 --wait")
+        move.add_argument("--hypervisor", metavar="HYPERVISOR",
+                          help="the target's UUID or name; left out, placement picks the "
+                               "best other hypervisor")
+        add_wait_options(move, "the compute daemon to move it")
         console = verb("console", "print the node's serial console (its last 64 KiB); "
                        "--follow keeps printing what it writes", cmd_console,
                        epilog="appliance compute nodes console web-0 --follow")
@@ -232,6 +240,41 @@ def cmd_attach(args, env):
     client = session_client(args, env)
     node = resolve(client, "/v1/compute/nodes/", args.node)
     return _action("attach", {"node": node.rsplit("/", 1)[1]})(args, env)
+
+
+def cmd_migrate(args, env):
+    client = session_client(args, env)
+    item = resolve(client, args.collection_path, args.ref)
+    body = {}
+    if args.hypervisor is not None:
+        body["hypervisor"] = resolve(client, "/v1/compute/hypervisors/",
+                                     args.hypervisor).rsplit("/", 1)[1]
+    answer = client.request("POST", f"{item}/actions/migrate/invoke", body=body).payload()
+    if args.wait:
+        answer = wait_for(client, env, Watched(
+            item, done=lambda obj: not _moving(obj), lines=_move_lines,
+            shown=lambda obj: f"moving ({_move_lines(obj)[0][1]})",
+            waits_for="the compute daemon to move it"), args.wait_timeout)
+        state = (answer.get("migration") or {}).get("state")
+        if state != "done":
+            raise CliError(f"{item} was not moved ({state}): "
+                           f"{(answer.get('migration') or {}).get('reason')}")
+    emit(args, env, answer, item)
+    return 0
+
+
+def _moving(obj):
+    return (obj.get("migration") or {}).get("state") in ("requested", "running")
+
+
+def _move_lines(obj):
+    m = obj.get("migration") or {}
+    text = f"move to {m.get('target')}: {m.get('state')}"
+    if m.get("state") == "running" and m.get("progress") is not None:
+        text += f" {m['progress']}%"
+    if m.get("reason"):
+        text += f": {m['reason']}"
+    return [("migration", text)]
 
 
 def cmd_console(args, env):

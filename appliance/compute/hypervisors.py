@@ -5,7 +5,7 @@ next pass; what was cached about its domains is dropped then (`on_lost`). A qemu
 hypervisor is opened with the platform's key and its pinned host key (remote.py); one
 that does not answer is `down`, and its nodes go ERROR with the reason (nodes.py)."""
 
-from . import kvm_probe, placement, remote
+from . import kvm_probe, migration, placement, remote
 from .virt import GB, HYPERVISORS, NODES, NodeFailure, libvirt, log, pool_of, reason, write
 
 
@@ -108,7 +108,9 @@ class Hypervisors:
 
 
 def _placed(store):
-    return [n for n in store.collection(NODES).records() if n.get("hypervisor")]
+    # a node being moved holds room on its target too (migration.reserved)
+    return migration.reserved([n for n in store.collection(NODES).records()
+                               if n.get("hypervisor")])
 
 
 def discover(conn, uri, spec, accel, accel_reason):
@@ -128,7 +130,7 @@ def discover(conn, uri, spec, accel, accel_reason):
         log.info("hypervisor %s: acceleration %s (%s)", uri, accel[uri] or "none",
                  accel_reason[uri])
     return {"all_cores": int(cpus), "all_ram": int(ram_mb), "all_disk": int(capacity // GB),
-            "accel": accel[uri], "accel_reason": accel_reason.get(uri)}
+            "accel": accel[uri], "accel_reason": accel_reason.get(uri), "arch": _model}
 
 
 def write_capacity(store, active):

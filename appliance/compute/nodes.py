@@ -5,7 +5,7 @@ fingerprint of what was last made, when an ERROR is retried, and the restarts co
 
 from appliance import kinds
 
-from . import placement
+from . import migration, placement
 from .lifecycle import built_by_daemon, unreachable_reason
 from .virt import NODES, POLICIES, NodeFailure, log, write
 
@@ -26,7 +26,8 @@ def place(store, active):
     nodes = store.collection(NODES)
     policies = {p["uuid"]: p for p in store.collection(POLICIES).records()}
     hypervisors = [hv for hv, _ in active.values()]
-    placed = [n for n in nodes.records() if n.get("hypervisor")]
+    # a node being moved holds room on its target too
+    placed = migration.reserved([n for n in nodes.records() if n.get("hypervisor")])
     for node in nodes.by("hypervisor", None):
         if not built_by_daemon(node):
             # a HW node is a machine of its own (the appliance itself, or one its

@@ -27,12 +27,13 @@ import time
 from appliance import capabilities, kinds
 from appliance.capability import load
 
-from . import domains, nodes, volumes
+from . import domains, migration, nodes, volumes
 from .console import console_dir
 from .domains import Marks
 from .events import Events
 from .hypervisors import Hypervisors, write_capacity
 from .images import ImageCache, ImageError
+from .migrate import Migrations
 from .nodes import NodeMemory
 from .virt import (HYPERVISORS, NODES, POLICIES, VOLUMES, NodeFailure, libvirt, log,
                    machine_prefix, quiet_errors, reason)
@@ -47,7 +48,7 @@ def _network_api():
     try:
         from appliance.network.reconcile import reconcile_networks  # noqa: PLC0415
     except ImportError:
-        def reconcile_networks(store, conn, hypervisor):
+        def reconcile_networks(store, conn, hypervisor, arriving=()):
             return None
     return ports, reconcile_networks
 
@@ -100,6 +101,7 @@ class Reconciler:
                                        ssh_dir=os.path.join(base, "ssh"))
         self.conns = self.hypervisors.conns     # hypervisor uuid -> (what was opened, connection)
         self.no_upload = set()  # connection URIs whose driver cannot upload to a pool
+        self.migrations = Migrations(self)  # moves of nodes between hypervisors
         self._lock = threading.Lock()
         quiet_errors()
 
@@ -123,6 +125,8 @@ class Reconciler:
                     del active[hv_uuid]
                     self.hypervisors.unreachable(hv, reason(e))
                     self._nodes_of_down_hypervisors()
+            # after the hypervisors: a target already runs the moved node's network
+            self.migrations.step(active)
             if len(active) == len(self.store.collection(HYPERVISORS).records()):
                 nodes.release_orphan_ports(self.store, self.ports)
             else:
@@ -160,14 +164,16 @@ def _converge_hypervisor(rec, hv, conn, hv_nodes):
             attached.setdefault(vol["node"].rsplit("/", 1)[-1], []).append(vol)
     ready = []
     for node in hv_nodes:
-        if rec.memory.skip_failed(node):
+        if rec.memory.skip_failed(node) or moving(rec, node):
             continue
         try:
             ready.append(nodes.port(rec.store, rec.settings, rec.ports, node))
         except NodeFailure as e:
             rec.memory.fail(node, str(e))
     # networks before domains: a domain's interface needs its network running
-    rec.reconcile_networks(rec.store, conn, hv)
+    arriving = [n for n in rec.store.collection(NODES).records()
+                if migration.target_of(n) == hv["uuid"]]
+    rec.reconcile_networks(rec.store, conn, hv, arriving)
     bridges = domains.bridges(conn)
     volumes.make_volumes(rec.store, hv, conn, all_volumes, rec.hypervisors.first(hv["uuid"]))
     for node, port, network in ready:
@@ -177,9 +183,16 @@ def _converge_hypervisor(rec, hv, conn, hv_nodes):
     node_coll = rec.store.collection(NODES)
     for node_uuid, dom in ours.items():
         current = node_coll.get(node_uuid)
-        if current is None or current.get("hypervisor") != hv["uuid"]:
+        if current is None or (current.get("hypervisor") != hv["uuid"]
+                               and migration.target_of(current) != hv["uuid"]):
             domains.teardown(rec, hv, node_uuid, dom)
     volumes.sweep_pool(rec.store, hv, conn, machine_prefix(hv))
+
+
+def moving(rec, node):
+    """A node whose domain libvirt is moving now: the pass leaves it to the move."""
+    return rec.migrations.busy(node["uuid"]) or \
+        (node.get("migration") or {}).get("state") == migration.RUNNING
 
 
 def _converge_node(rec, hv, conn, node, dom, running, attached, ready):

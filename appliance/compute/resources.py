@@ -14,7 +14,7 @@ import base64
 import re
 import secrets
 
-from appliance.api.errors import BadRequest, Conflict, Forbidden
+from appliance.api.errors import BadRequest, Conflict, Forbidden, NotFound
 from appliance.api.fields import (UUID, Boolean, DateTime, Enum, Field, FieldType,
                                   FilterError, Integer, List, Object, Reference, String, Tags)
 from appliance.api.links import Link
@@ -24,7 +24,8 @@ from appliance.kinds import NETWORK_NETWORKS
 from appliance.tenancy import is_platform
 from state.collection import format_time, utcnow
 
-from . import console, disks, hypervisor_rules, machine_rules, remote, volume_rules
+from . import (console, disks, hypervisor_rules, machine_rules, migration, remote,
+               volume_rules)
 from .console import CONSOLE_TAIL, console_path
 from .drivers import LOCAL_HYPER
 from .hypervisor_rules import HYPERVISOR_NODE_LOCK
@@ -123,6 +124,11 @@ LIBVIRT_SPEC = {
         "iface_mtu": {"type": "integer", "minimum": 0, "maximum": 65536},
         "iface_source": {"type": ["string", "null"], "maxLength": 255},
         "node": {"type": "string", "format": "uuid"},
+        "migration_address": {"type": ["string", "null"], "maxLength": 255,
+                              "pattern": r"^[A-Za-z0-9.:_-]+$",
+                              "description": "the host or address other hypervisors' "
+                                             "QEMU reach this one at to move a node "
+                                             "here; default: the connection_uri's host"},
         "host_key": {"type": ["string", "null"], "maxLength": 16384},
         "underlay_address": {"type": ["string", "null"], "maxLength": 15},
     },
@@ -172,6 +178,9 @@ def hypervisor_fields():
                           "that is not QEMU (test:///)"),
         Field("accel_reason", String(4096), read_only=True,
               description="why accel is what it is (the compute daemon's KVM probe)"),
+        Field("arch", String(64), read_only=True,
+              description="the host's CPU architecture, from libvirt (a node moves "
+                          "only between hypervisors of one arch and one accel)"),
         Field("ssh_public_key", String(1024), read_only=True,
               description="the appliance's SSH public key (one for all hypervisors): "
                           "install it in the authorized_keys of a qemu+ssh hypervisor's "
@@ -294,6 +303,11 @@ def node_fields():
               description="the desired power, set by power_on / power_off"),
         Field("reboot_requested_at", DateTime(), read_only=True,
               description="set by the action reboot"),
+        Field("migration", Object(), read_only=True,
+              description="the last move to another hypervisor (action migrate): "
+                          "{target, source, requested_at, state (requested, running, "
+                          "done, refused, failed), progress (percent), reason, "
+                          "finished_at}; null when never moved"),
     ] + status_fields("NEW, SCHEDULED, IN_PROGRESS, ACTIVE or ERROR; a PUT sets "
                       "IN_PROGRESS")
 
@@ -306,6 +320,10 @@ def node_actions(nodes):
         Action("power_off", nodes.power_off, summary="Power the node off",
                response_schema=NODE_REF),
         Action("reboot", nodes.reboot, summary="Reboot the node",
+               response_schema=NODE_REF),
+        Action("migrate", nodes.migrate, request_schema=MIGRATE_BODY,
+               summary="Move the node to another hypervisor, live (the daemon moves it; "
+                       "follow `migration`); platform callers only",
                response_schema=NODE_REF),
         Action("details", nodes.details, method="GET",
                permission="compute.node.read", summary="The node's hypervisor",
@@ -334,8 +352,41 @@ def node_actions(nodes):
     ]
 
 
+MIGRATE_BODY = {"type": "object", "additionalProperties": False, "properties": {
+    "hypervisor": {"type": ["string", "null"],
+                   "description": "uuid or path of the target hypervisor; left out: "
+                                  "placement picks the best other one"}}}
+MIGRATE = Validator(MIGRATE_BODY)
+HYPERVISORS_PATH = "/v1/compute/hypervisors"
+
+
 class NodeActions(ComputeResource):
     """The HTTP mapping of a node's actions (Nodes declares them)."""
+
+    def migrate(self, call, record):
+        # hypervisors are the platform's: where a node runs is the platform's choice,
+        # named or left to placement (docs/security.md, compute)
+        if not is_platform(call.principal):
+            raise Forbidden("moving a node between hypervisors is the platform's: ask an "
+                            "administrator (a token unscoped or scoped to the admin "
+                            "project)")
+        body = call.body if call.body is not None else {}
+        MIGRATE.check(body)
+        target = body.get("hypervisor")
+        if target is not None:
+            target = Reference(HYPERVISORS_PATH).to_input(target)
+        store = self.api.store
+        with store.named_lock(migration.LOCK):
+            current = self.collection().get(record["uuid"]) or record
+            try:
+                chosen = migration.check(
+                    current, self.store_kind(HYPERVISORS).records(),
+                    self.collection().records(),
+                    {p["uuid"]: p for p in self.store_kind(POLICIES).records()}, target)
+            except migration.Refused as e:
+                raise (NotFound if e.status == 404 else Conflict)(str(e)) from None
+            return self.invoke_update(current, {"migration": migration.request(
+                chosen, format_time(utcnow()), current["hypervisor"])})
 
     def power_on(self, call, record):
         return self.invoke_update(record, {"power_state": "on"})

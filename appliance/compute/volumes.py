@@ -8,7 +8,7 @@ up by name before it creates, and the sweep deletes only volumes named so."""
 
 import os
 
-from . import domain_xml, volume_xml
+from . import domain_xml, migration, volume_xml
 from .virt import GB, NODES, VOLUMES, NodeFailure, hv_pool, libvirt, log, write
 
 VOLUME_PREFIX = "appliance-vol-"
@@ -149,12 +149,13 @@ def sweep_pool(store, hv, conn, prefix):
             continue
         kind, uuid = owner
         record = (volumes if kind == "volume" else nodes).get(uuid)
-        if record is not None and (kind == "volume" or record.get("hypervisor") == hv["uuid"]):
+        if record is not None and (kind == "volume" or hv["uuid"] in (
+                record.get("hypervisor"), migration.target_of(record))):
             continue
         if kind == "volume" and record is None and _attached_somewhere(conn, name):
             continue
         delete(pool, name)
-        log.info("deleted pool volume %s: its %s %s is gone", name, kind, uuid)
+        log.info("deleted pool volume %s: its %s %s is gone or elsewhere", name, kind, uuid)
 
 
 def _attached_somewhere(conn, name):

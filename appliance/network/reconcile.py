@@ -59,12 +59,14 @@ def plan(network, users, hypervisors, here):
     return "alone", list(users.get(here, ())), [], here in users
 
 
-def reconcile_networks(store, conn, hypervisor):
+def reconcile_networks(store, conn, hypervisor, arriving=()):
     """Define and start every network with ports of nodes placed on `hypervisor` (a record
     or its uuid), or homed there, on its libvirt connection `conn`, as `plan` says: a
     fixed DHCP host entry per port served and the VXLAN peers, both changed live; drop the
     host entries of ports gone; remove our networks whose record is gone; write the
-    networks' and ports' status."""
+    networks' and ports' status. `arriving`: nodes being moved here from another
+    hypervisor (compute's migrate), counted as placed here, so that this side's networks
+    (and, where it serves them, its DHCP host entries) are in place before they run here."""
     hv_uuid = hypervisor["uuid"] if isinstance(hypervisor, dict) else hypervisor
     hypervisors = {h["uuid"]: h for h in store.collection(COMPUTE_HYPERVISORS).records()}
     # the one this pass runs on exists, recorded or not (tests pass a bare uuid)
@@ -74,6 +76,8 @@ def reconcile_networks(store, conn, hypervisor):
               if n.get("hypervisor")}
     users = {}                      # network uuid -> {hypervisor uuid: ports placed there}
     port_coll = ports(store)
+    # a node being moved here is this side's before it runs here (compute's migrate)
+    placed.update((node["uuid"], hv_uuid) for node in arriving)
     for port in port_coll.records():
         if port["node"] in placed:
             users.setdefault(port["network"], {}).setdefault(

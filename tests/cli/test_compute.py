@@ -238,3 +238,66 @@ def test_hypervisors_show_prints_the_acceleration_and_why(logged_in, real_api):
     refused = logged_in("compute", "hypervisors", "update", "probed", "accel_reason=mine")
     assert refused.code == 1 and "accel_reason" in refused.stderr
     assert logged_in("compute", "hypervisors", "delete", "probed").code == 0
+
+
+def test_migrate_names_the_target_and_waits_for_the_move(logged_in, real_api):
+    """`nodes migrate NODE --hypervisor H --wait`: the action's body, then the move's
+    progress until done; a move the daemon refuses ends non-zero with its reason. No
+    daemon here: the test writes the hypervisors' state and the move as the daemon does."""
+    hvs = real_api.store.collection("compute_hypervisors")
+    for hv in hvs.records():
+        hvs.update(hv["uuid"], {"status": "ERROR", "status_reason": "not this test's"})
+    made = []
+    for name in ("mig-a", "mig-b"):
+        result = logged_in("--json", "compute", "hypervisors", "add", "-n", name, "--uri",
+                           f"test:///default?{name}", "--storage-pool", "default-pool")
+        assert result.code == 0, result.stderr
+        made.append(hvs.update(result.json()["uuid"], {
+            "status": "ACTIVE", "all_cores": 8, "all_ram": 8192, "all_disk": 100,
+            "accel": "tcg", "arch": "x86_64"}))
+    node = add_node(logged_in, "-n", "mover")
+    nodes = real_api.store.collection("compute_nodes")
+    nodes.update(node["uuid"], {"status": "ACTIVE", "hypervisor": made[0]["uuid"]})
+
+    def daemon(final, reason=None):
+        def run():
+            for _ in range(200):
+                current = nodes.get(node["uuid"])
+                if (current.get("migration") or {}).get("state") == "requested":
+                    break
+                time.sleep(0.05)
+            for fields in ({"state": "running", "progress": 0},
+                           {"state": "running", "progress": 60},
+                           {"state": final, "reason": reason,
+                            "progress": 100 if final == "done" else 60}):
+                time.sleep(0.3)
+                current = nodes.get(node["uuid"])
+                nodes.update(node["uuid"], {"migration": {**current["migration"], **fields}})
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
+
+    thread = daemon("refused", "libvirt: this function is not supported")
+    refused = logged_in("compute", "nodes", "migrate", "mover", "--hypervisor", "mig-b",
+                        "--wait", "--wait-timeout", "60")
+    thread.join(5)
+    assert refused.code == 1
+    assert "not moved (refused): libvirt: this function is not supported" in refused.stderr
+    sent = [s for s in logged_in.sent if s.path.endswith("/actions/migrate/invoke")]
+    assert sent[-1].body == {"hypervisor": made[1]["uuid"]}
+
+    thread = daemon("done")
+    moved = logged_in("--json", "compute", "nodes", "migrate", "mover", "--wait",
+                      "--wait-timeout", "60")
+    thread.join(5)
+    assert moved.code == 0, moved.stderr
+    assert moved.json()["migration"]["state"] == "done"
+    # placement picked the only other ACTIVE hypervisor; the progress was printed
+    assert [s.body for s in logged_in.sent if s.path.endswith("/actions/migrate/invoke")][
+        -1] == {}
+    assert "running 60%" in moved.stderr and "done" in moved.stderr.splitlines()[-1]
+    # a target that does not resolve: the CLI says so and asks for no move
+    asked = len([s for s in logged_in.sent if s.path.endswith("/migrate/invoke")])
+    again = logged_in("compute", "nodes", "migrate", "mover", "--hypervisor", "nonesuch")
+    assert again.code == 1 and "nonesuch" in again.stderr
+    assert len([s for s in logged_in.sent if s.path.endswith("/migrate/invoke")]) == asked
