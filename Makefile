@@ -16,9 +16,10 @@ STAMP := $(VENV)/.installed
 # reached over qemu+ssh, which the tests start on their own; the package's service is
 # not used); chromium and chromium-driver: the web console's browser tests
 # (tests/console/, driven by Playwright from PyPI; never a browser download); the rest
-# builds images and boots them (tests/image)
+# builds images and boots them (tests/image): dosfstools and mtools make the image's EFI
+# system partition without mounting it, ovmf is the UEFI firmware the tests boot it with
 DEBIAN_PACKAGES := dnsutils curl postgresql-client nginx libnginx-mod-stream postgresql wrk pebble mmdebstrap extlinux syslinux-common qemu-system-x86 qemu-utils \
-	cloud-image-utils e2fsprogs fdisk util-linux mount \
+	cloud-image-utils e2fsprogs fdisk util-linux mount ovmf mtools dosfstools \
 	libvirt-dev pkg-config libvirt-daemon-system libvirt-clients dnsmasq-base iproute2 openssh-client openssh-server \
 	chromium chromium-driver
 PROFILE ?= appliance

@@ -39,8 +39,12 @@ IMAGES = os.path.join(BUILD, "images")
 # the repository's sources that go into the wheel: the wheel layer's inputs
 SOURCES = ("pyproject.toml", "appliance", "daemons", "state")
 TOOLS = ("mmdebstrap", "sfdisk", "mkfs.ext4", "extlinux", "qemu-img", "mount", "umount",
-         "chroot", "tar")
+         "chroot", "tar", "mkfs.vfat", "mmd", "mcopy", "dd")
 MBR = "/usr/lib/EXTLINUX/mbr.bin"
+# the UEFI boot loader, from the image's own systemd-boot-efi (packages/common.txt), put
+# where firmware looks on a disk it has no boot entry for: \EFI\BOOT\BOOTX64.EFI
+SYSTEMD_BOOT = "usr/lib/systemd/boot/efi/systemd-bootx64.efi"
+ESP_FAT_LABEL = "ESP"
 KEEP = 2          # cache entries kept per layer and profile (besides the one just used)
 # quiet: the kernel's messages and systemd's status lines go through an emulated UART at
 # 115200 baud (TCG): tens of kilobytes, seconds of boot; failures and the appliance's
@@ -349,8 +353,7 @@ def configure(recipe, name, profile, root, info):
     with open(os.path.join(root, "etc/appliance/build-info.json"), "w") as f:
         json.dump(info, f, indent=2)
     # the bootloader's menu: the kernel and initrd of this root
-    kernel = sorted(glob.glob(os.path.join(root, "boot/vmlinuz-*")))[-1]
-    initrd = sorted(glob.glob(os.path.join(root, "boot/initrd.img-*")))[-1]
+    kernel, initrd = boot_files(root)
     os.makedirs(os.path.join(root, "boot/extlinux"), exist_ok=True)
     with open(os.path.join(root, "boot/extlinux/extlinux.conf"), "w") as f:
         f.write(f"DEFAULT linux\nPROMPT 0\nTIMEOUT 0\nLABEL linux\n"
@@ -362,30 +365,95 @@ def configure(recipe, name, profile, root, info):
             remove(p)
 
 
-def make_disk(profile, uid, root, raw):
-    """The raw disk: MBR with extlinux, partition 1 root, partition 2 state (if any)."""
+def partitions(profile):
+    """[(name, first MiB, MiB)] in the profile's `layout` order, from 1 MiB on: the
+    partitions' numbers are their places in the list (docs/image.md, "Disk layout")."""
+    sizes = {"root": profile["root_mib"], "esp": profile["esp_mib"],
+             "state": profile["state_mib"]}
+    out, start = [], 1
+    for name in profile["layout"]:
+        out.append((name, start, sizes[name]))
+        start += sizes[name]
+    return out
+
+
+def boot_files(root):
+    """The newest kernel and initrd of the root (paths inside it)."""
+    kernel = sorted(glob.glob(os.path.join(root, "boot/vmlinuz-*")))[-1]
+    initrd = sorted(glob.glob(os.path.join(root, "boot/initrd.img-*")))[-1]
+    return kernel, initrd
+
+
+def make_esp(profile, name, root, path, title):
+    """The EFI system partition as a FAT file system in its own file, made and filled
+    without a mount (mkfs.vfat, then mtools: this host's kernel cannot mount vfat):
+    systemd-boot as the removable-media loader, and one loader entry booting copies of
+    the root's kernel and initrd with the same command line as extlinux's menu."""
+    with open(path, "wb") as f:
+        f.truncate(profile["esp_mib"] * 1024 * 1024)
+    run(["mkfs.vfat", "-F", "32", "-n", ESP_FAT_LABEL, path])
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    run(["mmd", "-i", path, "::/EFI", "::/EFI/BOOT", "::/loader", "::/loader/entries",
+         f"::/{name}"], env=env)
+    kernel, initrd = boot_files(root)
+    staging = path + ".d"
+    remove(staging)
+    os.makedirs(staging)
+    try:
+        # timeout 0: no menu (a key held at boot shows it); editor no: the command line
+        # cannot be edited at the console (init=/bin/sh would be a root shell)
+        with open(os.path.join(staging, "loader.conf"), "w") as f:
+            f.write(f"default {name}.conf\ntimeout 0\neditor no\n")
+        with open(os.path.join(staging, "entry.conf"), "w") as f:
+            f.write(f"title {title}\n"
+                    f"linux /{name}/{os.path.basename(kernel)}\n"
+                    f"initrd /{name}/{os.path.basename(initrd)}\n"
+                    f"options {CMDLINE.format(label=profile['root_label'])}\n")
+        for src, dst in ((os.path.join(root, SYSTEMD_BOOT), "::/EFI/BOOT/BOOTX64.EFI"),
+                         (os.path.join(staging, "loader.conf"), "::/loader/loader.conf"),
+                         (os.path.join(staging, "entry.conf"), f"::/loader/entries/{name}.conf"),
+                         (kernel, f"::/{name}/{os.path.basename(kernel)}"),
+                         (initrd, f"::/{name}/{os.path.basename(initrd)}")):
+            run(["mcopy", "-i", path, src, dst], env=env)
+    finally:
+        remove(staging)
+
+
+def make_disk(profile, name, uid, root, raw, title):
+    """The raw disk, one MBR for both firmwares: extlinux's MBR code and the bootable root
+    partition (BIOS), the EFI system partition with systemd-boot (UEFI), and the state
+    partition (if any) last."""
     mib = 1024 * 1024
-    root_mib, state_mib = profile["root_mib"], profile["state_mib"]
+    layout = partitions(profile)
+    root_mib = profile["root_mib"]
     used = int(run(["du", "-sxm", root]).split()[0])
     if used * 1.15 + 64 > root_mib:
         raise BuildError(f"the root tree is {used} MiB; root_mib {root_mib} in recipe.json "
                          "is too small")
+    _, last_start, last_mib = layout[-1]
     with open(raw, "wb") as f:
-        f.truncate((1 + root_mib + state_mib) * mib)
-    table = f"label: dos\nstart=1MiB, size={root_mib}MiB, type=83, bootable\n"
-    if state_mib:
-        table += f"start={1 + root_mib}MiB, size={state_mib}MiB, type=83\n"
-    run(["sfdisk", "--quiet", raw], input=table)
+        f.truncate((last_start + last_mib) * mib)
+    kinds = {"root": "type=83, bootable", "esp": "type=ef", "state": "type=83"}
+    run(["sfdisk", "--quiet", raw], input="label: dos\n" + "".join(
+        f"start={start}MiB, size={size}MiB, {kinds[part]}\n" for part, start, size in layout))
+    at = {part: start for part, start, _ in layout}
     run(["mkfs.ext4", "-q", "-L", profile["root_label"], "-d", root,
-         "-E", f"offset={mib}", raw, f"{root_mib}M"])
+         "-E", f"offset={at['root'] * mib}", raw, f"{root_mib}M"])
     mnt = os.path.join(WORK, "mnt")
     os.makedirs(mnt, exist_ok=True)
-    with mounted("-o", f"loop,offset={mib},sizelimit={root_mib * mib}", raw, mnt):
+    with mounted("-o", f"loop,offset={at['root'] * mib},sizelimit={root_mib * mib}", raw, mnt):
         run(["extlinux", "--install", os.path.join(mnt, "boot/extlinux")])
-    if state_mib:
+    esp = os.path.join(WORK, f"esp-{name}.img")
+    try:
+        make_esp(profile, name, root, esp, title)
+        run(["dd", f"if={esp}", f"of={raw}", "bs=1M", f"seek={at['esp']}",
+             "conv=notrunc,sparse", "status=none"])
+    finally:
+        remove(esp)
+    if "state" in at:
         run(["mkfs.ext4", "-q", "-L", profile["state_label"],
-             "-E", f"offset={(1 + root_mib) * mib},root_owner={uid}:{uid}",
-             raw, f"{state_mib}M"])
+             "-E", f"offset={at['state'] * mib},root_owner={uid}:{uid}",
+             raw, f"{profile['state_mib']}M"])
     with open(MBR, "rb") as f:
         mbr = f.read(440)
     with open(raw, "r+b") as f:
@@ -418,9 +486,9 @@ def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations):
                 install_venv(root, wheels_dir, profile, migrations)
             with step("disk: user, overlay files, units, config, bootloader menu"):
                 configure(recipe, name, profile, root, info)
-            with step("disk: partitions, file systems, extlinux"):
-                used = make_disk(profile, recipe["appliance_uid"], root,
-                                 os.path.join(tmp, "disk.raw"))
+            with step("disk: partitions, file systems, extlinux, the EFI system partition"):
+                used = make_disk(profile, name, recipe["appliance_uid"], root,
+                                 os.path.join(tmp, "disk.raw"), f"{name} {info['version']}")
                 info["root_used_mib"] = used
                 info["venv_mib"] = int(run(["du", "-sm", os.path.join(root, "opt/appliance")])
                                        .split()[0])
@@ -526,7 +594,8 @@ def check_host():
         ([MBR] if not os.path.exists(MBR) else [])
     if missing:
         raise BuildError(f"missing on this host: {', '.join(missing)} (Debian: apt-get install "
-                         "mmdebstrap extlinux syslinux-common qemu-utils fdisk e2fsprogs)")
+                         "mmdebstrap extlinux syslinux-common qemu-utils fdisk e2fsprogs "
+                         "dosfstools mtools)")
 
 
 def parse(argv, recipe):

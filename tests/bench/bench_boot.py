@@ -3,8 +3,9 @@
     python -m tests.bench boot
     BENCH_BOOT_RUNS=3 BENCH_BOOT_IDLE=60 python -m tests.bench boot
 
-Each run is a first boot, as a user's: a fresh overlay over the built image (cached build:
-instant when nothing changed), a blank second disk for the state, the admin password and
+Each run is a first boot, as a user's, by UEFI and by BIOS in turn (BENCH_BOOT_FIRMWARE,
+"uefi,bios" by default: the same disk, docs/image.md "Disk layout"): a fresh overlay over
+the built image (cached build: instant when nothing changed), a blank second disk for the state, the admin password and
 root's SSH key in fw_cfg. Timed from QEMU's start to the first 200 of `/v1/health` over
 HTTPS on the forwarded 443 (the API answers it only once its store is open), with QEMU's
 own CPU seconds until then (less sensitive to the machine's load). Then, inside
@@ -28,6 +29,7 @@ from tests.apiserver import TOKEN_PATH, Client
 from tests.image import qemu
 
 RUNS = int(os.environ.get("BENCH_BOOT_RUNS", "2"))
+FIRMWARES = os.environ.get("BENCH_BOOT_FIRMWARE", "uefi,bios").split(",")
 IDLE_SECONDS = float(os.environ.get("BENCH_BOOT_IDLE", "60"))
 HEALTHY_TIMEOUT = 900
 UNITS = qemu.APPLIANCE_UNITS
@@ -63,12 +65,12 @@ def ssh_runner(vm, key):
     return run
 
 
-def boot_once(image, work, key, n):
+def boot_once(image, work, key, n, firmware):
     with open(key + ".pub") as f:
         public = f.read().strip()
     state = qemu.blank_disk(os.path.join(work, f"state{n}.qcow2"))
     vm = qemu.VM(image.raw, work, tcp=[443, 22], extra_disks=[state], name=f"boot{n}",
-                 fw_cfg={"opt/appliance/admin-password": PASSWORD,
+                 firmware=firmware, fw_cfg={"opt/appliance/admin-password": PASSWORD,
                          "opt/appliance/ssh-key": public})
     with vm:
         load_start = os.getloadavg()[0]
@@ -86,7 +88,8 @@ def boot_once(image, work, key, n):
         memory = qemu.unit_memory(run, running)
         first_use = secrets_to_active(vm)
         vm.shutdown(120)
-    return {"healthy": healthy, "cpu": cpu, "analyze": analyze, "memory": memory,
+    return {"firmware": firmware, "healthy": healthy, "cpu": cpu, "analyze": analyze,
+            "memory": memory,
             "chain": chain, "idle": sorted(set(UNITS) - set(running)),
             "first_use": first_use, "load": (load_start, os.getloadavg()[0])}
 
@@ -125,12 +128,13 @@ def main():
     try:
         key = os.path.join(work, "key")
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", key], check=True)
-        runs = [boot_once(image, work, key, n) for n in range(RUNS)]
+        runs = [boot_once(image, work, key, n, FIRMWARES[n % len(FIRMWARES)])
+                for n in range(RUNS)]
     finally:
         remove(work)
-    table(["run", "healthy HTTPS s", "QEMU CPU s", "systemd-analyze", "RSS MB", "PSS MB",
-           "load 1-min"],
-          [[n + 1, f"{r['healthy']:.1f}", f"{r['cpu']:.1f}", r["analyze"],
+    table(["run", "firmware", "healthy HTTPS s", "QEMU CPU s", "systemd-analyze", "RSS MB",
+           "PSS MB", "load 1-min"],
+          [[n + 1, r["firmware"], f"{r['healthy']:.1f}", f"{r['cpu']:.1f}", r["analyze"],
             f"{sum(v[0] for v in r['memory'].values()) / 1024:.1f}",
             f"{sum(v[1] for v in r['memory'].values()) / 1024:.1f}",
             f"{r['load'][0]:.1f} -> {r['load'][1]:.1f}"] for n, r in enumerate(runs)])

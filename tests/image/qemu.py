@@ -32,6 +32,12 @@ APPLIANCE_UNITS = ["appliance-api"] + [f"appliance-{name}" for name in
                                        DAEMONS if name != "backup"]
 BUILD = os.path.join(ROOT, "image-build", "build.py")
 IMAGES = os.path.join(ROOT, "build", "images")
+# UEFI firmware from Debian's ovmf: the code read-only and shared, the variables (NVRAM) a
+# private copy per VM; the 4 MiB builds, the only ones Debian 13 still ships. Not the
+# secboot build: it needs q35 with SMM, and the image's loader is unsigned (docs/image.md)
+OVMF_CODE = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+OVMF_VARS = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+FIRMWARES = ("bios", "uefi")
 
 
 # ---- building -----------------------------------------------------------------------------
@@ -154,13 +160,22 @@ class VM:
         the same disk in a second VM; the default makes a fresh overlay over `disk`.
     host_ports: {(proto, guest port): host port} for forwards on fixed ports instead of
         free ones (docs/boot.md's line, which tests/image/test_boot_doc.py compares).
+    firmware: "bios" (SeaBIOS, QEMU's default: the MBR code and extlinux) or "uefi" (OVMF:
+        the EFI system partition's systemd-boot), with its variables in
+        `<workdir>/<name>-efivars.fd`, copied from OVMF_VARS at the first start and kept
+        for the VM's later starts, as a machine keeps its NVRAM.
     """
 
     def __init__(self, disk, workdir, *, tcp=(), udp=(), extra_disks=(), fw_cfg=None,
-                 seed=None, memory=1024, cpus=2, overlay=True, name="vm", host_ports=None):
+                 seed=None, memory=1024, cpus=2, overlay=True, name="vm", host_ports=None,
+                 firmware="bios"):
+        if firmware not in FIRMWARES:
+            raise ValueError(f"firmware {firmware!r}: choose from {', '.join(FIRMWARES)}")
         self.workdir = str(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.name = name
+        self.firmware = firmware
+        self.efi_vars = os.path.join(self.workdir, f"{name}-efivars.fd")
         self.disk = (overlay_disk(disk, os.path.join(self.workdir, f"{name}-root.qcow2"))
                      if overlay else str(disk))
         self.tcp, self.udp = list(tcp), list(udp)
@@ -187,13 +202,16 @@ class VM:
                 self.ports[(proto, gp)] = hp
                 fwds.append(f"hostfwd={proto}:127.0.0.1:{hp}-:{gp}")
         cmd = ["qemu-system-x86_64", "-accel", "tcg", "-m", str(self.memory),
-               "-smp", str(self.cpus), "-nodefaults", "-display", "none",
-               "-chardev", f"file,id=s0,path={self.serial_log}", "-serial", "chardev:s0",
-               "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
-               "-drive", f"file={self.disk},if=virtio,format={_format(self.disk)},cache=unsafe",
-               "-netdev", ",".join(["user,id=n0,restrict=on"] + fwds),
-               "-device", "virtio-net-pci,netdev=n0",
-               "-device", "virtio-rng-pci"]
+               "-smp", str(self.cpus), "-nodefaults", "-display", "none"]
+        if self.firmware == "uefi":
+            cmd += ["-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+                    "-drive", f"if=pflash,format=raw,unit=1,file={self.efi_vars}"]
+        cmd += ["-chardev", f"file,id=s0,path={self.serial_log}", "-serial", "chardev:s0",
+                "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
+                "-drive", f"file={self.disk},if=virtio,format={_format(self.disk)},cache=unsafe",
+                "-netdev", ",".join(["user,id=n0,restrict=on"] + fwds),
+                "-device", "virtio-net-pci,netdev=n0",
+                "-device", "virtio-rng-pci"]
         for d in self.extra_disks:
             cmd += ["-drive", f"file={d},if=virtio,format={_format(d)},cache=unsafe"]
         if self.seed:
@@ -204,6 +222,10 @@ class VM:
 
     def start(self):
         """Start QEMU (retrying once if a picked port was taken meanwhile)."""
+        if self.firmware == "uefi" and not os.path.exists(self.efi_vars):
+            if not os.path.exists(OVMF_VARS):
+                raise RuntimeError(f"{OVMF_VARS} is missing: apt-get install ovmf")
+            shutil.copyfile(OVMF_VARS, self.efi_vars)
         for attempt in range(3):
             open(self.serial_log, "w").close()
             self.ports = {}

@@ -46,6 +46,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEST_MIGRATIONS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "migrations")
+# the vendor GUID of systemd-boot's EFI variables (LoaderInfo, LoaderTimeExecUSec, ...)
+LOADER_VENDOR = "4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
 MARKER_VERSION = 9000           # tests/image/migrations/9000_upgrade_test_marker.py
 # every process the appliance runs as the appliance user (the agent runs as root: its own
 # check below); backups are a timer's oneshot, not a process
@@ -103,6 +105,23 @@ def test_https_health_is_200_with_the_certificate_the_console_shows(box):
         assert box.client.get(prefix + "/v1/health").status == 200
     banner = box.vm.serial()
     assert "https://" in banner and "/var/lib/appliance/admin-password" in banner
+
+
+def test_the_shared_boot_is_a_uefi_boot_through_systemd_boot(box):
+    """appliance_vm boots by UEFI (OVMF): the kernel sees EFI firmware, and the loader that
+    started it is the EFI system partition's systemd-boot, which leaves its name in the EFI
+    variable LoaderInfo (what `bootctl status` shows; bootctl is in Debian's systemd-boot,
+    which the image does not carry). The boot disk's partition 2 is that ESP. The BIOS path
+    of the same kind of disk is the node image's boot test (tests/image/test_image.py)."""
+    assert box.vm.firmware == "uefi"
+    assert box.ssh("test -d /sys/firmware/efi", check=False).returncode == 0
+    # cat: a file of efivarfs cannot seek (tail -c +5 on it reads nothing); the first 4
+    # bytes are the variable's attributes, then UTF-16 text
+    loader = box.ssh(f"cat /sys/firmware/efi/efivars/LoaderInfo-{LOADER_VENDOR} "
+                     "| tail -c +5 | tr -d '\\000'").stdout
+    assert loader.startswith("systemd-boot "), loader
+    esp = box.ssh("lsblk -no PARTTYPE,FSTYPE,LABEL /dev/vda2").stdout.split()
+    assert esp == ["0xef", "vfat", "ESP"], esp
 
 
 def test_login_with_the_first_boot_password(box):

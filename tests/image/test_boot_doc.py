@@ -24,20 +24,40 @@ def qemu_block():
     return next(block for block in doc_blocks() if "qemu-system-x86_64" in block)
 
 
-def test_the_qemu_line_of_the_doc_is_what_the_boot_test_runs(tmp_path):
-    password, key = "pw with spaces", "ssh-ed25519 AAAAC3Nza test@host"
-    script = qemu_block().replace("qemu-system-x86_64", "printf '%s\\0' qemu-system-x86_64")
+def shown_command(block, tmp_path, password, key):
+    """The arguments bash passes to qemu-system-x86_64 in the doc's block."""
+    script = block.replace("qemu-system-x86_64", "printf '%s\\0' qemu-system-x86_64")
     # the doc's own assignments of PASSWORD and KEY are overridden by the test's values
     script = re.sub(r"^(PASSWORD|KEY)=.*$", "", script, flags=re.M)
-    shown = subprocess.run(["bash", "-c", script], capture_output=True, check=True,
-                           env={"PASSWORD": password, "KEY": key, "PATH": os.environ["PATH"]},
-                           cwd=tmp_path).stdout.decode().split("\0")[:-1]
+    return subprocess.run(["bash", "-c", script], capture_output=True, check=True,
+                          env={"PASSWORD": password, "KEY": key, "PATH": os.environ["PATH"]},
+                          cwd=tmp_path).stdout.decode().split("\0")[:-1]
 
-    vm = appliance_vm("root.qcow2", ".", "state.qcow2", {FW_PASSWORD: password, FW_SSH_KEY: key},
-                      name="appliance", overlay=False,
-                      host_ports={("tcp", guest): host for guest, host in DOC_PORTS.items()})
-    assert shown == vm.command()
+
+def doc_vm(password, key, **options):
+    return appliance_vm("root.qcow2", ".", "state.qcow2", {FW_PASSWORD: password, FW_SSH_KEY: key},
+                        name="appliance", overlay=False,
+                        host_ports={("tcp", guest): host for guest, host in DOC_PORTS.items()},
+                        **options)
+
+
+def test_the_qemu_line_of_the_doc_is_what_the_boot_test_runs(tmp_path):
+    password, key = "pw with spaces", "ssh-ed25519 AAAAC3Nza test@host"
+    shown = shown_command(qemu_block(), tmp_path, password, key)
+    # the boot test's firmware: UEFI through OVMF, with the variables file of step 1
+    assert shown == doc_vm(password, key).command()
+    assert "if=pflash,format=raw,unit=1,file=./appliance-efivars.fd" in shown
     assert sorted(DOC_PORTS) == sorted(FORWARDED_TCP)
+    assert "cp /usr/share/OVMF/OVMF_VARS_4M.fd appliance-efivars.fd" in "\n".join(doc_blocks())
+
+
+def test_the_doc_line_without_its_pflash_lines_is_the_bios_boot(tmp_path):
+    """The doc says: for BIOS, leave out the two `-drive if=pflash` lines."""
+    password, key = "pw", "ssh-ed25519 AAAAC3Nza test@host"
+    block = "\n".join(ln for ln in qemu_block().splitlines() if "if=pflash" not in ln)
+    shown = shown_command(block, tmp_path, password, key)
+    assert shown == doc_vm(password, key, firmware="bios").command()
+    assert not any("pflash" in arg for arg in shown)
 
 
 def test_the_doc_logs_in_with_the_banners_fingerprint_on_the_forwarded_port():

@@ -5,6 +5,7 @@ CI runs as root, so there they run. The first build of a checkout takes minutes 
 later ones reuse build/cache.
 """
 
+import json
 import os
 import shutil
 import socket
@@ -117,11 +118,84 @@ def test_a_newer_build_rebuilds_only_the_last_layer(node_image, tmp_path):
     assert os.path.exists(node_image.raw)
 
 
-def read_from_root(raw, path):
-    """A file of partition 1 (at 1 MiB), read with debugfs: no mount needed."""
-    proc = subprocess.run(["debugfs", "-R", f"cat {path}", f"{raw}?offset={1024 * 1024}"],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
+def partition_table(raw):
+    """sfdisk's view of a disk image: {"label", "partitions": [{"start", "size" (sectors),
+    "type", "bootable"?}, ...]}."""
+    proc = subprocess.run(["sfdisk", "--json", raw], capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout)["partitiontable"]
+
+
+def offset_of(raw, kind):
+    """The byte offset of the root (the bootable partition) or of the ESP (type ef)."""
+    part, = [p for p in partition_table(raw)["partitions"]
+             if (p.get("bootable") if kind == "root" else p["type"] == "ef")]
+    return part["start"] * 512
+
+
+def read_from_root(raw, path, text=True):
+    """A file of the root partition, read with debugfs: no mount needed."""
+    proc = subprocess.run(["debugfs", "-R", f"cat {path}",
+                           f"{raw}?offset={offset_of(raw, 'root')}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, check=True)
     return proc.stdout
+
+
+def read_from_esp(raw, path, text=True):
+    """A file of the EFI system partition, read with mtools: no mount needed."""
+    proc = subprocess.run(["mtype", "-i", f"{raw}@@{offset_of(raw, 'esp')}", f"::{path}"],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=text, check=True,
+                          env={**os.environ, "MTOOLS_SKIP_CHECK": "1"})
+    return proc.stdout
+
+
+@pytest.mark.slow
+@LONG
+@pytest.mark.parametrize("profile", ["node", "appliance"])
+def test_the_disk_boots_by_bios_and_by_uefi(profile):
+    """Both boot paths are on each profile's disk, seen without booting it: for BIOS the
+    MBR's extlinux code, the bootable root and extlinux's menu in it; for UEFI an EFI
+    system partition with systemd-boot where firmware looks on a disk it has no entry for,
+    and a loader entry starting the root's own kernel and initrd with the menu's command
+    line. The partitions in the order docs/image.md gives (the growable one last)."""
+    image = qemu.build_image(profile)
+    table = partition_table(image.raw)
+    assert table["label"] == "dos"
+    parts = table["partitions"]
+    kinds = [("esp" if p["type"] == "ef" else "root" if p.get("bootable") else "state")
+             for p in parts]
+    assert kinds == {"node": ["esp", "root"], "appliance": ["root", "esp", "state"]}[profile]
+    # the appliance's root where every earlier build had it (1 MiB, 3 GiB): an old disk's
+    # partition 1 can still be overwritten in place (docs/image.md, "Upgrade")
+    if profile == "appliance":
+        assert (parts[0]["start"], parts[0]["size"]) == (2048, 3072 * 2048)
+    with open(image.raw, "rb") as f, open("/usr/lib/EXTLINUX/mbr.bin", "rb") as mbr:
+        assert f.read(440) == mbr.read(440)
+    label = {"node": "node-root", "appliance": "appliance-root"}[profile]
+    extlinux = read_from_root(image.raw, "/boot/extlinux/extlinux.conf")
+    append = next(ln.split("APPEND ", 1)[1] for ln in extlinux.splitlines() if "APPEND " in ln)
+    assert f"root=LABEL={label} " in append
+    ls = subprocess.run(["debugfs", "-R", "ls /boot/extlinux",
+                         f"{image.raw}?offset={offset_of(image.raw, 'root')}"],
+                        capture_output=True, text=True, check=True).stdout
+    assert "ldlinux.sys" in ls
+    # the ESP, listed with mtools as a user would
+    esp = f"{image.raw}@@{offset_of(image.raw, 'esp')}"
+    env = {**os.environ, "MTOOLS_SKIP_CHECK": "1"}
+    listing = subprocess.run(["mdir", "-b", "-/", "-i", esp, "::/"], capture_output=True,
+                             text=True, check=True, env=env).stdout.split()
+    assert "::/EFI/BOOT/BOOTX64.EFI" in listing
+    assert f"::/loader/entries/{profile}.conf" in listing
+    loader = read_from_esp(image.raw, "/EFI/BOOT/BOOTX64.EFI", text=False)
+    assert loader[:2] == b"MZ" and b"systemd-boot" in loader
+    assert "timeout 0" in read_from_esp(image.raw, "/loader/loader.conf")
+    entry = dict(ln.split(" ", 1) for ln in read_from_esp(
+        image.raw, f"/loader/entries/{profile}.conf").splitlines() if " " in ln)
+    assert entry["options"] == append
+    for key, boot in (("linux", "vmlinuz-"), ("initrd", "initrd.img-")):
+        name = entry[key].rsplit("/", 1)[1]
+        assert name.startswith(boot)
+        assert (read_from_esp(image.raw, entry[key], text=False)
+                == read_from_root(image.raw, f"/boot/{name}", text=False)), key
 
 
 # ---- boots ----------------------------------------------------------------------------------
@@ -138,7 +212,8 @@ NODE_USER_DATA = {
                    f"echo \"{MARKER} host=$(hostname) agent=$(systemctl is-enabled appliance-agent.service)"
                    " agent_ran=$(systemctl show -p ConditionResult --value appliance-agent)"
                    " venv=$(/opt/appliance/venv/bin/python -c 'import appliance; print(\"ok\")')"
-                   " root=$(findmnt -no SOURCE /)\" > /dev/ttyS0\n",
+                   " root=$(findmnt -no SOURCE /)"
+                   " efi=$(test -d /sys/firmware/efi && echo yes || echo no)\" > /dev/ttyS0\n",
     }],
     "runcmd": [["/usr/local/bin/report-marker"]],
 }
@@ -149,16 +224,19 @@ NODE_USER_DATA = {
 def test_node_image_boots_with_a_cloud_init_seed(node_image, tmp_path):
     seed = qemu.nocloud_seed(str(tmp_path), NODE_USER_DATA,
                              {"instance-id": "iid-test-1", "local-hostname": "node-under-test"})
-    with qemu.VM(node_image.raw, tmp_path, tcp=[22], seed=seed) as vm:
+    # BIOS (SeaBIOS): the path compute's libvirt domains boot a node by; the appliance's
+    # shared boot (`box`) takes the UEFI path
+    with qemu.VM(node_image.raw, tmp_path, tcp=[22], seed=seed, firmware="bios") as vm:
         vm.wait_for(MARKER, timeout=1200)
         line = next(ln for ln in vm.serial().splitlines() if ln.startswith(MARKER))
         # the seed's hostname; the agent's unit enabled, and skipped by its condition (this
         # seed gives no agent credential); the appliance package importable from the
-        # venv; the root found by its label
+        # venv; the root found by its label (partition 2, after the ESP); no EFI firmware
         assert "host=node-under-test" in line
         assert "agent=enabled" in line and "agent_ran=no" in line
         assert "venv=ok" in line
-        assert "root=/dev/vda1" in line
+        assert "root=/dev/vda2" in line
+        assert "efi=no" in line
         # the forwarded port on loopback reaches the guest's sshd
         with socket.create_connection(("127.0.0.1", vm.port(22)), timeout=30) as s:
             s.settimeout(30)
@@ -199,13 +277,13 @@ def state_line(vm):
 def test_the_state_moves_to_a_blank_second_disk_once(appliance_image, tmp_path):
     # one disk: the state partition
     with qemu.VM(appliance_image.raw, tmp_path, name="one-disk") as vm:
-        assert "/dev/vda2 (state partition)" in state_line(vm)
+        assert "/dev/vda3 (state partition)" in state_line(vm)
         vm.kill()
     # a blank second disk: formatted, the partition's files copied, then used
     data = qemu.blank_disk(str(tmp_path / "data.qcow2"), "256M")
     with qemu.VM(appliance_image.raw, tmp_path, extra_disks=[data], name="blank") as vm:
         assert "/dev/vdb (new data disk)" in state_line(vm)
-        assert "copied the state partition /dev/vda2 onto /dev/vdb" in vm.serial()
+        assert "copied the state partition /dev/vda3 onto /dev/vdb" in vm.serial()
         vm.kill()
     # the same disk with a fresh root (an upgrade): found by its label, not formatted again
     with qemu.VM(appliance_image.raw, tmp_path, extra_disks=[data], name="again") as vm:
