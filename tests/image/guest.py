@@ -153,6 +153,12 @@ class Box:
         return int(self.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip())
 
 
+def os_release(box):
+    """The guest's /etc/os-release as a dict (quotes taken off)."""
+    lines = box.ssh("cat /etc/os-release").stdout.splitlines()
+    return {k: v.strip('"') for k, v in (ln.split("=", 1) for ln in lines if "=" in ln)}
+
+
 def listening_tcp(box):
     """{(address, port)} of the guest's listening TCP sockets, from /proc/net/tcp (the
     image need not have ss or netstat). IPv6 addresses are kept as their hex."""
