@@ -29,6 +29,9 @@ FINGERPRINT = re.compile(r"TLS certificate:\s+(SHA256:(?:[0-9A-F]{2}:){31}[0-9A-
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
 SSH_ATTEMPTS, SSH_RETRY_SECONDS = 6, 5
+# ssh's words for a connection that failed before the key exchange (nothing ran)
+PRE_LOGIN = ("kex_exchange_identification", "Connection refused", "Connection timed out",
+             "timed out during banner exchange")
 
 
 # the guest ports the appliance's VM forwards to 127.0.0.1: the API, DNS (over TCP: with
@@ -97,13 +100,13 @@ class Box:
     def ssh(self, command, check=True, timeout=120):
         """Run `command` as root on the guest. The host key is pinned under one alias in a
         known_hosts of this test: a box that changed its key (new root, new port) fails.
-        ssh's own failure to connect (exit 255 before any login: a TCG guest on a loaded
-        host answering late) is tried again a few times; a refused key or a changed host
-        key is not."""
+        ssh's own failure to connect (exit 255 before the key exchange: a TCG guest on a
+        loaded host answering late) is tried again a few times; anything later (a refused
+        key, a changed host key, a connection closed once the command may have run, as by
+        a reboot) is not."""
         for attempt in range(SSH_ATTEMPTS):
             res = self._ssh(command, timeout)
-            if res.returncode != 255 or any(word in res.stderr for word in (
-                    "Permission denied", "HOST IDENTIFICATION", "Host key verification")):
+            if res.returncode != 255 or not any(word in res.stderr for word in PRE_LOGIN):
                 break
             print(f"ssh to the guest failed to connect ({res.stderr.strip()[-200:]}); "
                   f"again in {SSH_RETRY_SECONDS} s", file=sys.stderr)
