@@ -51,10 +51,12 @@ KEEP = 2          # cache entries kept per layer and profile (besides the one ju
 # banner still reach the console. cryptomgr.notests: the crypto API's boot self-tests.
 CMDLINE = ("root=LABEL={label} rw console=tty0 console=ttyS0,115200 net.ifnames=0 quiet "
            "cryptomgr.notests")
-# the wheels for Debian 12's python3 (3.11, glibc 2.36), whatever Python runs the build
+# the wheels for Debian 13's python3 (3.13, glibc 2.41), whatever Python runs the build;
+# pip does not widen a manylinux_2_N tag to older glibcs: every one is listed
 PIP_DOWNLOAD = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-                "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-                "--platform", "manylinux_2_36_x86_64", "--platform", "manylinux_2_17_x86_64",
+                "--python-version", "3.13", "--implementation", "cp", "--abi", "cp313",
+                *(arg for glibc in range(41, 16, -1)
+                  for arg in ("--platform", f"manylinux_2_{glibc}_x86_64")),
                 "--platform", "manylinux2014_x86_64"]
 
 

@@ -250,6 +250,7 @@ class Driver:
         return pg.Cluster(self.host, spec.instance, spec.major, spec.port, spec.me["host"])
 
     def _bring(self, spec, c, st):
+        pg.check_data_runnable(c)
         pg.check_installed(c)
         pg.prepare_dirs(c)
         pg.write_file(c, c.passfile, pg.pgpass_line(*spec.replicator)

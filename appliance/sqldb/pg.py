@@ -150,6 +150,41 @@ def os_user():
             from None
 
 
+def installed_majors(root="/usr/lib/postgresql"):
+    """The PostgreSQL majors whose server this machine carries (BIN/postgres), ascending."""
+    found = []
+    for name in os.listdir(root) if os.path.isdir(root) else ():
+        if name.isdigit() and os.access(os.path.join(root, name, "bin", "postgres"), os.X_OK):
+            found.append(int(name))
+    return sorted(found)
+
+
+def data_major(c):
+    """The major of the instance's data directory (its PG_VERSION), or None before initdb."""
+    try:
+        with open(os.path.join(c.data, "PG_VERSION")) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return None
+
+
+def check_data_runnable(c):
+    """A data directory is started only by the binaries of its own major. After an upgrade
+    of the machine (a Debian 13 appliance on a Debian 12 one's state disk) the data of an
+    older major stays as it is, stopped, with what to do: nothing here writes to it."""
+    have = data_major(c)
+    if have is None:
+        return
+    if not os.access(os.path.join(BIN.format(major=have), "postgres"), os.X_OK):
+        majors = ", ".join(map(str, installed_majors())) or "none"
+        raise Failed(
+            f"the data directory is PostgreSQL {have}, and this node has no PostgreSQL "
+            f"{have} binaries ({BIN.format(major=have)}; installed: {majors}): it stays "
+            f"stopped, its data untouched. To move it to a newer major, dump it where "
+            f"{have} runs and restore it into a new instance, or run pg_upgrade on a "
+            f"machine with both majors (docs/sqldb.md, \"Upgrading PostgreSQL\")")
+
+
 def check_installed(c):
     for tool in ("postgres", "pg_ctl", "initdb", "psql", "pg_basebackup", "pg_rewind"):
         if not os.access(c.tool(tool), os.X_OK):

@@ -1,16 +1,29 @@
 """Fixtures of the image tests: one boot of the appliance image per session (`box`), which
 every test needing a running appliance shares (tests/image/guest.py), so that CI boots
 the image once. Tests that end that boot's life (a reboot, the upgrade's shutdown) are
-marked `ends_the_boot` and run after every other test of the session."""
+marked `ends_the_boot` and run after every other test of the session.
+
+That boot is also the upgrade from Debian 12: the state disk it boots with was made by the
+Debian 12 image (tests/image/previous.py) at a first boot, which made some state through
+the API (`made`) and was powered off. So the Debian 13 image's checks all run on an
+upgraded appliance, and the upgrade costs one Debian 12 build and boot, no Debian 13 one."""
 
 import faulthandler
+import json
 import os
 import subprocess
+import time
+import uuid
 
 import pytest
 
-from tests.image.guest import FW_PASSWORD, FW_SSH_KEY, PASSWORD, Box, appliance_vm
+from appliance.iam.builtin import ADMIN_PROJECT
+from tests.image.guest import (FW_PASSWORD, FW_SSH_KEY, PASSWORD, Box, appliance_vm,
+                               os_release, wait_status)
+from tests.image.previous import build_previous_image
 from tests.image.qemu import blank_disk, build_image, require_root
+
+CONFIG_SECONDS = 600            # a config through the agent to ACTIVE in a TCG guest, busy host
 
 
 def pytest_configure(config):
@@ -69,9 +82,84 @@ def state_disk(workdir):
 
 
 @pytest.fixture(scope="session")
-def box(image, workdir, ssh_key, state_disk):
-    """The appliance image booted once under TCG, with the state on a blank second disk,
-    the admin password and root's SSH key in fw_cfg, and TCP 443, 53, 22 and 5432
+def previous_image():
+    """The Debian 12 appliance image (main's last bookworm commit), built from git history."""
+    require_root()
+    started = time.monotonic()
+    built = build_previous_image()
+    print(f"\nthe Debian 12 image: built (or found cached) in {time.monotonic() - started:.1f} s")
+    return built
+
+
+def make_state(b):
+    """What the Debian 12 appliance holds before its upgrade, made through its API: a
+    project, a secret (its value), a DNS domain with a record, and a config that its own
+    node's agent wrote to a file of the (old) root."""
+    admin = b.admin()
+    project = admin.post("/v1/iam/projects", {"name": "kept-from-debian12"})
+    assert project.status == 201, project
+    value = "boot-test-value-" + uuid.uuid4().hex
+    secret = admin.post("/v1/secret/secrets", {
+        "name": "boot-test", "project_id": ADMIN_PROJECT, "constructor": {"kind": "plain"},
+        "value": value})
+    assert secret.status == 201, secret
+    domain = admin.post("/v1/dns/domains", {"name": "boot.test",
+                                            "project_id": ADMIN_PROJECT})
+    assert domain.status == 201, domain
+    record = admin.post(f"/v1/dns/domains/{domain.json['uuid']}/records",
+                        {"type": "A", "record": {"kind": "A", "name": "www",
+                                                 "address": "10.77.0.7"}})
+    assert record.status == 201, record
+    node = json.loads(b.ssh("cat /etc/appliance/agent.json").stdout)["node"]
+    path, content = f"/etc/upgrade-test/{uuid.uuid4().hex[:8]}.conf", "kept\n"
+    config = admin.post("/v1/config/configs", {
+        "name": "kept-config", "project_id": ADMIN_PROJECT, "path": path,
+        "target": {"kind": "node", "node": node}, "owner": "daemon", "group": "daemon",
+        "mode": "0640", "body": {"kind": "text", "content": content}})
+    assert config.status == 201, config
+    wait_status(admin, f"/v1/config/configs/{config.json['uuid']}", "ACTIVE",
+                timeout=CONFIG_SECONDS)
+    assert b.ssh(f"cat {path}").stdout == content
+    secret = wait_status(admin, f"/v1/secret/secrets/{secret.json['uuid']}", "ACTIVE")
+    versions = admin.get("/v1/types/sqldb/versions/").json["versions"]
+    return {"secret": secret["uuid"], "value": value, "name": "www.boot.test",
+            "address": "10.77.0.7", "project": project.json["uuid"],
+            "config": config.json["uuid"], "config_path": path, "config_content": content,
+            "versions": {v["name"]: v["uuid"] for v in versions}}
+
+
+@pytest.fixture(scope="session")
+def made(previous_image, workdir, ssh_key, state_disk):
+    """The Debian 12 appliance's life before the upgrade: its image booted once under TCG
+    with the blank state disk (as `box` then boots the Debian 13 one), the state of
+    make_state() made, and a clean power-off. Returns what later boots must still show,
+    and what the Debian 12 machine was (its os-release, build, certificate, host key)."""
+    with open(ssh_key + ".pub") as f:
+        public = f.read().strip()
+    vm = appliance_vm(previous_image.raw, workdir, state_disk,
+                      {FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="debian12")
+    with vm:
+        b = Box(vm, workdir, ssh_key, os.path.join(workdir, "known_hosts"))
+        print(f"\nDebian 12 first boot: banner {b.banner_seconds:.1f} s, healthy HTTPS API "
+              f"{b.healthy_seconds:.1f} s after QEMU started ({previous_image})")
+        started = time.monotonic()
+        state = make_state(b)
+        print(f"Debian 12 state made through the API in {time.monotonic() - started:.1f} s")
+        state.update(
+            previous_os=os_release(b), previous_build=json.loads(
+                b.ssh("cat /etc/appliance/build-info.json").stdout),
+            previous_fingerprint=b.fingerprint,
+            previous_host_key=b.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout)
+        assert vm.shutdown(), "the Debian 12 appliance did not power off by itself"
+        print(f"Debian 12 appliance: QEMU start to power-off {time.monotonic() - vm.started_at:.1f} s")
+    return state
+
+
+@pytest.fixture(scope="session")
+def box(made, image, workdir, ssh_key, state_disk):
+    """The appliance image booted once under TCG, with the state on a second disk that the
+    Debian 12 image made (`made`: this boot is the upgrade to Debian 13), the admin
+    password and root's SSH key in fw_cfg, and TCP 443, 53, 22 and 5432
     (sqldb_port) forwarded on 127.0.0.1 (no UDP: restrict=on drops the guest's datagrams; docs/boot.md): `box.ssh(command)` runs a command in the guest as root,
     `box.client` speaks HTTPS to its API (pinned to the console's fingerprint),
     `box.admin()` is that client logged in as admin."""
@@ -81,6 +169,6 @@ def box(image, workdir, ssh_key, state_disk):
                       name="old")
     with vm:
         b = Box(vm, workdir, ssh_key, os.path.join(workdir, "known_hosts"))
-        print(f"\nfirst boot: banner {b.banner_seconds:.1f} s, healthy HTTPS API "
+        print(f"\nupgrade to Debian 13: banner {b.banner_seconds:.1f} s, healthy HTTPS API "
               f"{b.healthy_seconds:.1f} s after QEMU started ({image})")
         yield b

@@ -9,6 +9,7 @@ import os
 import re
 import ssl
 import subprocess
+import sys
 import time
 import uuid
 
@@ -27,6 +28,10 @@ FW_SSH_KEY = "opt/appliance/ssh-key"
 FINGERPRINT = re.compile(r"TLS certificate:\s+(SHA256:(?:[0-9A-F]{2}:){31}[0-9A-F]{2})")
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
+SSH_ATTEMPTS, SSH_RETRY_SECONDS = 6, 5
+# ssh's words for a connection that failed before the key exchange (nothing ran)
+PRE_LOGIN = ("kex_exchange_identification", "Connection refused", "Connection timed out",
+             "timed out during banner exchange")
 
 
 # the guest ports the appliance's VM forwards to 127.0.0.1: the API, DNS (over TCP: with
@@ -95,8 +100,24 @@ class Box:
 
     def ssh(self, command, check=True, timeout=120):
         """Run `command` as root on the guest. The host key is pinned under one alias in a
-        known_hosts of this test: a box that changed its key (new root, new port) fails."""
-        res = subprocess.run(
+        known_hosts of this test: a box that changed its key (new root, new port) fails.
+        ssh's own failure to connect (exit 255 before the key exchange: a TCG guest on a
+        loaded host answering late) is tried again a few times; anything later (a refused
+        key, a changed host key, a connection closed once the command may have run, as by
+        a reboot) is not."""
+        for attempt in range(SSH_ATTEMPTS):
+            res = self._ssh(command, timeout)
+            if res.returncode != 255 or not any(word in res.stderr for word in PRE_LOGIN):
+                break
+            print(f"ssh to the guest failed to connect ({res.stderr.strip()[-200:]}); "
+                  f"again in {SSH_RETRY_SECONDS} s", file=sys.stderr)
+            time.sleep(SSH_RETRY_SECONDS)
+        if check:
+            assert res.returncode == 0, f"{command!r}: {res.returncode}\n{res.stderr}"
+        return res
+
+    def _ssh(self, command, timeout):
+        return subprocess.run(
             ["ssh", "-i", self.ssh_key, "-p", str(self.vm.port(22)),
              "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
              "-o", "HostKeyAlias=appliance-under-test",
@@ -104,9 +125,6 @@ class Box:
              "-o", "StrictHostKeyChecking=accept-new",
              "root@127.0.0.1", command],
             capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-        if check:
-            assert res.returncode == 0, f"{command!r}: {res.returncode}\n{res.stderr}"
-        return res
 
     def admin(self, password=PASSWORD):
         resp = self.client.post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
@@ -152,6 +170,12 @@ class Box:
 
     def main_pid(self, unit):
         return int(self.ssh(f"systemctl show -p MainPID --value {unit}").stdout.strip())
+
+
+def os_release(box):
+    """The guest's /etc/os-release as a dict (quotes taken off)."""
+    lines = box.ssh("cat /etc/os-release").stdout.splitlines()
+    return {k: v.strip('"') for k, v in (ln.split("=", 1) for ln in lines if "=" in ln)}
 
 
 def listening_tcp(box):

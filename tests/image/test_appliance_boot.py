@@ -1,6 +1,6 @@
 """The appliance image, booted under QEMU (TCG), seen from the host as a user sees it.
 
-One VM boots the built image with a blank second disk for the state, the admin password
+One VM boots the built image with the state on a second disk, the admin password
 and root's SSH key in fw_cfg, and TCP ports 443, 53, 22 and 5432 (sqldb_port) forwarded
 on 127.0.0.1 (the QEMU line of docs/boot.md). DNS over UDP cannot be asked from the host: with `restrict=on` libslirp drops
 every UDP datagram the guest sends except DHCP and TFTP (udp_input: `if
@@ -31,13 +31,14 @@ import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
 from appliance.firstboot import nginx as nginx_site
+from appliance.sqldb.versions import NODE_IMAGE_MAJOR
 from daemons import ON_DEMAND
 from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
 from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
 from tests.image.guest import (FW_PASSWORD, PASSWORD, SQLDB_PORT, Box, appliance_vm,
-                               listening_tcp, wait_status)
+                               listening_tcp, os_release, wait_status)
 from tests.image.qemu import APPLIANCE_UNITS, build_image, unit_memory
 
 # a cold image build alone passes the suite's 300 s per test (it happens in the first
@@ -64,29 +65,6 @@ API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL tes
 LIBVIRT_FIRST_SECONDS = 900     # libvirtd's first start probes QEMU (see the libvirt test)
 
 
-@pytest.fixture(scope="session")
-def made(box):
-    """What later boots must still show: a secret (its value) and a DNS record. Made once
-    per session, like the boot: the reboot and upgrade tests run after the other modules'
-    tests on the shared boot (conftest.py), and a module-scoped fixture would be made
-    again on the way back to this module (a second secret and domain of the same names)."""
-    admin = box.admin()
-    value = "boot-test-value-" + uuid.uuid4().hex
-    secret = admin.post("/v1/secret/secrets", {
-        "name": "boot-test", "project_id": ADMIN_PROJECT, "constructor": {"kind": "plain"},
-        "value": value})
-    assert secret.status == 201, secret
-    domain = admin.post("/v1/dns/domains", {"name": "boot.test",
-                                            "project_id": ADMIN_PROJECT})
-    assert domain.status == 201, domain
-    record = admin.post(f"/v1/dns/domains/{domain.json['uuid']}/records",
-                        {"type": "A", "record": {"kind": "A", "name": "www",
-                                                 "address": "10.77.0.7"}})
-    assert record.status == 201, record
-    return {"secret": secret.json["uuid"], "value": value, "name": "www.boot.test",
-            "address": "10.77.0.7"}
-
-
 def assert_state_kept(box, made, password=PASSWORD):
     admin = box.admin(password)
     secret = admin.get(f"/v1/secret/secrets/{made['secret']}")
@@ -97,6 +75,54 @@ def assert_state_kept(box, made, password=PASSWORD):
 
 
 # ---- the first boot -----------------------------------------------------------------------
+
+def version_of(text):
+    """(major, minor) of the first dotted version number in a --version line."""
+    major, minor = re.search(r"(\d+)\.(\d+)", text).groups()
+    return int(major), int(minor)
+
+
+def test_the_upgrade_from_debian_12_kept_everything(box, made):
+    """The Debian 13 image on the state disk of a Debian 12 appliance (docs/image.md,
+    "Upgrade from a Debian 12 appliance"): the same certificate and SSH host key (the
+    pinned client and known_hosts already insist), the kept password, the project, the
+    secret's value, the DNS record, the config (its record, and its file written again by
+    the agent on the new root), and the DBaaS versions: "17", what the image carries,
+    offered; the Debian 12 seed "15" deprecated, not deleted."""
+    assert made["previous_os"]["VERSION_ID"] == "12"
+    assert os_release(box)["VERSION_ID"] == "13"
+    info = json.loads(box.ssh("cat /etc/appliance/build-info.json").stdout)
+    assert info["rootfs_hash"] != made["previous_build"]["rootfs_hash"]
+    assert box.fingerprint == made["previous_fingerprint"]
+    assert box.ssh("cat /etc/ssh/ssh_host_ed25519_key.pub").stdout == made["previous_host_key"]
+    admin = box.admin()
+    project = admin.get(f"/v1/iam/projects/{made['project']}")
+    assert (project.status, project.json["name"]) == (200, "kept-from-debian12"), project
+    assert_state_kept(box, made)
+    config = wait_status(admin, f"/v1/config/configs/{made['config']}", "ACTIVE")
+    assert config["path"] == made["config_path"]
+    deadline = time.monotonic() + FIRST_USE_SECONDS
+    while box.ssh(f"cat {made['config_path']}", check=False).stdout != made["config_content"]:
+        assert time.monotonic() < deadline, "the agent did not write the kept config again"
+        time.sleep(2)
+    versions = {v["name"]: v for v in
+                admin.get("/v1/types/sqldb/versions/").json["versions"]}
+    assert "15" in made["versions"] and "17" not in made["versions"], made["versions"]
+    assert versions["15"]["uuid"] == made["versions"]["15"]
+    assert versions["15"]["deprecated"] is True, versions["15"]
+    assert (versions["17"]["major"], versions["17"]["deprecated"]) == (17, False)
+    assert box.ssh("ls /usr/lib/postgresql").stdout.split() == ["17"]
+
+
+def test_the_image_carries_debian_13s_qemu_and_libvirt(box):
+    """Issue 31: the spec's host minimum (QEMU >= 8.2, libvirt >= 10.0), read in the guest."""
+    assert os_release(box)["VERSION_ID"] == "13"
+    qemu = box.ssh("qemu-system-x86_64 --version").stdout
+    assert version_of(qemu) >= (8, 2), qemu
+    libvirtd = box.ssh("libvirtd --version").stdout
+    assert version_of(libvirtd) >= (10, 0), libvirtd
+    print(f"\nin the image: {qemu.splitlines()[0]}; {libvirtd.strip()}")
+
 
 def test_https_health_is_200_with_the_certificate_the_console_shows(box):
     resp = box.client.get("/v1/health")          # the client pins the console's fingerprint
@@ -246,8 +272,9 @@ def test_every_unit_is_active_and_hardened(box, made):
     assert box.ssh("systemctl is-active appliance.target").stdout.strip() == "active"
     failed = box.ssh("systemctl list-units --failed --plain --no-legend").stdout
     assert "appliance" not in failed and "nginx" not in failed, failed
-    # `made` wrote a secret (delivery's work) and a DNS domain (a write the mirror's path
-    # unit sees): those two on-demand daemons run by now, the others wait for theirs
+    # a secret (delivery's work: `made`'s, kept from Debian 12, and the CLI test's) and the
+    # CLI test's DNS domain (a write the mirror's path unit sees): those two on-demand
+    # daemons run by now, the others wait for theirs
     for unit in DAEMON_UNITS:
         if unit in ON_DEMAND_UNITS and unit not in ("appliance-delivery", "appliance-mirror"):
             continue
@@ -483,7 +510,7 @@ def test_a_database_made_with_the_cli_answers_psql_on_the_forwarded_port(box, wo
     password = "boot-Pass-" + uuid.uuid4().hex[:8]
     started = time.monotonic()
     instance = json.loads(run_cli(env, "--json", "sqldb", "instances", "add", "-n", name,
-                                  "-v", "15", "--node", "appliance", "--wait",
+                                  "-v", str(NODE_IMAGE_MAJOR), "--node", "appliance", "--wait",
                                   timeout=SQLDB_ADD_SECONDS + 60).stdout)
     try:
         print(f"\nsqldb through the CLI: instance on the appliance's node ACTIVE in "

@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from appliance.sqldb.versions import NODE_IMAGE_MAJOR
 from tests import waiting
 from tests.image.guest import listening_tcp
 
@@ -32,7 +33,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 NODES = "/v1/compute/nodes"
 INSTANCES = "/v1/sqldb/instances"
 VERSIONS = "/v1/types/sqldb/versions/"
-PG_BIN = "/usr/lib/postgresql/15/bin"
+# the PostgreSQL that the images carry (Debian 13's), whatever the host running the test has
+PG_MAJOR = NODE_IMAGE_MAJOR
+PG_BIN = f"/usr/lib/postgresql/{PG_MAJOR}/bin"
 BASE = "/var/lib/appliance/sqldb"
 PORT = 5432                             # the setting sqldb_port's default
 ENVIRONMENT = "/etc/appliance/environment"
@@ -143,10 +146,12 @@ def instance(box, placed):
     assert postgres_processes(box) == {}
     assert box.ssh("systemctl is-enabled postgresql.service",
                    check=False).stdout.strip() == "masked"
-    assert box.ssh("test -e /var/lib/postgresql/15/main || test -e /etc/postgresql/15/main",
-                   check=False).returncode == 1
+    assert box.ssh(f"test -e /var/lib/postgresql/{PG_MAJOR}/main || "
+                   f"test -e /etc/postgresql/{PG_MAJOR}/main", check=False).returncode == 1
+    # the version list offers what the image carries: the seed of its major
     versions = admin.get(VERSIONS).json["versions"]
-    version = next(v for v in versions if v["name"] == "15")
+    version = next(v for v in versions if v["name"] == str(PG_MAJOR))
+    assert (version["major"], version["deprecated"]) == (PG_MAJOR, False), version
     started = time.monotonic()
     made = created(admin.post(INSTANCES, {
         "name": "guest-db", "project_id": node["project_id"], "cpu": 1, "ram": 512,

@@ -111,7 +111,7 @@ def test_a_newer_build_rebuilds_only_the_last_layer(node_image, tmp_path):
     assert newer.info["rootfs_hash"] == node_image.info["rootfs_hash"]
     assert newer.info["recipe_hash"] != node_image.info["recipe_hash"]
     # inside the image: the migration in the installed package, the build-info beside it
-    assert "VERSION = 9999" in read_from_root(newer.raw, "/opt/appliance/venv/lib/python3.11/"
+    assert "VERSION = 9999" in read_from_root(newer.raw, "/opt/appliance/venv/lib/python3.13/"
                                               "site-packages/appliance/migrations/m9999_test.py")
     assert '"version": "0.1.0+t1"' in read_from_root(newer.raw, "/etc/appliance/build-info.json")
     # the older build is still there, untouched, for an upgrade test to boot first

@@ -111,6 +111,44 @@ def test_a_data_directory_of_another_major_is_left_alone(base):
         node.remove(inst.item(node))
 
 
+def test_data_of_a_major_without_binaries_stays_stopped_and_says_what_to_do(base):
+    """The upgrade case (docs/sqldb.md, "Upgrading PostgreSQL"): an instance made on a
+    Debian 12 appliance (PostgreSQL 15) whose state disk a Debian 13 root (17 only) now
+    runs. Here 13 stands for the major that this machine has no binaries of: the item
+    asks for it, the data directory is of it; the driver reports ERROR with what to do,
+    and neither starts anything nor writes to the data, on apply and on every tick."""
+    missing = 13
+    assert missing not in pgnode.pg.installed_majors()
+    node = Node(base, "127.0.0.28")
+    inst = Instance([node], free_port("127.0.0.28"))
+    inst.major = missing
+    c = pgnode.pg.Cluster(node.host, inst.uuid, missing, inst.port, node.address)
+    os.makedirs(c.data, mode=0o700)
+    kept = {"PG_VERSION": f"{missing}\n", "postgresql.conf": "# the old major's\n"}
+    for name, text in kept.items():
+        with open(os.path.join(c.data, name), "w") as f:
+            f.write(text)
+    try:
+        for result in (inst.apply(node), *node.tick().values()):
+            assert result["status"] == "ERROR", result
+            reason = result["reason"]
+            assert reason.startswith(f"the data directory is PostgreSQL {missing}, and this "
+                                     f"node has no PostgreSQL {missing} binaries"), reason
+            assert "stays stopped" in reason and "pg_upgrade" in reason
+            assert 'docs/sqldb.md, "Upgrading PostgreSQL"' in reason
+            assert result["value"]["running"] is False
+        assert sorted(os.listdir(c.data)) == sorted(kept)
+        for name, text in kept.items():
+            with open(os.path.join(c.data, name)) as f:
+                assert f.read() == text
+        # nothing made beside the data (run and log directories, passfile) nor started
+        assert sorted(os.listdir(c.base)) == ["data"]
+        assert pgnode.pg.postmaster_pid(c) is None
+    finally:
+        node.remove(inst.item(node))
+    assert not os.path.exists(c.base)
+
+
 def test_the_unit_is_valid_for_systemd(tmp_path):
     """The unit a node with systemd gets, checked by systemd's own parser (no systemd
     runs here to start it)."""

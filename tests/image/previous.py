@@ -1,0 +1,53 @@
+"""The Debian 12 appliance image, built from git history, for the upgrade test from a Debian
+12 appliance's state disk to the Debian 13 image (docs/image.md, "Upgrade from a Debian 12
+appliance").
+
+PREVIOUS_COMMIT is main's last commit whose recipe built on Debian 12 (bookworm, Python
+3.11, PostgreSQL 15, QEMU 7.2, libvirt 9.0). Its tree is taken out with `git archive` into
+build/previous-<commit>/ (once: the directory is the cache), and its own
+image-build/build.py builds it there, with its own pins, its own layer cache under that
+directory's build/, and whatever build code it had: what a Debian 12 appliance in the
+field was made of. A second run finds everything cached and takes about a second.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.image.qemu import ROOT, Image
+
+PREVIOUS_COMMIT = "2341344"
+PREVIOUS_DEBIAN = "12"
+
+
+def previous_tree(commit=PREVIOUS_COMMIT):
+    """build/previous-<commit>/: the commit's files (no .git), made once."""
+    tree = os.path.join(ROOT, "build", f"previous-{commit}")
+    if os.path.exists(os.path.join(tree, "image-build", "build.py")):
+        return tree
+    tmp = tree + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", "--format=tar", commit],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if archive.returncode != 0:
+        raise RuntimeError(f"git archive {commit} failed (a shallow clone? fetch main's "
+                           f"history): {archive.stderr.decode()[-500:]}")
+    subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+    os.rename(tmp, tree)
+    return tree
+
+
+def build_previous_image(commit=PREVIOUS_COMMIT, profile="appliance", log=None):
+    """The commit's image, built by the commit's build.py (its cache makes a rebuild
+    instant); an Image of its build/images/<profile>/."""
+    tree = previous_tree(commit)
+    cmd = [sys.executable, os.path.join(tree, "image-build", "build.py"), "--profile", profile]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          cwd=tree)
+    (log or sys.stderr).write(proc.stdout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the build of {commit}'s image failed ({proc.returncode}):\n"
+                           + "\n".join(proc.stdout.splitlines()[-30:]))
+    return Image(os.path.join(tree, "build", "images", profile))
