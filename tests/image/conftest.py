@@ -136,8 +136,10 @@ def made(previous_image, workdir, ssh_key, state_disk):
     and what the Debian 12 machine was (its os-release, build, certificate, host key)."""
     with open(ssh_key + ".pub") as f:
         public = f.read().strip()
+    # the Debian 12 image has no EFI system partition: it boots by BIOS only
     vm = appliance_vm(previous_image.raw, workdir, state_disk,
-                      {FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="debian12")
+                      {FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="debian12",
+                      firmware="bios")
     with vm:
         b = Box(vm, workdir, ssh_key, os.path.join(workdir, "known_hosts"))
         print(f"\nDebian 12 first boot: banner {b.banner_seconds:.1f} s, healthy HTTPS API "

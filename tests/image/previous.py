@@ -47,7 +47,31 @@ def build_previous_image(commit=PREVIOUS_COMMIT, profile="appliance", log=None):
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           cwd=tree)
     (log or sys.stderr).write(proc.stdout)
+    if proc.returncode != 0 and "was not found" in proc.stdout:
+        # Debian's mirror keeps only a suite's newest versions: once a point release or a
+        # security update replaces a pin of that commit, apt says "Version ... was not
+        # found". The same recipe with its Debian packages unpinned is still a Debian 12
+        # appliance of that commit (its code and Python pins unchanged)
+        unpin_debian_packages(tree)
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, cwd=tree)
+        (log or sys.stderr).write(proc.stdout)
     if proc.returncode != 0:
         raise RuntimeError(f"the build of {commit}'s image failed ({proc.returncode}):\n"
                            + "\n".join(proc.stdout.splitlines()[-30:]))
     return Image(os.path.join(tree, "build", "images", profile))
+
+
+def unpin_debian_packages(tree):
+    """Drop the versions of the tree's Debian package lists (packages/*.txt but the
+    Python pins): apt then takes the suite's current version of each."""
+    packages = os.path.join(tree, "image-build", "packages")
+    for name in os.listdir(packages):
+        if not name.endswith(".txt") or name == "python.txt":
+            continue
+        path = os.path.join(packages, name)
+        with open(path) as f:
+            lines = f.read().splitlines()
+        with open(path, "w") as f:
+            f.write("\n".join(ln if ln.startswith("#") or "=" not in ln
+                              else ln.split("=", 1)[0] for ln in lines) + "\n")
