@@ -199,16 +199,7 @@ class Env:
 
     def domains_of(self, node_uuid):
         """Names of the namespace's libvirt domains carrying the node's mark."""
-        conn = self.ns.connect()
-        try:
-            found = []
-            for dom in conn.listAllDomains():
-                mark = ET.fromstring(dom.XMLDesc()).find(f"metadata/{{{NODE_NS}}}node")
-                if mark is not None and mark.get("uuid") == node_uuid:
-                    found.append(dom.name())
-            return found
-        finally:
-            conn.close()
+        return list(domains_in(self.ns, node_uuid))
 
     def dhcp(self):
         """{mac: (ip, network)} of every fixed DHCP host entry, and {mac: ip} of the leases,
@@ -317,13 +308,18 @@ def second_machine(env):
 
 def domains_in(ns, node_uuid):
     """{name: running id} of the namespace's libvirt domains carrying the node's mark."""
+    import libvirt     # imported by the tests that boot (tcg.missing() checks it first)
     conn = ns.connect()
     try:
         found = {}
         for dom in conn.listAllDomains():
-            mark = ET.fromstring(dom.XMLDesc()).find(f"metadata/{{{NODE_NS}}}node")
-            if mark is not None and mark.get("uuid") == node_uuid:
-                found[dom.name()] = dom.ID()
+            try:
+                mark = ET.fromstring(dom.XMLDesc()).find(f"metadata/{{{NODE_NS}}}node")
+                if mark is not None and mark.get("uuid") == node_uuid:
+                    found[dom.name()] = dom.ID()
+            except libvirt.libvirtError:
+                continue    # undefined between the listing and this read: a delete or a
+                            # move under way; not there any more
         return found
     finally:
         conn.close()
