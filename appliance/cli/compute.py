@@ -132,11 +132,24 @@ def _shape_options(sub, name, create):
         opt("--underlay-address", help="the hypervisor's IPv4 address that carries "
                                        "project networks between hypervisors "
                                        "(driver_spec.underlay_address; docs/network.md)")
+        opt("--host-key", help="a qemu+ssh hypervisor's SSH host key, pinned: the key line "
+                               "`ssh-keyscan -t ed25519 HOST` prints after the host name "
+                               "(driver_spec.host_key; docs/compute.md, \"Remote "
+                               "hypervisors\")")
+        opt("--migration-address", help="where other hypervisors' QEMU reach this one to "
+                                        "move a node here (driver_spec.migration_address; "
+                                        "docs/compute.md, \"Moving a node\")")
         opt("--cores-ratio", type=float, help="CPU overcommit (1.0)")
         opt("--ram-ratio", type=float, help="RAM overcommit (1.0)")
     if name == "placement-policies" and create:
         opt("--kind", choices=["soft-anti-affinity", "hard-anti-affinity", "soft-affinity",
                                "hard-affinity"])
+
+
+# a hypervisor's options that are parts of its driver_spec: option dest -> field
+DRIVER_SPEC_OPTIONS = {"uri": "connection_uri", "storage_pool": "storage_pool",
+                       "underlay_address": "underlay_address", "host_key": "host_key",
+                       "migration_address": "migration_address"}
 
 
 def _from_options(args):
@@ -180,20 +193,13 @@ def _write(method):
             current = client.request("GET", target).payload().get("disk_spec") \
                 if method == "PUT" else None
             body["disk_spec"] = _root_disk(current, _image_url(args.image), args.disk_size)
-        uri, pool = getattr(args, "uri", None), getattr(args, "storage_pool", None)
-        underlay = getattr(args, "underlay_address", None)
-        if uri is not None or pool is not None or underlay is not None:
+        given = {field: getattr(args, opt) for opt, field in DRIVER_SPEC_OPTIONS.items()
+                 if getattr(args, opt, None) is not None}
+        if given:
             # the API takes driver_spec whole: an update of one part re-sends the rest
             spec = client.request("GET", target).payload().get("driver_spec") or {} \
                 if method == "PUT" else {}
-            spec = {**spec, "kind": "libvirt"}
-            if uri is not None:
-                spec["connection_uri"] = uri
-            if pool is not None:
-                spec["storage_pool"] = pool
-            if underlay is not None:
-                spec["underlay_address"] = underlay
-            body["driver_spec"] = spec
+            body["driver_spec"] = {**spec, "kind": "libvirt", **given}
         with_given_fields(body, args, env, method)
         if method == "POST" and args.compute_collection in MACHINES:
             # the reference CLI's defaults; the API asks for both

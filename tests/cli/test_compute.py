@@ -202,6 +202,20 @@ def test_hypervisors_sets_and_policies(logged_in):
     refused = logged_in("compute", "hypervisors", "update", "local",
                         "--underlay-address", "127.0.0.1")
     assert refused.code == 1 and "loopback" in refused.stderr
+    # a remote one: its pinned host key and where QEMU reaches it, as options
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD7y3aLq454yWBdwLWbieU1ebz9/cu7/QEXn9OIeZJ"
+    remote = logged_in("--json", "compute", "hypervisors", "add", "-n", "remote",
+                       "--uri", "qemu+ssh://root@192.0.2.10/system", "--host-key", key,
+                       "--migration-address", "192.0.2.10")
+    assert remote.code == 0, remote.stderr
+    assert {k: remote.json()["driver_spec"][k] for k in (
+        "connection_uri", "host_key", "migration_address")} == {
+        "connection_uri": "qemu+ssh://root@192.0.2.10/system", "host_key": key,
+        "migration_address": "192.0.2.10"}
+    unpinned = logged_in("compute", "hypervisors", "add", "-n", "unpinned",
+                         "--uri", "qemu+ssh://root@192.0.2.11/system")
+    assert unpinned.code == 1 and "ssh-keyscan" in unpinned.stderr
+    assert logged_in("compute", "hypervisors", "delete", "remote").code == 0
     policy = logged_in("--json", "compute", "placement-policies", "add", "-p", ADMIN_PROJECT,
                        "-n", "spread", "--kind", "hard-anti-affinity")
     assert policy.code == 0 and policy.json()["kind"] == "hard-anti-affinity"
