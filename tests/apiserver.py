@@ -11,21 +11,12 @@ from appliance.api import longlived
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
+from tests import ports
 
 
 def free_port():
     """A port free for both UDP and TCP on 127.0.0.1 (the DNS daemon binds both)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
-            udp.bind(("127.0.0.1", 0))
-            port = udp.getsockname()[1]
-            with socket.socket() as tcp:
-                try:
-                    tcp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            return port
-    raise RuntimeError("no free port")
+    return ports.free_port(kind=socket.SOCK_DGRAM, also=[("127.0.0.1", socket.SOCK_STREAM)])
 
 
 class Response:

@@ -35,6 +35,7 @@ import time
 import urllib.parse
 
 from tests import processes
+from tests import ports
 
 NGINX_BINARIES = ("nginx", "/usr/sbin/nginx")
 INSTALL_HINT = "apt-get install -y --no-install-recommends nginx"
@@ -95,10 +96,7 @@ def require_nginx(*modules):
         pytest.skip(missing)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = ports.free_port
 
 
 def quote(value):

@@ -28,6 +28,7 @@ import threading
 import time
 
 from tests import processes
+from tests import ports
 
 from . import ROOT, median, note, remove, table, temp_dir, title
 
@@ -44,9 +45,7 @@ GOAL_API_RSS_MB = 100
 # ---- processes ------------------------------------------------------------------------
 
 def free_port(kind=socket.SOCK_STREAM):
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port(kind=kind)
 
 
 def memory_of(pid):

@@ -23,6 +23,7 @@ import sys
 import time
 
 from daemons import DAEMONS
+from tests import ports
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the units of the appliance's long-running processes: the API and every daemon but the
@@ -141,9 +142,7 @@ def nocloud_seed(directory, user_data, meta_data=None, name="seed.iso"):
 
 def free_port(kind=socket.SOCK_STREAM):
     """A port free on 127.0.0.1 now (QEMU binds it a moment later: a tiny race, retried)."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port(kind=kind)
 
 
 # ---- the VM -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from appliance.agent.host import Host
 from appliance.lb.node import Driver
 from tests.nginx import require_nginx
 from tests.wsgiserver import LoopbackServer
+from tests import ports
 
 
 def new_uuid():
@@ -31,9 +32,7 @@ def loopback_address():
 
 
 def free_port(address, kind=socket.SOCK_STREAM):
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
+    return ports.free_port(address, kind)
 
 
 class Node:

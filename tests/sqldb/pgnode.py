@@ -27,6 +27,7 @@ from appliance.agent.protocol import item_hash, target_uuid
 from appliance.sqldb import pg
 from appliance.sqldb.node import Driver
 from tests.conftest import SECRET_VALUES
+from tests import ports
 
 MAJOR = 15
 BIN = f"/usr/lib/postgresql/{MAJOR}/bin"
@@ -61,21 +62,8 @@ def verifier(password, salt=None, iterations=4096):
 def free_port(*addresses):
     """A port free on every one of `addresses` (all members use the same port, as on
     real nodes)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind((addresses[0], 0))
-            port = s.getsockname()[1]
-        ok = True
-        for a in addresses[1:]:
-            with socket.socket() as s:
-                try:
-                    s.bind((a, port))
-                except OSError:
-                    ok = False
-                    break
-        if ok:
-            return port
-    raise RuntimeError("no common free port")
+    return ports.free_port(addresses[0],
+                           also=[(a, socket.SOCK_STREAM) for a in addresses[1:]])
 
 
 class Node:

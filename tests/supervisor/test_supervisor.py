@@ -17,17 +17,14 @@ import pytest
 from appliance import config
 from appliance.supervisor import Child, child_environment
 from daemons import DAEMONS
-from tests import processes
+from tests import ports, processes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UP = "import sys; from appliance.supervisor import main; sys.exit(main(sys.argv[1:]))"
 CHILD_NAMES = ["api"] + DAEMONS
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+free_port = ports.free_port
 
 
 # -- /proc helpers: who is whose child, and is a pid still the process we saw ----------------
