@@ -22,6 +22,7 @@ Why it must leave nothing: a leftover probe domain once held a poweroff for 300 
 import logging
 import os
 import socket
+import subprocess
 import threading
 import time
 
@@ -128,7 +129,27 @@ def guest_executes(conn, domain_type, seconds=PROBE_SECONDS, stop=None,
                 pass        # gone already: on_crash/on_reboot, or autodestroyed
 
 
-def probe_accel(conn, call_seconds=CALL_SECONDS, probe=guest_executes):
+def own_virtualization():
+    """What this machine runs under, as systemd-detect-virt names it ("kvm", "qemu" for
+    QEMU without KVM, ...), "none" on bare metal, None when it cannot tell."""
+    try:
+        out = subprocess.run(["systemd-detect-virt", "--vm"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def _is_this_machine(conn):
+    try:
+        uri = conn.getURI()
+    except (AttributeError, libvirt.libvirtError):
+        return False
+    return uri.startswith(("qemu:///", "qemu+unix:///"))
+
+
+def probe_accel(conn, call_seconds=CALL_SECONDS, probe=guest_executes,
+                own_virt=own_virtualization):
     """("kvm" | "tcg" | None, reason): None when the driver is not QEMU (test:///)."""
     try:
         clean_leftovers(conn)
@@ -139,6 +160,13 @@ def probe_accel(conn, call_seconds=CALL_SECONDS, probe=guest_executes):
         return None, "not a QEMU hypervisor"
     if "<domain type='kvm'" not in caps:
         return "tcg", "the hypervisor offers no KVM domain type"
+    if _is_this_machine(conn) and own_virt() == "qemu":
+        # this machine is itself a QEMU guest without KVM: its "KVM" is QEMU's emulation
+        # of AMD-V/VT-x, which TCG offers (qemu64 carries svm). A probe guest on it took
+        # a Debian 13 appliance's kernel down (an Oops in __schedule, then a panic), so
+        # no probe is started
+        return "tcg", ("this machine is itself a QEMU guest without KVM (systemd-detect-virt: "
+                       "qemu): KVM here would be QEMU's emulation of it; no probe started")
     result = {}
     stop = threading.Event()
 

@@ -121,6 +121,30 @@ def test_a_probe_uses_a_transient_autodestroy_domain_and_leaves_nothing(conn):
     assert not [n for n in conn.listDefinedDomains() if n.startswith(PREFIX)]
 
 
+class LocalKvmOnTestDriver(KvmOnTestDriver):
+    """As KvmOnTestDriver, on this machine's own libvirt (qemu:///system)."""
+
+    def getURI(self):
+        return "qemu:///system"
+
+
+def test_on_a_machine_emulated_by_qemu_no_kvm_probe_is_started(conn):
+    """A TCG guest offers emulated AMD-V (qemu64 has svm): the guest's libvirt offers a
+    kvm domain type, and a probe guest took a Debian 13 appliance's kernel down. The
+    machine's own virtualization (systemd-detect-virt's word, given here) is asked first."""
+    local = LocalKvmOnTestDriver(conn)
+    accel, reason = kvm_probe.probe_accel(local, own_virt=lambda: "qemu")
+    assert accel == "tcg" and "itself a QEMU guest without KVM" in reason
+    assert local.flags == []            # no probe domain was made
+    # under KVM, on bare metal, or a remote hypervisor: the probe runs as before
+    for virt in ("kvm", "none", None):
+        assert kvm_probe.probe_accel(LocalKvmOnTestDriver(conn), own_virt=lambda: virt)[0] \
+            == "kvm"
+    remote = KvmOnTestDriver(conn)      # no getURI: not this machine
+    assert kvm_probe.probe_accel(remote, own_virt=lambda: "qemu")[0] == "kvm"
+    assert remote.flags == [libvirt.VIR_DOMAIN_START_AUTODESTROY]
+
+
 def test_a_guest_that_executes_nothing_is_tcg_and_is_destroyed(conn):
     kvm = KvmOnTestDriver(conn, peek=lambda start, size: bytes(size))   # an idle, hung guest
 
