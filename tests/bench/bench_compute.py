@@ -90,16 +90,43 @@ def post_to_running(admin, store, conns, hv_uris, image):
     return to_running, to_active
 
 
+def node_record(name, image):
+    """A new 1-core, 512 MB VM node of the admin project on `image`, as the API stores
+    one (written straight into the store: a pass's size, without the API's cost)."""
+    return {"uuid": str(uuid.uuid4()), "name": name, "description": "",
+            "project_id": ADMIN_PROJECT, "cores": 1, "ram": 512, "node_type": "VM",
+            "disk_spec": {"kind": "root_disk", "image": image, "size": 1},
+            "hostname": None, "placement_policies": [], "network": None, "status": "NEW",
+            "status_reason": None, "hypervisor": None, "default_network": {},
+            "node_set": None, "power_state": "on", "reboot_requested_at": None}
+
+
+def fake_hosts(directory, count):
+    """{uri: connection} of `count` distinct test:/// hypervisors, each its own HOST
+    file in `directory`."""
+    conns = {}
+    for i in range(count):
+        path = os.path.join(directory, f"host-{i}.xml")
+        with open(path, "w") as f:
+            f.write(HOST)
+        conns["test://" + path] = libvirt.open("test://" + path)
+    return conns
+
+
+def served_base_image(base):
+    """A 1 MiB raw image served on loopback from base/served/: (the server, its URL)."""
+    served = os.path.join(base, "served")
+    os.makedirs(served)
+    with open(os.path.join(served, "base.raw"), "wb") as f:
+        f.write(b"\x00" * (1 << 20))
+    images = LoopbackServer(image_app(served, [])).start()
+    return images, f"http://127.0.0.1:{images.port}/base.raw"
+
+
 def big_pass(store, settings, conns, image):
     nodes = store.collection("compute_nodes")
-    nodes.insert_many([{
-        "uuid": str(uuid.uuid4()), "name": f"many-{i}", "description": "",
-        "project_id": ADMIN_PROJECT, "cores": 1, "ram": 512, "node_type": "VM",
-        "disk_spec": {"kind": "root_disk", "image": image, "size": 1}, "hostname": None,
-        "placement_policies": [], "network": None, "status": "NEW",
-        "status_reason": None, "hypervisor": None, "default_network": {},
-        "node_set": None, "power_state": "on", "reboot_requested_at": None}
-        for i in range(NODES - nodes.count())])
+    nodes.insert_many([node_record(f"many-{i}", image)
+                       for i in range(NODES - nodes.count())])
     rec = Reconciler(store, settings, connect=conns.__getitem__)
     t0 = time.perf_counter()
     rec.pass_once()
@@ -121,19 +148,9 @@ def main():
     title(f"bench_compute: POST -> running domain ({COUNT} nodes) and a pass over "
           f"{NODES} nodes, libvirt's test driver")
     base = temp_dir("compute")
-    served = os.path.join(base, "served")
-    os.makedirs(served)
-    with open(os.path.join(served, "base.raw"), "wb") as f:
-        f.write(b"\x00" * (1 << 20))
-    images = LoopbackServer(image_app(served, [])).start()
-    image = f"http://127.0.0.1:{images.port}/base.raw"
+    images, image = served_base_image(base)
     server = ApiServer(os.path.join(base, "state"), ADMIN_PASSWORD).start()
-    conns, hv_uris = {}, {}
-    for i in range(HYPERVISORS):
-        path = os.path.join(base, f"host-{i}.xml")
-        with open(path, "w") as f:
-            f.write(HOST)
-        conns["test://" + path] = libvirt.open("test://" + path)
+    conns, hv_uris = fake_hosts(base, HYPERVISORS), {}
     daemon = None
     try:
         admin = server.client(server.login("admin", ADMIN_PASSWORD))

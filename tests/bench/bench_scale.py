@@ -32,17 +32,13 @@ BENCH_SCALE_PASSES, BENCH_SCALE_COLD, BENCH_SCALE_ROUNDS.
 
 import os
 import time
-import uuid
-
-import libvirt
 
 from appliance.compute.reconcile import Reconciler
 from state import Store
-from tests.compute.reconcile_helpers import image_app, settings_for
-from tests.wsgiserver import LoopbackServer
+from tests.compute.reconcile_helpers import settings_for
 
 from . import note, remove, spread, table, temp_dir, title
-from .bench_compute import ADMIN_PROJECT, HOST
+from .bench_compute import fake_hosts, node_record, served_base_image
 
 PER_HYPERVISOR = 100        # the test driver's pool: 100 GB, nodes of 1 GB
 
@@ -59,15 +55,6 @@ STREAMS = 10
 PASSES = int(os.environ.get("BENCH_SCALE_PASSES", "5"))
 COLD = int(os.environ.get("BENCH_SCALE_COLD", "3"))
 ROUNDS = int(os.environ.get("BENCH_SCALE_ROUNDS", "3"))
-
-
-def node_record(i, image):
-    return {"uuid": str(uuid.uuid4()), "name": f"scale-{i}", "description": "",
-            "project_id": ADMIN_PROJECT, "cores": 1, "ram": 512, "node_type": "VM",
-            "disk_spec": {"kind": "root_disk", "image": image, "size": 1},
-            "hostname": None, "placement_policies": [], "network": None, "status": "NEW",
-            "status_reason": None, "hypervisor": None, "default_network": {},
-            "node_set": None, "power_state": "on", "reboot_requested_at": None}
 
 
 def hypervisor_record(i, uri):
@@ -94,11 +81,7 @@ def measure(image, nodes_count, hypervisors_count):
     conns = {}
     store = None
     try:
-        for i in range(hypervisors_count):
-            path = os.path.join(work, f"host-{i}.xml")
-            with open(path, "w") as f:
-                f.write(HOST)
-            conns["test://" + path] = libvirt.open("test://" + path)
+        conns = fake_hosts(work, hypervisors_count)
         state_dir = os.path.join(work, "state")
         store = Store(state_dir)
         settings = settings_for(state_dir)
@@ -106,7 +89,7 @@ def measure(image, nodes_count, hypervisors_count):
         for i, uri in enumerate(conns):
             hypervisors.insert(hypervisor_record(i, uri))
         nodes = store.collection("compute_nodes")
-        nodes.insert_many([node_record(i, image) for i in range(nodes_count)])
+        nodes.insert_many([node_record(f"scale-{i}", image) for i in range(nodes_count)])
         rec = Reconciler(store, settings, connect=conns.__getitem__)
         first = timed_pass(rec)
         rec.pass_once()         # the first pass's own writes come back once
@@ -172,13 +155,9 @@ def main():
           f"hypervisors ({', '.join(map(str, HYPERVISORS))}) grow, libvirt's test driver; "
           f"long polls per API ({', '.join(map(str, AGENTS))})")
     base = temp_dir("scale")
-    served = os.path.join(base, "served")
-    os.makedirs(served)
-    with open(os.path.join(served, "base.raw"), "wb") as f:
-        f.write(b"\x00" * (1 << 20))
-    images = LoopbackServer(image_app(served, [])).start()
+    images, image = served_base_image(base)
     try:
-        compute_tables(f"http://127.0.0.1:{images.port}/base.raw")
+        compute_tables(image)
     finally:
         images.stop()
         remove(base)

@@ -1,5 +1,8 @@
 import pytest
 
+from appliance import config
+from state import Store
+
 from tests.apiserver import ApiServer
 from tests.conftest import ADMIN_PASSWORD
 
@@ -21,3 +24,21 @@ def admin(net_server):
 from tests import tmpfs  # noqa: E402
 
 tmp_path_factory = tmpfs.tmp_path_factory_on_tmpfs()
+
+
+def settings_for(directory, **extra):
+    """The settings of a state directory whose new networks are isolated."""
+    return config.load(environ={}, overrides={"state_dir": directory,
+                                              "network_routing": "isolated", **extra})
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(str(tmp_path / "state"))
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def settings(store):
+    return settings_for(store.directory)

@@ -7,30 +7,13 @@ import uuid
 
 import pytest
 
-from appliance import config
 from appliance.network import ipam, networks, ports
 from state import Store
+from tests.network.conftest import settings_for
 
 ADMIN = networks.ADMIN_PROJECT
 WORKERS = 6
 PER_WORKER = 50
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(str(tmp_path / "state"))
-    yield s
-    s.close()
-
-
-def settings_for(directory, **extra):
-    return config.load(environ={}, overrides={"state_dir": directory,
-                                              "network_routing": "isolated", **extra})
-
-
-@pytest.fixture
-def settings(store):
-    return settings_for(store.directory)
 
 
 def node(project=ADMIN, network=None):

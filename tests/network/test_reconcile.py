@@ -7,10 +7,8 @@ import uuid
 import libvirt
 import pytest
 
-from appliance import config
 from appliance.network import netxml, networks, ports
 from appliance.network.reconcile import reconcile_networks
-from state import Store
 
 ADMIN = networks.ADMIN_PROJECT
 HV, OTHER_HV = str(uuid.uuid4()), str(uuid.uuid4())
@@ -58,19 +56,6 @@ def _drop_ours(raw):
             if net.isActive():
                 net.destroy()
             net.undefine()
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(str(tmp_path / "state"))
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def settings(store):
-    return config.load(environ={}, overrides={"state_dir": store.directory,
-                                              "network_routing": "isolated"})
 
 
 def place(store, settings, hypervisor=HV, project=ADMIN, network=None):

@@ -9,27 +9,12 @@ import uuid
 import libvirt
 import pytest
 
-from appliance import config
 from appliance.network import netxml, networks, ports
 from appliance.network.reconcile import plan, reconcile_networks
-from state import Store
 
 from .test_reconcile import Recorder, revisions
 
 ADDRESSES = {"a": "192.0.2.1", "b": "192.0.2.2", "c": "192.0.2.3"}
-
-
-@pytest.fixture
-def store(tmp_path):
-    s = Store(str(tmp_path / "state"))
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def settings(store):
-    return config.load(environ={}, overrides={"state_dir": store.directory,
-                                              "network_routing": "isolated"})
 
 
 @pytest.fixture
