@@ -68,16 +68,21 @@ def checked_spec(store, call, spec, own_uuid):
 
 
 def check_underlay(store, call, spec, own_uuid):
-    """The underlay address by the tenant rule (appliance/tenancy/underlay.py), and one
-    hypervisor per address (409): two would take each other's tunnels."""
+    """The underlay and migration addresses by the tenant rule
+    (appliance/tenancy/underlay.py), and one hypervisor per underlay address (409): two
+    would take each other's tunnels."""
+    for field in ("migration_address", "underlay_address"):
+        if spec.get(field) is None:
+            spec.pop(field, None)
+            continue
+        refused = underlay.refusal(store, call.principal, spec[field],
+                                   f"driver_spec.{field}")
+        if refused:
+            status, message = refused
+            raise (Forbidden if status == 403 else BadRequest)(message)
     address = spec.get("underlay_address")
     if address is None:
-        spec.pop("underlay_address", None)
         return
-    refused = underlay.refusal(store, call.principal, address)
-    if refused:
-        status, message = refused
-        raise (Forbidden if status == 403 else BadRequest)(message)
     other = next((h for h in store.collection(COMPUTE_HYPERVISORS).records()
                   if h["uuid"] != own_uuid
                   and (h.get("driver_spec") or {}).get("underlay_address") == address), None)

@@ -115,6 +115,29 @@ def test_underlay_address_is_a_hypervisors_own_unicast_address(admin, server):
     admin.delete(f"/v1/network/networks/{net.json['uuid']}")
 
 
+def test_migration_address_is_a_hypervisors_own_unicast_address(admin, server):
+    """Where the other hypervisors' QEMU send a moving node's memory and disks: an address
+    inside a network of the nodes would hand that node another's memory; the underlay's
+    rule (appliance/tenancy/underlay.py) refuses it and nothing is written."""
+    net = admin.post("/v1/network/networks", {"project_id": ADMIN_PROJECT,
+                                              "cidr": "10.62.0.0/24"})
+    assert net.status == 201, net
+    before = len(admin.get(H).json)
+
+    def spec(address):
+        return {"kind": "libvirt", "connection_uri": f"test:///{uuid.uuid4().hex}",
+                "migration_address": address}
+    for address, words in (("10.62.0.40", "inside 10.62.0.0/24"),
+                           ("127.0.0.1", "loopback"), ("host.example", "not an IPv4")):
+        message = refused(admin.post(H, hyper(driver_spec=spec(address))), 400)
+        assert "driver_spec.migration_address" in message and words in message
+    assert len(admin.get(H).json) == before
+    h = created(admin.post(H, hyper(driver_spec=spec("198.51.100.9"))))
+    assert h["driver_spec"]["migration_address"] == "198.51.100.9"
+    admin.delete(f"{H}/{h['uuid']}")
+    admin.delete(f"/v1/network/networks/{net.json['uuid']}")
+
+
 def test_only_the_platform_sets_an_underlay_address(server):
     """The rule itself, for a caller the hypervisor policy would let through were it ever
     granted to a project: a project's principal is refused (403), a node agent's too."""
