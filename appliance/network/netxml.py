@@ -20,10 +20,11 @@ without restarting the bridge under running nodes.
 import ipaddress
 import xml.etree.ElementTree as ET
 
-PREFIX = "appliance-"
+# the names and the VXLAN marks the hypervisor's hook reads: defined by the hook, which
+# runs alone on an outside hypervisor (stdlib only)
+from .vxlan_hook import NETWORK_PREFIX as PREFIX, PEER_PREFIX, VXLAN_NS
+
 DNSMASQ_NS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
-VXLAN_NS = "https://appliance.local/ns/network"
-PEER_PREFIX = "vxlan-peer-"
 # a 1500-byte underlay less VXLAN's 50 bytes (outer IPv4, UDP, VXLAN, inner Ethernet):
 # libvirt gives the nodes' interfaces this MTU (virtio tells the guest)
 VXLAN_MTU = 1450
