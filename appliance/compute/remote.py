@@ -29,6 +29,8 @@ import re
 import shlex
 import urllib.parse
 
+from appliance import files
+
 KEY_FILE = "hypervisor-ssh-key"         # a private file of the state directory
 KEY_COMMENT = "appliance-hypervisors"
 SSH_TRANSPORTS = ("ssh",)
@@ -184,7 +186,7 @@ def libvirt_uri(uri, spec, hv_uuid, ssh_dir, keyfile):
     own = os.path.join(ssh_dir, hv_uuid)
     os.makedirs(own, mode=0o700, exist_ok=True)
     known_hosts = os.path.join(own, "known_hosts")
-    _write(known_hosts, known_hosts_line(uri, host_key), 0o600)
+    files.write_file(known_hosts, known_hosts_line(uri, host_key), 0o600)
     options = [f"UserKnownHostsFile={known_hosts}", "GlobalKnownHostsFile=/dev/null",
                "StrictHostKeyChecking=yes", "CheckHostIP=no", "UpdateHostKeys=no",
                "BatchMode=yes", "IdentitiesOnly=yes", "PasswordAuthentication=no",
@@ -196,7 +198,7 @@ def libvirt_uri(uri, spec, hv_uuid, ssh_dir, keyfile):
     # ("Value too large" past that), and the fingerprint and verdict lines fit
     wrapper = os.path.join(own, "ssh")
     banner = " ".join(f"-e {shlex.quote(b)}" for b in BANNER)
-    _write(wrapper, "#!/bin/sh\n# written by the appliance's compute daemon "
+    files.write_file(wrapper, "#!/bin/sh\n# written by the appliance's compute daemon "
            "(appliance/compute/remote.py)\n{ ssh -F none "
            + " ".join(f"-o {shlex.quote(o)}" for o in options)
            + f' "$@" 2>&1 1>&3 3>&- | grep -v {banner} 1>&2; }} 3>&1\n', 0o700)
@@ -231,19 +233,3 @@ def explain(uri, message):
                 f"ssh_public_key to the authorized_keys of the URI's user there. "
                 f"libvirt: {message}")
     return message
-
-
-def _write(path, text, mode):
-    data = text.encode()
-    try:
-        with open(path, "rb") as f:
-            if f.read() == data and (os.stat(path).st_mode & 0o777) == mode:
-                return
-    except FileNotFoundError:
-        pass
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
