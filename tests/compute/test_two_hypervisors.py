@@ -248,16 +248,24 @@ def guest_memory(ns, node_uuid):
     return count, (high << 32) | low
 
 
-def interface_and_hosts(ns, node_uuid):
-    """The domain's MAC, and the (mac, ip) host entries of the network it is on."""
+def interface_and_hosts(ns, node_uuid, home_ns):
+    """The domain's MAC, and the (mac, ip) host entries of the network it is on, read at
+    the network's home (`home_ns`): with both hypervisors on the underlay the network
+    spans them, and a member hypervisor has a bare bridge with no DHCP of its own
+    (docs/network.md, "Networks across hypervisors")."""
     conn = ns.connect()
     try:
         dom = ET.fromstring(conn.lookupByUUIDString(node_uuid).XMLDesc(0))
         iface = dom.find("devices/interface")
-        net = conn.networkLookupByName(iface.find("source").get("network"))
-        hosts = [(h.get("mac"), h.get("ip"))
-                 for h in ET.fromstring(net.XMLDesc()).findall("ip/dhcp/host")]
-        return iface.find("mac").get("address"), hosts
+        name = iface.find("source").get("network")
+        mac = iface.find("mac").get("address")
+    finally:
+        conn.close()
+    conn = home_ns.connect()
+    try:
+        hosts = [(h.get("mac"), h.get("ip")) for h in ET.fromstring(
+            conn.networkLookupByName(name).XMLDesc()).findall("ip/dhcp/host")]
+        return mac, hosts
     finally:
         conn.close()
 
@@ -314,8 +322,9 @@ def test_a_running_node_moves_live_both_ways(env, hv2, tmp_path_factory):
         after, stamp = guest_memory(namespaces[target], node["uuid"])
         assert stamp == boot and after != count
         count = after
-        # its MAC, and the target's network gives that MAC its address
-        mac, hosts = interface_and_hosts(namespaces[target], node["uuid"])
+        # its MAC, and its network (homed on the appliance's hypervisor) gives that MAC
+        # its address
+        mac, hosts = interface_and_hosts(namespaces[target], node["uuid"], env.ns)
         assert mac == port[0] and port in hosts
     # a pass later it still runs as it was (no redefine, no restart)
     env.wait("the daemon's next passes", lambda: env.node(node["uuid"])["status"] == "ACTIVE",
