@@ -9,7 +9,7 @@ from . import note
 
 BENCHES = ["store", "api", "metrics", "iam", "secret", "em", "resolver", "repo", "dns", "memory",
            "fuzz",
-           "backup", "image", "boot", "network", "compute", "compute_tcg",
+           "backup", "image", "boot", "network", "compute", "compute_tcg", "vms",
            "agent", "configs", "services", "lb", "certificates", "sqldb", "tenancy", "audit", "feed",
            "longlived", "console", "scale"]
 

@@ -65,3 +65,54 @@ def tcg_env(tmp_path_factory):
     with tcg.appliance_in_netns(str(tmp_path_factory.mktemp("tcg-env"))) as env:
         env.hypervisor = env.register_hypervisor()
         yield env
+
+
+@pytest.fixture(scope="session")
+def tcg_second(tcg_env):
+    """A second hypervisor host for the run's appliance (tcg.second_machine: its own
+    namespace, libvirtd and sshd, a veth to the appliance's), made once for the modules
+    that need two machines (test_two_hypervisors.py, test_sqldb_on_vms.py)."""
+    from tests.compute import tcg
+    from tests.compute.netns import sshd_unavailable
+    reason = sshd_unavailable()
+    if reason:
+        pytest.skip(reason)
+    with tcg.second_machine(tcg_env) as second:
+        tcg_env.second = second
+        try:
+            yield second
+        finally:
+            del tcg_env.second
+
+
+@pytest.fixture(scope="session")
+def tcg_hv2(tcg_env, tcg_second):
+    """The second machine registered through the API as `qemu+ssh://` with its host key
+    pinned, ACTIVE; both hypervisors on the underlay (the veth: docs/network.md, "Networks
+    across hypervisors"), so a set spread over them has one network across both. Deleted,
+    and the first hypervisor's driver_spec put back, at the session's end (each module
+    deletes its own nodes first)."""
+    env = tcg_env
+    first = f"{H}/{env.hypervisor['uuid']}"
+    spec = env.ok(env.admin.get(first))["driver_spec"]
+
+    def status_is(path, status):
+        def reached():
+            rec = env.ok(env.admin.get(path))
+            return rec if rec["status"] == status else None
+        return reached
+    env.ok(env.admin.put(first, {"driver_spec": {
+        **spec, "underlay_address": tcg_second.OWN_ADDRESS}}))
+    hv = None
+    try:
+        env.wait("the appliance's hypervisor ACTIVE on the underlay",
+                 status_is(first, "ACTIVE"), 300)
+        hv = env.ok(env.admin.post(H, {"name": "hv2", "driver_spec": {
+            "kind": "libvirt", "connection_uri": tcg_second.uri,
+            "host_key": tcg_second.host_key, "underlay_address": tcg_second.ADDRESS}}), 201)
+        yield env.wait("hv2 ACTIVE over qemu+ssh", status_is(f"{H}/{hv['uuid']}", "ACTIVE"),
+                       300)
+    finally:
+        if hv is not None:
+            env.admin.delete(f"{H}/{hv['uuid']}")
+        env.admin.put(first, {"driver_spec": spec})

@@ -240,7 +240,11 @@ def appliance_in_netns(workdir):
     `ip netns exec` inside a fresh Netns, over a new state directory with isolated
     networks; an image server in there too. All stopped and removed afterwards."""
     with Netns() as ns:
-        settings = settings_for(os.path.join(workdir, "state"), network_routing="isolated")
+        # the API on every address of the namespace: a node's agent reaches it at its
+        # network's gateway (appliance/agent/credentials.py, agent_endpoint), as on a real
+        # hypervisor; the namespace has no route out, so nothing outside can
+        settings = settings_for(os.path.join(workdir, "state"), network_routing="isolated",
+                                api_host="0.0.0.0")
         port = settings["api_port"]
         images, services = ImageServer(ns), []
         prefix = ns.command([])

@@ -43,26 +43,25 @@ def env(tmp_path_factory, request):
     reason = tcg.missing() or sshd_unavailable()
     if reason:
         pytest.skip(reason)
-    # the run's appliance in its namespace, shared with test_e2e_tcg.py
+    # the run's appliance in its namespace and its second machine (conftest.py's session
+    # fixtures), shared with test_e2e_tcg.py and test_sqldb_on_vms.py
     env = request.getfixturevalue("tcg_env")
+    request.getfixturevalue("tcg_second")
     env.image = str(tmp_path_factory.mktemp("two-hv") / "tiny.qcow2")
     subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", env.image, "64M"],
                    check=True)
     env.cleanup = []
-    with tcg.second_machine(env) as second:
-        env.second = second
-        try:
-            yield env
-        finally:
-            # what this module made goes, so the shared appliance is as it was: the
-            # set (its members at once), then the second hypervisor (no node left on it)
-            for item in reversed(env.cleanup):
-                if callable(item):
-                    item()
-                elif isinstance(item, tuple):     # a hypervisor's driver_spec put back
-                    env.admin.put(f"{H}/{item[1]}", {"driver_spec": item[2]})
-                else:
-                    env.admin.delete(item)
+    try:
+        yield env
+    finally:
+        # what this module made goes, so the shared appliance is as it was
+        for item in reversed(env.cleanup):
+            if callable(item):
+                item()
+            elif isinstance(item, tuple):     # a hypervisor's driver_spec put back
+                env.admin.put(f"{H}/{item[1]}", {"driver_spec": item[2]})
+            else:
+                env.admin.delete(item)
 
 
 def hypervisor(env, hv_uuid):
@@ -77,21 +76,9 @@ def wait_status(env, path, status, what, timeout=WAIT):
 
 
 @pytest.fixture(scope="module")
-def hv2(env):
-    second = env.second
-    # both on the underlay, the link between them (docs/network.md, "Networks across
-    # hypervisors"): the appliance's hypervisor only gains VXLAN peers, live
-    first = f"{H}/{env.hypervisor['uuid']}"
-    spec = hypervisor(env, env.hypervisor["uuid"])["driver_spec"]
-    env.ok(env.admin.put(first, {"driver_spec": {**spec,
-                                                 "underlay_address": second.OWN_ADDRESS}}))
-    env.cleanup.append(lambda: env.admin.put(first, {"driver_spec": spec}))
-    wait_status(env, first, "ACTIVE", "the appliance's hypervisor ACTIVE on the underlay")
-    hv = env.ok(env.admin.post(H, {"name": "hv2", "driver_spec": {
-        "kind": "libvirt", "connection_uri": second.uri, "host_key": second.host_key,
-        "underlay_address": second.ADDRESS}}), 201)
-    env.cleanup.append(f"{H}/{hv['uuid']}")
-    return wait_status(env, f"{H}/{hv['uuid']}", "ACTIVE", "hv2 ACTIVE over qemu+ssh")
+def hv2(env, tcg_hv2):
+    # registered once for the run (conftest.py), both hypervisors on the underlay
+    return tcg_hv2
 
 
 def test_a_wrong_host_key_is_error_saying_so(env):

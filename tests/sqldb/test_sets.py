@@ -6,6 +6,7 @@ import uuid as uuidlib
 
 import pytest
 
+from appliance.compute.placement import SOFT_ANTI, place
 from appliance.sqldb.sets import DATA_MOUNT, reconcile_sqldb_sets
 from tests.compute.reconcile_helpers import World
 
@@ -42,7 +43,7 @@ def members(world, instance):
 
 def test_the_set_follows_the_instance(world):
     instance = add_instance(world)
-    assert reconcile_sqldb_sets(world.store, world.settings) == 1
+    assert reconcile_sqldb_sets(world.store, world.settings) == 2     # the set, its policy
     made = the_set(world, instance)
     assert (made["name"], made["project_id"], made["cores"], made["ram"], made["replicas"],
             made["sqldb"], made["status"]) == \
@@ -74,7 +75,7 @@ def test_placement_nodes_and_no_image_make_no_set(world):
     assert reconcile_sqldb_sets(world.store, {**world.settings, "lb_image": None}) == 0
     # the node image of lb_image serves a version without its own
     assert reconcile_sqldb_sets(world.store, {**world.settings,
-                                              "lb_image": world.url("base.raw")}) == 1
+                                              "lb_image": world.url("base.raw")}) == 2
     assert the_set(world, bare)["disk_spec"]["disks"][0]["image"] == world.url("base.raw")
 
 
@@ -90,3 +91,33 @@ def test_the_compute_daemon_makes_and_removes_the_nodes(world):
     reconciler.pass_once()
     assert the_set(world, instance) is None and members(world, instance) == []
     assert all(world.domain(n["uuid"]) is None for n in nodes)
+
+
+def test_the_members_spread_over_the_hypervisors(world):
+    """Found on VMs (tests/compute/test_sqldb_on_vms.py): with no policy, placement only
+    spreads by free RAM, so a hypervisor with more room than another takes both members,
+    and the replica dies with its primary's machine. The members name a soft-anti-affinity
+    policy of the instance's, made with the set and deleted with the instance."""
+    instance = add_instance(world, nodes_number=2)
+    reconcile_sqldb_sets(world.store, world.settings)
+    policies = world.store.collection("compute_placement_policies")
+    policy = policies.get(instance["uuid"])
+    assert (policy["kind"], policy["project_id"], policy["name"]) == \
+        (SOFT_ANTI, ADMIN, "dbaas-orders")
+    assert the_set(world, instance)["placement_policies"] == [policy["uuid"]]
+    big = {"uuid": "b" * 8, "status": "ACTIVE", "all_cores": 64, "all_ram": 262144,
+           "all_disk": 1000}
+    small = {"uuid": "a" * 8, "status": "ACTIVE", "all_cores": 8, "all_ram": 16384,
+             "all_disk": 1000}
+    first = {"uuid": "n1", "cores": 2, "ram": 1024, "placement_policies": [policy["uuid"]]}
+    second = {**first, "uuid": "n2"}
+    where, _ = place(first, [big, small], [], {policy["uuid"]: policy})
+    assert where == big["uuid"]                  # the most room
+    placed = [{**first, "hypervisor": where}]
+    assert place(second, [big, small], placed, {policy["uuid"]: policy})[0] == small["uuid"]
+    # without the policy the big one would take it too: what the policy is for
+    assert place({**second, "placement_policies": []}, [big, small], placed, {})[0] == \
+        big["uuid"]
+    world.store.collection("sqldb_instances").delete(instance["uuid"])
+    reconcile_sqldb_sets(world.store, world.settings)
+    assert policies.get(instance["uuid"]) is None and the_set(world, instance) is None
