@@ -24,8 +24,9 @@ being moved on its target), calls `Migrations.step`:
 
 The pass leaves a node being moved alone on both sides (no converge on the source, no
 teardown of the incoming domain nor sweep of its new disks on the target). What is left
-behind by a failed move (the target's disks) is swept by the next pass, as any volume of
-a node that is not there. A daemon that died during a move finds on its next start a
+behind by a failed move (the target's disks), or by a done one (the source's disks and
+attached volumes' copies), is swept by the next pass, as any volume of a node or volume
+that is not there (volumes.sweep_pool). A daemon that died during a move finds on its next start a
 "running" move with no worker: it looks for the domain on both sides and writes where it
 runs (`_recover`).
 """

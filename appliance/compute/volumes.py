@@ -140,7 +140,8 @@ def _upload(conn, vol, path, size):
 
 def sweep_pool(store, hv, conn, prefix):
     """Pool volumes named as ours whose node or volume record is gone (a delete, or a
-    creation killed half-way) are deleted; nothing else in the pool is touched."""
+    creation killed half-way) or is on another hypervisor (the source's copies after a
+    node's move) are deleted; nothing else in the pool is touched."""
     pool = hv_pool(conn, hv)
     volumes, nodes = store.collection(VOLUMES), store.collection(NODES)
     for name in pool.listVolumes():
@@ -148,14 +149,30 @@ def sweep_pool(store, hv, conn, prefix):
         if owner is None:
             continue
         kind, uuid = owner
-        record = (volumes if kind == "volume" else nodes).get(uuid)
-        if record is not None and (kind == "volume" or hv["uuid"] in (
-                record.get("hypervisor"), migration.target_of(record))):
-            continue
-        if kind == "volume" and record is None and _attached_somewhere(conn, name):
-            continue
+        if kind == "node":
+            record = nodes.get(uuid)
+            if record is not None and hv["uuid"] in (record.get("hypervisor"),
+                                                     migration.target_of(record)):
+                continue
+        else:
+            record = volumes.get(uuid)
+            if record is not None and _volume_is_here(record, hv["uuid"], nodes):
+                continue
+            # a volume record on another hypervisor whose copy a domain here still uses
+            # (a move that failed before the record said so) is kept
+            if _attached_somewhere(conn, name):
+                continue
         delete(pool, name)
         log.info("deleted pool volume %s: its %s %s is gone or elsewhere", name, kind, uuid)
+
+
+def _volume_is_here(vol, hv_uuid, nodes):
+    """A volume's copy belongs on `hv_uuid`: the hypervisor its record names (none yet:
+    kept), or its node's move is going there."""
+    if vol.get("hypervisor") in (None, hv_uuid):
+        return True
+    node = nodes.get((vol.get("node") or "").rsplit("/", 1)[-1]) if vol.get("node") else None
+    return node is not None and migration.target_of(node) == hv_uuid
 
 
 def _attached_somewhere(conn, name):

@@ -11,7 +11,7 @@ between two libvirtds is in tests/compute/test_two_hypervisors.py."""
 import libvirt
 import pytest
 
-from appliance.compute import migration
+from appliance.compute import domain_xml, migration, volumes
 from appliance.compute.reconcile import Reconciler
 from state.collection import format_time, utcnow
 from tests.compute.reconcile_helpers import World
@@ -191,6 +191,69 @@ def test_a_daemon_restart_after_the_move_finds_the_node_on_its_target(two):
     assert not [d for d in two.conn.listAllDomains(0) if d.UUIDString() == node["uuid"]]
     fresh.pass_once()
     assert two.node(node["uuid"])["status"] == "ACTIVE"
+
+
+def test_a_moved_nodes_disks_and_volume_leave_the_source_pool(two):
+    """After a move the source's copies (the node's disks and its attached volume's
+    copy) are swept by the next pass; the target keeps its own."""
+    rec, node = built(two)
+    vols = two.store.collection("compute_volumes")
+    vol = vols.insert({
+        "name": "data", "description": "", "project_id": node["project_id"], "size": 1,
+        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
+        "node": "/v1/compute/nodes/" + node["uuid"], "status": "NEW",
+        "status_reason": None, "hypervisor": None})
+    converge(rec)
+    name = f"appliance-vol-{vol['uuid']}.qcow2"
+    first_pool = two.pool()
+    assert name in first_pool.listVolumes()
+    assert [v for v in first_pool.listVolumes() if node["uuid"] in v]
+    # the move as libvirt leaves it (the domain defined and running on the target, gone
+    # at the source), recorded by a daemon that finds it so
+    ask(two, node, two.second)
+    nodes = two.store.collection("compute_nodes")
+    nodes.update(node["uuid"], {"migration": {**nodes.get(node["uuid"])["migration"],
+                                              "state": "running", "progress": 90}})
+    source = two.conn.lookupByUUIDString(node["uuid"])
+    xml = source.XMLDesc(libvirt.VIR_DOMAIN_XML_INACTIVE)
+    source.destroy()
+    source.undefine()
+    two.second_conn.defineXML(xml).create()
+    converge(two.reconciler(), 3)
+    assert two.node(node["uuid"])["hypervisor"] == two.second["uuid"]
+    assert vols.get(vol["uuid"])["hypervisor"] == two.second["uuid"]
+    first_pool.refresh()
+    assert name not in first_pool.listVolumes()
+    assert not [v for v in first_pool.listVolumes() if node["uuid"] in v]
+    # the target's copy of the volume is kept (its disks were made by the move itself,
+    # which this simulation leaves out)
+    assert name in second_volumes(two)
+
+
+def test_a_volume_record_elsewhere_whose_copy_a_domain_here_uses_is_kept(two):
+    """The sweep's safety: a volume whose record names another hypervisor is kept while a
+    domain here has it attached (a move that failed after the record was written)."""
+    node = two.add_node(hypervisor=two.hypervisor["uuid"], status="SCHEDULED")
+    vols = two.store.collection("compute_volumes")
+    vol = vols.insert({
+        "name": "data", "description": "", "project_id": node["project_id"], "size": 1,
+        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
+        "node": "/v1/compute/nodes/" + node["uuid"], "status": "NEW",
+        "status_reason": None, "hypervisor": None})
+    converge(two.reconciler())
+    name = f"appliance-vol-{vol['uuid']}.qcow2"
+    path = two.pool().storageVolLookupByName(name).path()
+    assert path in domain_xml.disks_of(
+        two.conn.lookupByUUIDString(node["uuid"]).XMLDesc(0)).values()
+    vols.update(vol["uuid"], {"hypervisor": two.second["uuid"]})
+    volumes.sweep_pool(two.store, two.hypervisor, two.conn, "vm-")
+    assert name in two.pool().listVolumes()
+    # once no domain here uses it, it goes
+    dom = two.conn.lookupByUUIDString(node["uuid"])
+    dom.destroy()
+    dom.undefine()
+    volumes.sweep_pool(two.store, two.hypervisor, two.conn, "vm-")
+    assert name not in two.pool().listVolumes()
 
 
 def test_a_daemon_restart_during_the_move_leaves_the_node_where_it_runs(two):
