@@ -4,13 +4,14 @@
     BENCH_VMS_ROUNDS=3 python -m tests.bench vms
 
 Each round runs the slow test modules that boot under TCG in the test network namespaces
-(tests/compute/test_two_hypervisors.py, whose migrate tests are the migration test, and
-tests/compute/test_sqldb_on_vms.py) as `make test` runs them: one pytest, one appliance
+(tests/compute/test_two_hypervisors.py and tests/compute/test_sqldb_on_vms.py; their
+tests named "moves" are the migration test: a counter both ways, and the booted DBaaS
+replica's VM) as `make test` runs them: one pytest, one appliance
 namespace and one second machine for both (conftest.py's session fixtures). The times are
 pytest's own per test (set-up, call and tear-down: a module's first test carries the
 shared start), read from its JUnit XML, summed per step. Root only (the tests skip, and
-the bench says so, otherwise). A round is about half an hour here: two boots of the node
-image for DBaaS, one for the move, under TCG on 2 shared cores.
+the bench says so, otherwise). A round is about a quarter of an hour here: two boots of the
+node image for DBaaS (the move's booted node is one of them), under TCG on 2 shared cores.
 """
 
 import os
@@ -25,10 +26,10 @@ MODULES = ["tests/compute/test_two_hypervisors.py", "tests/compute/test_sqldb_on
 
 
 def step_of(classname, name):
+    if "moves" in name:
+        return "migration (a counter both ways; a booted DBaaS replica's VM)"
     if classname.endswith("test_sqldb_on_vms"):
         return "DBaaS on VMs (2 node-image VMs, failover, rejoin)"
-    if "moves" in name:
-        return "migration (a counter and a booted node, both ways)"
     return "two hypervisors (register, spread, network, cut and return)"
 
 

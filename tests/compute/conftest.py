@@ -89,7 +89,8 @@ def tcg_second(tcg_env):
 def tcg_hv2(tcg_env, tcg_second):
     """The second machine registered through the API as `qemu+ssh://` with its host key
     pinned, ACTIVE; both hypervisors on the underlay (the veth: docs/network.md, "Networks
-    across hypervisors"), so a set spread over them has one network across both. Deleted,
+    across hypervisors"), so a set spread over them has one network across both, and the
+    first's migration_address on it, so a node moves both ways. Deleted,
     and the first hypervisor's driver_spec put back, at the session's end (each module
     deletes its own nodes first)."""
     env = tcg_env
@@ -101,8 +102,11 @@ def tcg_hv2(tcg_env, tcg_second):
             rec = env.ok(env.admin.get(path))
             return rec if rec["status"] == status else None
         return reached
+    # the first's URI (qemu:///system) names no host: the second's QEMU reaches it for a
+    # move back at its migration_address
     env.ok(env.admin.put(first, {"driver_spec": {
-        **spec, "underlay_address": tcg_second.OWN_ADDRESS}}))
+        **spec, "underlay_address": tcg_second.OWN_ADDRESS,
+        "migration_address": tcg_second.OWN_ADDRESS}}))
     hv = None
     try:
         env.wait("the appliance's hypervisor ACTIVE on the underlay",

@@ -195,6 +195,25 @@ class Env:
         line = f"{MARKER} {node_uuid} {ipv4}"
         return self.wait(what, lambda: self.console(node_uuid).count(line) >= count, timeout)
 
+    def move(self, node_uuid, target, timeout=600):
+        """The action migrate to hypervisor `target` through the API, waited for to its
+        end: "done", with a progress that only went up, to 100. Returns the node."""
+        self.ok(self.admin.post(f"/v1/compute/nodes/{node_uuid}/actions/migrate/invoke",
+                                {"hypervisor": target}))
+        seen = []
+
+        def ended():
+            rec = self.node(node_uuid)
+            m = rec["migration"]
+            if m["progress"] is not None and (not seen or seen[-1] != m["progress"]):
+                seen.append(m["progress"])
+            return rec if m["state"] not in ("requested", "running") else None
+        rec = self.wait(f"the move of {node_uuid} to {target} to end", ended, timeout,
+                        interval=0.3)
+        assert rec["migration"]["state"] == "done", rec["migration"]
+        assert seen == sorted(seen) and seen[-1] == 100, seen
+        return rec
+
     # -- what libvirt and the guest say (checks of the API's word)
 
     def domains_of(self, node_uuid):

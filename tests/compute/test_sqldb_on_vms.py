@@ -6,7 +6,9 @@ for the appliance's sqldb daemon, which runs in the namespace beside the API and
 compute daemon. A client writes rows through the instance's endpoint (a name the
 appliance's DNS server answers) and counts those acknowledged; the primary's VM is
 powered off through its libvirt (a power cut); the replica is promoted and holds every
-acknowledged row; the old primary's VM started again rejoins as a replica.
+acknowledged row; the old primary's VM started again rejoins as a replica; then that
+replica's VM moves live to the other hypervisor with PostgreSQL and a shell loop running
+on, and answers SSH there (issue 31's move of a booted node, on this module's boots).
 
 The appliance on this Debian 12 host carries PostgreSQL 15, so the version seeded is 15;
 the node image carries 17: the test makes the version 17 through the API, with the node
@@ -87,7 +89,15 @@ def wait_instance(env, uuid, what, check, timeout=WAIT):
 
 
 @pytest.fixture(scope="module")
-def instance(env, version):
+def key(env):
+    """An SSH key of the admin project with no target, made before the instance: it goes
+    into the seed of every node of the project, the DBaaS set's VMs included (their
+    project is the admin's: appliance/sqldb/sets.py), so the test reaches them by SSH."""
+    return env.ssh_key("dbaas-vms")
+
+
+@pytest.fixture(scope="module")
+def instance(env, version, key):
     started = time.monotonic()
     rec = env.ok(env.admin.post(f"{INSTANCES}/", {
         "name": "vms", "project_id": tcg.ADMIN_PROJECT, "cpu": 1, "ram": 1024,
@@ -240,3 +250,58 @@ def test_the_old_primarys_vm_started_again_rejoins_as_a_replica(env, instance):
     ipv4 = old_node["default_network"]["ipv4"]
     env.wait("the rows on the old primary", lambda: (lambda d: d.returncode == 0 and int(
         d.stdout) >= count)(psql(env, ipv4, "SELECT count(*) FROM t")), WAIT)
+
+
+def test_the_replicas_vm_moves_live_with_postgresql_running_and_answers_ssh(env, instance,
+                                                                             key):
+    """Issue 31's move of a booted node, on a DBaaS VM (sharing this module's boots): the
+    replica's VM moves live to the other hypervisor (the action migrate); a process started
+    over SSH runs on (the same boot_id, its pid alive, its counter further on), SSH to the
+    node's address works after the move (from the appliance's namespace, the network's
+    home: a node on hv2 is reached over the VXLAN), and PostgreSQL ran on through it: the
+    same postmaster, still the instance's streaming replica, with a row written after it."""
+    old, new, _count = env.sqldb_failover
+    replica = env.node(old)
+    here, ipv4 = replica["hypervisor"], replica["default_network"]["ipv4"]
+    there = env.hv2["uuid"] if here == env.hypervisor["uuid"] else env.hypervisor["uuid"]
+
+    def ssh(command):
+        return env.ns.ssh(ipv4, key, command, user=tcg.SSH_USER, timeout=60)
+
+    def answers():
+        try:
+            return ssh("true").returncode == 0
+        except Exception:          # a timed-out ssh: not yet
+            return False
+    env.wait("SSH to the replica's VM before its move", answers, WAIT, interval=2)
+    started = ssh("nohup sh -c 'i=0; while :; do i=$((i+1)); "
+                  "echo $i > /tmp/ticks; sleep 0.2; done' >/dev/null 2>&1 & echo $!; "
+                  "cat /proc/sys/kernel/random/boot_id")
+    assert started.returncode == 0, started.stderr
+    pid, boot_id = started.stdout.split()
+    before = int(ssh("cat /tmp/ticks").stdout)
+    postmaster = psql(env, ipv4, "SELECT pg_postmaster_start_time()")
+    assert postmaster.returncode == 0 and postmaster.stdout.strip(), postmaster.stderr
+
+    moved_at = time.monotonic()
+    moved = env.move(old, there, WAIT * 2)
+    print(f"\nthe replica's VM (1 GiB, booted) moved live in {time.monotonic() - moved_at:.0f} s")
+    assert (moved["hypervisor"], moved["status"]) == (there, "ACTIVE")
+    assert moved["default_network"] == replica["default_network"]
+    assert tcg.domains_in(hypervisor_ns(env, here), old) == {}
+    assert len(tcg.domains_in(hypervisor_ns(env, there), old)) == 1
+
+    env.wait("SSH to the replica's VM on its new side", answers, WAIT, interval=2)
+    after = ssh(f"kill -0 {pid} && cat /tmp/ticks /proc/sys/kernel/random/boot_id")
+    assert after.returncode == 0, after.stderr
+    ticks, boot_after = after.stdout.split()
+    assert boot_after == boot_id and int(ticks) > before
+    assert psql(env, ipv4, "SELECT pg_postmaster_start_time()").stdout == postmaster.stdout
+    # still the replica, streaming: a row written through the endpoint reaches it
+    host = resolve(env, instance["endpoint"])[0]
+    done = psql(env, host, "INSERT INTO t (id) VALUES (-1)")
+    assert done.returncode == 0, done.stderr
+    env.wait("the row written after the move on the moved replica", lambda: psql(
+        env, ipv4, "SELECT count(*) FROM t WHERE id = -1").stdout.strip() == "1", WAIT)
+    rec = instance_of(env, instance["uuid"])
+    assert rec["primary"] == new and rec["node_status"][old]["role"] == "replica"
