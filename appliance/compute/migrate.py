@@ -60,11 +60,13 @@ def flags():
 
 def migration_address(hv):
     """Where the other hypervisors' QEMU reach this one: `driver_spec.migration_address`,
-    else the host of its connection URI (qemu+ssh://root@10.0.0.2/system), else None
-    (libvirt's default: the target's own hostname)."""
+    else its `underlay_address` (the hypervisors' own network, which project networks
+    already cross), else the host of its connection URI (qemu+ssh://root@10.0.0.2/system),
+    else None (libvirt's default: the target's own hostname)."""
     spec = hv.get("driver_spec") or {}
-    if spec.get("migration_address"):
-        return spec["migration_address"]
+    for field in ("migration_address", "underlay_address"):
+        if spec.get(field):
+            return spec[field]
     host = urllib.parse.urlsplit(spec.get("connection_uri") or "").hostname
     return host or None
 

@@ -89,8 +89,8 @@ def tcg_second(tcg_env):
 def tcg_hv2(tcg_env, tcg_second):
     """The second machine registered through the API as `qemu+ssh://` with its host key
     pinned, ACTIVE; both hypervisors on the underlay (the veth: docs/network.md, "Networks
-    across hypervisors"), so a set spread over them has one network across both, and the
-    first's migration_address on it, so a node moves both ways. Deleted,
+    across hypervisors"), so a set spread over them has one network across both, and a
+    node moves both ways over it (a move goes to the target's underlay address). Deleted,
     and the first hypervisor's driver_spec put back, at the session's end (each module
     deletes its own nodes first)."""
     env = tcg_env
@@ -103,10 +103,9 @@ def tcg_hv2(tcg_env, tcg_second):
             return rec if rec["status"] == status else None
         return reached
     # the first's URI (qemu:///system) names no host: the second's QEMU reaches it for a
-    # move back at its migration_address
+    # move back at its underlay_address (migrate.migration_address's default)
     env.ok(env.admin.put(first, {"driver_spec": {
-        **spec, "underlay_address": tcg_second.OWN_ADDRESS,
-        "migration_address": tcg_second.OWN_ADDRESS}}))
+        **spec, "underlay_address": tcg_second.OWN_ADDRESS}}))
     hv = None
     try:
         env.wait("the appliance's hypervisor ACTIVE on the underlay",

@@ -293,6 +293,13 @@ def test_progress_is_the_jobs_share_of_its_data():
     assert migration_address({"driver_spec": {"connection_uri": "qemu:///system",
                                               "migration_address": "hv2.local"}}) == "hv2.local"
     assert migration_address({"driver_spec": {"connection_uri": "qemu:///system"}}) is None
+    # the underlay, where given, before the URI's host (the management connection)
+    assert migration_address({"driver_spec": {
+        "connection_uri": "qemu+ssh://root@192.0.2.9/system",
+        "underlay_address": "10.1.2.4"}}) == "10.1.2.4"
+    assert migration_address({"driver_spec": {"connection_uri": "qemu:///system",
+                                              "underlay_address": "10.1.2.4",
+                                              "migration_address": "10.1.2.5"}}) == "10.1.2.5"
     xml = ("<domain><devices><disk><source file='/a/vm-x-disk0.qcow2'/><target dev='vda'/>"
            "</disk><disk><source file='/a/seed.iso'/><target dev='hdc'/></disk>"
            "</devices></domain>")
