@@ -30,6 +30,7 @@ import dns.rcode
 import pytest
 
 from appliance.iam.builtin import ADMIN_PROJECT
+from appliance.network import vxlan_hook
 from appliance.firstboot import nginx as nginx_site
 from appliance.sqldb.versions import NODE_IMAGE_MAJOR
 from daemons import ON_DEMAND
@@ -122,6 +123,35 @@ def test_the_image_carries_debian_13s_qemu_and_libvirt(box):
     libvirtd = box.ssh("libvirtd --version").stdout
     assert version_of(libvirtd) >= (10, 0), libvirtd
     print(f"\nin the image: {qemu.splitlines()[0]}; {libvirtd.strip()}")
+
+
+def test_the_vxlan_hook_joins_a_network_under_debian_13s_libvirt(box):
+    """Issue 31: the appliance's libvirt network hook (appliance/network/vxlan_hook.py,
+    installed in network.d) under the image's libvirt (nftables firewall backend) and
+    iptables (the nft flavour): a network with the VXLAN mark and one peer gets its
+    vxlan device on the bridge with the peer's flood entry and the drop rules; its stop
+    removes the device. The peer is an address behind a dummy device made for the test
+    inside the guest: nothing is sent anywhere."""
+    name, bridge, vni = "appliance-00000000-0000-4000-8000-0000000a31a1", "ap-00000a31a1ff", 4231
+    xml = (f"<network><name>{name}</name><bridge name='{bridge}'/><mtu size='1450'/>"
+           f"<metadata><ap:vxlan xmlns:ap='{vxlan_hook.VXLAN_NS}' vni='{vni}'/></metadata>"
+           f"<portgroup name='{vxlan_hook.PEER_PREFIX}10.231.0.2'/></network>")
+    box.ssh("ip link add apt-peer type dummy && ip addr add 10.231.0.1/24 dev apt-peer && "
+            "ip link set apt-peer up")
+    try:
+        box.ssh(f"cat > /run/apt-vxlan.xml <<'EOF'\n{xml}\nEOF\nvirsh -q net-create "
+                "/run/apt-vxlan.xml")
+        link = box.ssh(f"ip -d link show dev vxlan{vni}").stdout
+        assert f"vxlan id {vni}" in link and f"master {bridge}" in link and "mtu 1450" in link
+        fdb = box.ssh(f"bridge fdb show dev vxlan{vni}").stdout
+        assert vxlan_hook.flood_peers(fdb) == ["10.231.0.2"], fdb
+        for rule in vxlan_hook.firewall_rules():
+            assert box.ssh("iptables -C " + " ".join(rule), check=False).returncode == 0, rule
+        box.ssh(f"virsh -q net-destroy {name}")
+        assert box.ssh(f"ip link show dev vxlan{vni}", check=False).returncode != 0
+    finally:
+        box.ssh(f"virsh -q net-destroy {name}; ip link del apt-peer; rm -f /run/apt-vxlan.xml",
+                check=False)
 
 
 def test_https_health_is_200_with_the_certificate_the_console_shows(box):
