@@ -39,6 +39,9 @@ def no_stack_dumps():
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, request):
+    # the module's fixtures (image build, boots) run in its first test's set-up, before
+    # the function-scoped no_stack_dumps: the suite's 45 s stack dump is off from here
+    faulthandler.cancel_dump_traceback_later()
     reason = tcg.missing() or sshd_unavailable()
     if reason:
         pytest.skip(reason)
