@@ -102,3 +102,19 @@ def test_a_member_is_a_bare_bridge():
     assert netxml.shape(xml)["ips"] == [] and netxml.shape(xml)["mtu"] == "1450"
     assert ET.fromstring(netxml.peer_xml("192.0.2.9")).attrib == {
         "name": "vxlan-peer-192.0.2.9"}
+
+
+def test_the_nodes_to_plug_back_are_in_the_metadata_and_not_the_shape():
+    """Every definition lists the MACs of this hypervisor's nodes on the network, for the
+    hook (vxlan_hook.py) to plug their taps into the new bridge; the list alone never
+    makes a network be defined again."""
+    macs = ["52:54:00:00:00:0B", "52:54:00:00:00:0a"]
+    for rec, home in ((dict(record(), vni=4097), True), (dict(record(), vni=4097), False),
+                      (record(), True)):
+        xml = netxml.network_xml(rec, [], home=home, plugs=macs)
+        assert netxml.plugs(xml) == ["52:54:00:00:00:0a", "52:54:00:00:00:0b"]
+        assert netxml.shape(xml) == netxml.shape(netxml.network_xml(rec, [], home=home))
+        # the VXLAN id, where there is one, beside them
+        assert netxml.vxlan(xml) == (None if rec.get("vni") is None else "4097")
+    assert netxml.plugs(netxml.network_xml(record(), [])) == []
+    assert ET.fromstring(netxml.network_xml(record(), [])).find("metadata") is None
