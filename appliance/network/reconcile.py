@@ -160,11 +160,11 @@ def _ensure(conn, network, net, served, peers, home, wanted, plugs=()):
     if net is None:
         if not wanted:
             return
-        log.info("defining network %s (bridge %s, %s%s)",
+        log.info("defining network %s (bridge %s, %s%s%s)",
                  netxml.network_name(network["uuid"]), network["bridge"], network["cidr"],
                  "" if not peers else f", vxlan {network['vni']} to {', '.join(peers)}"
-                 + ("" if home else ", a bare bridge")
-                 + (f"; {len(plugs)} node(s) here to plug back" if plugs else ""))
+                 + ("" if home else ", a bare bridge"),
+                 f"; {len(plugs)} node(s) here to plug in" if plugs else "")
         net = conn.networkDefineXML(desired)
         # up again after a host restart, before libvirt starts the domains that use it
         net.setAutostart(1)
