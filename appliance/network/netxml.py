@@ -98,6 +98,16 @@ def network_xml(network, hosts, peers=(), home=True, plugs=()):
     return ET.tostring(root, encoding="unicode")
 
 
+def with_uuid(xml, uuid):
+    """A network's XML with libvirt's uuid of it: defining a network of a name that exists
+    replaces its definition only under the same uuid."""
+    root = ET.fromstring(xml)
+    element = ET.Element("uuid")
+    element.text = uuid
+    root.insert(1, element)
+    return ET.tostring(root, encoding="unicode")
+
+
 def shape(xml):
     """What of a network's XML must match for it to be ours as is (not the host entries
     nor the VXLAN peers, which change live): bridge, forward mode, addresses and lease
@@ -140,3 +150,29 @@ def hosts(xml):
     return [{"mac": h.get("mac"), "ip": h.get("ip"), "name": h.get("name")}
             for h in root.findall("ip/dhcp/host")]
 
+
+def port_xml(port_uuid, owner_name, owner_uuid, mac, bridge):
+    """A libvirt network port (`<networkport>`) of a running domain's NIC on a bridge:
+    what libvirt recorded when the domain started, created again with
+    VIR_NETWORK_PORT_CREATE_RECLAIM after the network was defined again (which loses its
+    ports)."""
+    root = ET.Element("networkport")
+    ET.SubElement(root, "uuid").text = port_uuid
+    owner = ET.SubElement(root, "owner")
+    ET.SubElement(owner, "name").text = owner_name
+    ET.SubElement(owner, "uuid").text = owner_uuid
+    ET.SubElement(root, "mac", address=mac)
+    ET.SubElement(root, "plug", type="network", bridge=bridge)
+    return ET.tostring(root, encoding="unicode")
+
+
+def domain_ports(domain_xml, name):
+    """The NICs of a running domain's XML on the network `name`, with the libvirt port
+    each holds: [{portid, mac}] (a NIC without a portid has none to reclaim)."""
+    found = []
+    for iface in ET.fromstring(domain_xml).findall("devices/interface"):
+        source, mac = iface.find("source"), iface.find("mac")
+        if (iface.get("type") == "network" and source is not None and mac is not None
+                and source.get("network") == name and source.get("portid")):
+            found.append({"portid": source.get("portid"), "mac": mac.get("address")})
+    return found

@@ -156,7 +156,7 @@ def _ensure(conn, network, net, served, peers, home, wanted, plugs=()):
         # stopped (by hand, or it failed): its definition gets today's nodes before it
         # starts, so that the hook plugs back those that still run (metadata cannot
         # change live before libvirt 9.7; an inactive network's definition can)
-        net = conn.networkDefineXML(desired)
+        net = conn.networkDefineXML(netxml.with_uuid(desired, net.UUIDString()))
     if net is None:
         if not wanted:
             return
@@ -170,8 +170,37 @@ def _ensure(conn, network, net, served, peers, home, wanted, plugs=()):
         net.setAutostart(1)
     if wanted and not net.isActive():
         net.create()
+        _reclaim_ports(conn, net, network["bridge"])
     _sync_hosts(net, hosts)
     _sync_peers(net, peers)
+
+
+def _reclaim_ports(conn, net, bridge):
+    """The libvirt ports of the running domains on a network just started, created again
+    (VIR_NETWORK_PORT_CREATE_RECLAIM: recorded, nothing plugged; the hook has plugged
+    the taps): a network destroyed and started under them lost its ports, and a domain's
+    stop would then find none to release. Bookkeeping only: a failure is logged, never
+    the network's."""
+    try:
+        held = {p.UUIDString() for p in net.listAllPorts()}
+        domains = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:    # the test driver's
+            log.warning("network %s: cannot list its ports: %s", net.name(), e)
+        return
+    for dom in domains:
+        try:
+            nics = netxml.domain_ports(dom.XMLDesc(0), net.name())
+            for nic in nics:
+                if nic["portid"] not in held:
+                    net.portCreateXML(netxml.port_xml(nic["portid"], dom.name(),
+                                                      dom.UUIDString(), nic["mac"], bridge),
+                                      libvirt.VIR_NETWORK_PORT_CREATE_RECLAIM)
+                    log.info("network %s: port of %s (%s) reclaimed", net.name(),
+                             dom.name(), nic["mac"])
+        except libvirt.libvirtError as e:
+            log.warning("network %s: cannot reclaim the port of %s: %s", net.name(),
+                        dom.name(), e)
 
 
 def _sync_hosts(net, hosts):

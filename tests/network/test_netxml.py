@@ -118,3 +118,38 @@ def test_the_nodes_to_plug_back_are_in_the_metadata_and_not_the_shape():
         assert netxml.vxlan(xml) == (None if rec.get("vni") is None else "4097")
     assert netxml.plugs(netxml.network_xml(record(), [])) == []
     assert ET.fromstring(netxml.network_xml(record(), [])).find("metadata") is None
+
+
+def test_a_running_domains_ports_and_their_reclaim_xml():
+    """What reconcile reads of a running domain (libvirt's live XML: the port each NIC
+    holds) and the port it creates again after the network was defined again."""
+    live = """<domain><name>node-1</name><devices>
+      <interface type='network'><mac address='52:54:00:00:00:0a'/>
+        <source network='appliance-x' portid='e312922a-8103-4fae-83a4-896ff1213a82'
+                bridge='ap-000000000001'/></interface>
+      <interface type='network'><mac address='52:54:00:00:00:0b'/>
+        <source network='appliance-y' portid='1d0c1a52-9d2f-4b43-8c3e-2f2b1d4e6a70'/>
+      </interface>
+      <interface type='bridge'><mac address='52:54:00:00:00:0c'/>
+        <source bridge='appliance-x'/></interface>
+    </devices></domain>"""
+    assert netxml.domain_ports(live, "appliance-x") == [
+        {"portid": "e312922a-8103-4fae-83a4-896ff1213a82", "mac": "52:54:00:00:00:0a"}]
+    root = ET.fromstring(netxml.port_xml("e312922a-8103-4fae-83a4-896ff1213a82", "node-1",
+                                         "ebe1540c-9f31-4185-8f29-24b490ae1b31",
+                                         "52:54:00:00:00:0a", "ap-000000000001"))
+    assert root.tag == "networkport"
+    assert root.findtext("uuid") == "e312922a-8103-4fae-83a4-896ff1213a82"
+    assert (root.findtext("owner/name"), root.findtext("owner/uuid")) == (
+        "node-1", "ebe1540c-9f31-4185-8f29-24b490ae1b31")
+    assert root.find("mac").attrib == {"address": "52:54:00:00:00:0a"}
+    assert root.find("plug").attrib == {"type": "network", "bridge": "ap-000000000001"}
+
+
+def test_with_uuid_keeps_the_rest():
+    xml = netxml.network_xml(dict(record(), vni=4097), [], plugs=["52:54:00:00:00:0a"])
+    again = netxml.with_uuid(xml, "b11522ce-49c6-49f1-a383-4bb0270bf07e")
+    root = ET.fromstring(again)
+    assert [e.tag for e in root][:2] == ["name", "uuid"]
+    assert root.findtext("uuid") == "b11522ce-49c6-49f1-a383-4bb0270bf07e"
+    assert netxml.shape(again) == netxml.shape(xml) and netxml.plugs(again) == netxml.plugs(xml)

@@ -26,6 +26,7 @@ import ipaddress
 import shutil
 import subprocess
 import uuid
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -214,6 +215,19 @@ def bridge_mtu(ns, bridge):
                                                 bridge], check=True).stdout)][0]["mtu"]
 
 
+def assert_port_reclaimed(conn, network, mac):
+    """libvirt's record of the domain's port is back on the network, under the id the
+    domain holds (its stop releases it), after the network lost it by being destroyed."""
+    name = netxml.network_name(network["uuid"])
+    dom = conn.lookupByName("node-a")
+    held = netxml.domain_ports(dom.XMLDesc(0), name)
+    assert [n["mac"] for n in held] == [mac]
+    ports_now = [ET.fromstring(p.XMLDesc()) for p in
+                 conn.networkLookupByName(name).listAllPorts()]
+    assert [(p.findtext("uuid"), p.find("mac").get("address"), p.findtext("owner/name"))
+            for p in ports_now] == [(held[0]["portid"], mac, "node-a")]
+
+
 @pytest.fixture(scope="module")
 def one_hv(tmp_path_factory):
     """One hypervisor (a Netns, its libvirtd with the hook, no underlay address) and a
@@ -286,6 +300,7 @@ def test_a_network_defined_again_gets_its_running_nodes_back(one_hv):
     assert after["name"] == before["name"]          # the same tap: the domain ran on
     assert after["master"] == bridge and after["mtu"] == "1450"
     assert bridge_mtu(ns, bridge) == "1450"
+    assert_port_reclaimed(conn, nets["a"], placed["a"]["mac"])
     # b's node, on its own network all along, did not move
     assert tap_of(ns, placed["b"]["mac"])["master"] == nets["b"]["bridge"]
 
@@ -302,6 +317,21 @@ def test_only_loose_taps_are_plugged_never_another_networks(one_hv):
         nets["a"], netxml.host_entries([placed["a"]]),
         plugs=[placed["a"]["mac"], placed["b"]["mac"]])).create()
     assert tap_of(ns, placed["a"]["mac"])["master"] == nets["a"]["bridge"]
+    assert tap_of(ns, placed["b"]["mac"])["master"] == nets["b"]["bridge"]
+
+
+def test_a_stopped_network_is_started_with_todays_nodes_and_plugs_them(one_hv):
+    """A network stopped under its running nodes (by hand, here) is defined anew while
+    stopped, so its list is the store's (the hand-made one above named b's node too), and
+    the pass that starts it again plugs a's tap back."""
+    ns, conn, nets, placed = one_hv["ns"], one_hv["conn"], one_hv["nets"], one_hv["ports"]
+    name = netxml.network_name(nets["a"]["uuid"])
+    conn.networkLookupByName(name).destroy()
+    assert tap_of(ns, placed["a"]["mac"])["master"] is None
+    reconcile_networks(one_hv["store"], conn, one_hv["hv"])
+    assert netxml.plugs(conn.networkLookupByName(name).XMLDesc(0)) == [placed["a"]["mac"]]
+    assert tap_of(ns, placed["a"]["mac"])["master"] == nets["a"]["bridge"]
+    assert_port_reclaimed(conn, nets["a"], placed["a"]["mac"])
     assert tap_of(ns, placed["b"]["mac"])["master"] == nets["b"]["bridge"]
 
 
