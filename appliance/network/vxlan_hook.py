@@ -29,7 +29,7 @@ moved.
 
 Standalone and stdlib only: the appliance image runs it from its venv
 (/etc/libvirt/hooks/network.d/appliance-vxlan); an outside hypervisor gets this file
-copied there (it needs python3, iproute2 and iptables). A bad value stops with a message
+copied there (it needs python3, an iproute2 with `ip -j` and iptables). A bad value stops with a message
 and status 1, which makes libvirt refuse to start the network, with that message.
 """
 
@@ -192,8 +192,8 @@ def stop_commands(vxlan):
 
 
 def tap_mac(mac):
-    """The MAC libvirt gives a guest's tap: the guest's, its first byte fe (so that the
-    bridge never takes the tap's address for the guest's)."""
+    """The MAC libvirt gives a guest's tap: the guest's, its first byte fe (high, so that
+    a bridge, which takes the lowest of its ports' MACs, does not take a tap's)."""
     return "fe" + mac.lower()[2:]
 
 
