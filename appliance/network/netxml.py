@@ -14,7 +14,10 @@ the id in `<metadata>` and the tunnel's MTU, fixed for the network's life; and e
 peer's underlay address as an empty `<portgroup name='vxlan-peer-<address>'/>`:
 portgroups are the part of a network that libvirt changes live (virNetworkUpdate) and
 then hands to the hook ("updated"), so a network starts spanning, and peers come and go,
-without restarting the bridge under running nodes.
+without restarting the bridge under running nodes. A network defined again (its shape
+changed) lists in `<metadata>` the MACs of the nodes on this hypervisor that use it, so
+that the hook plugs their taps into the new bridge (`<plug:plugs>`, a namespace
+of its own: libvirt keeps one element per namespace).
 """
 
 import ipaddress
@@ -22,7 +25,7 @@ import xml.etree.ElementTree as ET
 
 # the names and the VXLAN marks the hypervisor's hook reads: defined by the hook, which
 # runs alone on an outside hypervisor (stdlib only)
-from .vxlan_hook import NETWORK_PREFIX as PREFIX, PEER_PREFIX, VXLAN_NS
+from .vxlan_hook import NETWORK_PREFIX as PREFIX, PEER_PREFIX, PLUG_NS, PLUGS, VXLAN_NS
 
 DNSMASQ_NS = "http://libvirt.org/schemas/network/dnsmasq/1.0"
 # a 1500-byte underlay less VXLAN's 50 bytes (outer IPv4, UDP, VXLAN, inner Ethernet):
@@ -49,18 +52,26 @@ def peer_xml(address):
     return ET.tostring(ET.Element("portgroup", name=PEER_PREFIX + address), encoding="unicode")
 
 
-def network_xml(network, hosts, peers=(), home=True):
+def network_xml(network, hosts, peers=(), home=True, plugs=()):
     """The libvirt XML of a network record with these host entries and VXLAN peers
     (underlay addresses); `home` False: the bare bridge of a hypervisor other than the
-    home. A record without a `vni` (made before VXLAN ids) gets no tunnel."""
+    home. A record without a `vni` (made before VXLAN ids) gets no tunnel. `plugs`: the
+    MACs of the nodes on this hypervisor that use the network, whose taps the hook puts
+    back on the bridge when the network starts (not part of `shape`)."""
     ET.register_namespace("dnsmasq", DNSMASQ_NS)
     ET.register_namespace("appliance", VXLAN_NS)
+    ET.register_namespace("plug", PLUG_NS)
     root = ET.Element("network")
     ET.SubElement(root, "name").text = network_name(network["uuid"])
     vni = network.get("vni")
-    if vni is not None:
+    if vni is not None or plugs:
         metadata = ET.SubElement(root, "metadata")
-        ET.SubElement(metadata, f"{{{VXLAN_NS}}}vxlan", vni=str(vni))
+        if vni is not None:
+            ET.SubElement(metadata, f"{{{VXLAN_NS}}}vxlan", vni=str(vni))
+        if plugs:
+            listed = ET.SubElement(metadata, f"{{{PLUG_NS}}}plugs")
+            for mac in sorted({m.lower() for m in plugs}):
+                ET.SubElement(listed, f"{{{PLUG_NS}}}plug", mac=mac)
     if home and network["routing"] == "nat":
         ET.SubElement(root, "forward", mode="nat")
     ET.SubElement(root, "bridge", name=network["bridge"], stp="on", delay="0")
@@ -84,6 +95,16 @@ def network_xml(network, hosts, peers=(), home=True):
     options = ET.SubElement(root, f"{{{DNSMASQ_NS}}}options")
     for value in (f"dhcp-option=option:dns-server,{network['dns']}", "dhcp-ignore=tag:!known"):
         ET.SubElement(options, f"{{{DNSMASQ_NS}}}option", value=value)
+    return ET.tostring(root, encoding="unicode")
+
+
+def with_uuid(xml, uuid):
+    """A network's XML with libvirt's uuid of it: defining a network of a name that exists
+    replaces its definition only under the same uuid."""
+    root = ET.fromstring(xml)
+    element = ET.Element("uuid")
+    element.text = uuid
+    root.insert(1, element)
     return ET.tostring(root, encoding="unicode")
 
 
@@ -118,9 +139,40 @@ def peers(xml):
                   if (p.get("name") or "").startswith(PEER_PREFIX))
 
 
+def plugs(xml):
+    """The MACs a network's XML lists for the hook to plug back (sorted)."""
+    return sorted(p.get("mac") for p in ET.fromstring(xml).findall(PLUGS))
+
+
 def hosts(xml):
     """The DHCP host entries of a network's XML: {mac, ip, name} (name None if unset)."""
     root = ET.fromstring(xml)
     return [{"mac": h.get("mac"), "ip": h.get("ip"), "name": h.get("name")}
             for h in root.findall("ip/dhcp/host")]
 
+
+def port_xml(port_uuid, owner_name, owner_uuid, mac, bridge):
+    """A libvirt network port (`<networkport>`) of a running domain's NIC on a bridge:
+    what libvirt recorded when the domain started, created again with
+    VIR_NETWORK_PORT_CREATE_RECLAIM after the network was defined again (which loses its
+    ports)."""
+    root = ET.Element("networkport")
+    ET.SubElement(root, "uuid").text = port_uuid
+    owner = ET.SubElement(root, "owner")
+    ET.SubElement(owner, "name").text = owner_name
+    ET.SubElement(owner, "uuid").text = owner_uuid
+    ET.SubElement(root, "mac", address=mac)
+    ET.SubElement(root, "plug", type="network", bridge=bridge)
+    return ET.tostring(root, encoding="unicode")
+
+
+def domain_ports(domain_xml, name):
+    """The NICs of a running domain's XML on the network `name`, with the libvirt port
+    each holds: [{portid, mac}] (a NIC without a portid has none to reclaim)."""
+    found = []
+    for iface in ET.fromstring(domain_xml).findall("devices/interface"):
+        source, mac = iface.find("source"), iface.find("mac")
+        if (iface.get("type") == "network" and source is not None and mac is not None
+                and source.get("network") == name and source.get("portid")):
+            found.append({"portid": source.get("portid"), "mac": mac.get("address")})
+    return found

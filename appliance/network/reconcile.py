@@ -102,8 +102,12 @@ def reconcile_networks(store, conn, hypervisor, arriving=()):
         if network is None:
             continue
         role, served, peers, wanted = plan(network, its_users, hypervisors, hv_uuid)
+        # the MACs of this hypervisor's nodes on it, whatever its role: their taps are
+        # plugged back by the hook when the network is defined again under them
+        plugs = [p["mac"] for p in its_users.get(hv_uuid, ())]
         try:
-            _ensure(conn, network, existing, served, peers, role != "member", wanted)
+            _ensure(conn, network, existing, served, peers, role != "member", wanted,
+                    plugs)
         except libvirt.libvirtError as e:
             log.warning("network %s on hypervisor %s: %s", uuid, hv_uuid, e)
             net_status[uuid] = {"status": "ERROR", "status_reason": str(e)}
@@ -136,29 +140,67 @@ def _with_home(store, network, hypervisors, hv_uuid, its_users):
     return {**network, "home_hypervisor": hv_uuid}
 
 
-def _ensure(conn, network, net, served, peers, home, wanted):
+def _ensure(conn, network, net, served, peers, home, wanted, plugs=()):
     """The network defined as the plan says, running, with exactly these host entries and
     VXLAN peers. A network of ours not wanted here is only kept in step, never defined or
-    started."""
+    started. `plugs`: the MACs of the nodes here on it, written into each definition for
+    the hook, which plugs their taps into the bridge when it starts: libvirt's destroy
+    of a network leaves its running guests' taps on no bridge (docs/network.md)."""
     hosts = netxml.host_entries(served) if home else []
-    desired = netxml.network_xml(network, hosts, peers=peers, home=home)
+    desired = netxml.network_xml(network, hosts, peers=peers, home=home, plugs=plugs)
     if net is not None and netxml.shape(net.XMLDesc(0)) != netxml.shape(desired):
         _remove(net, "it differs from its record; defined again")
         net = None
+    elif (net is not None and wanted and not net.isActive()
+          and netxml.plugs(net.XMLDesc(0)) != sorted(m.lower() for m in plugs)):
+        # stopped (by hand, or it failed): its definition gets today's nodes before it
+        # starts, so that the hook plugs back those that still run (metadata cannot
+        # change live before libvirt 9.7; an inactive network's definition can)
+        net = conn.networkDefineXML(netxml.with_uuid(desired, net.UUIDString()))
     if net is None:
         if not wanted:
             return
-        log.info("defining network %s (bridge %s, %s%s)",
+        log.info("defining network %s (bridge %s, %s%s%s)",
                  netxml.network_name(network["uuid"]), network["bridge"], network["cidr"],
                  "" if not peers else f", vxlan {network['vni']} to {', '.join(peers)}"
-                 + ("" if home else ", a bare bridge"))
+                 + ("" if home else ", a bare bridge"),
+                 f"; {len(plugs)} node(s) here to plug in" if plugs else "")
         net = conn.networkDefineXML(desired)
         # up again after a host restart, before libvirt starts the domains that use it
         net.setAutostart(1)
     if wanted and not net.isActive():
         net.create()
+        _reclaim_ports(conn, net, network["bridge"])
     _sync_hosts(net, hosts)
     _sync_peers(net, peers)
+
+
+def _reclaim_ports(conn, net, bridge):
+    """The libvirt ports of the running domains on a network just started, created again
+    (VIR_NETWORK_PORT_CREATE_RECLAIM: recorded, nothing plugged; the hook has plugged
+    the taps): a network destroyed and started under them lost its ports, and a domain's
+    stop would then find none to release. Bookkeeping only: a failure is logged, never
+    the network's."""
+    try:
+        held = {p.UUIDString() for p in net.listAllPorts()}
+        domains = conn.listAllDomains(libvirt.VIR_CONNECT_LIST_DOMAINS_ACTIVE)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() != libvirt.VIR_ERR_NO_SUPPORT:    # the test driver's
+            log.warning("network %s: cannot list its ports: %s", net.name(), e)
+        return
+    for dom in domains:
+        try:
+            nics = netxml.domain_ports(dom.XMLDesc(0), net.name())
+            for nic in nics:
+                if nic["portid"] not in held:
+                    net.portCreateXML(netxml.port_xml(nic["portid"], dom.name(),
+                                                      dom.UUIDString(), nic["mac"], bridge),
+                                      libvirt.VIR_NETWORK_PORT_CREATE_RECLAIM)
+                    log.info("network %s: port of %s (%s) reclaimed", net.name(),
+                             dom.name(), nic["mac"])
+        except libvirt.libvirtError as e:
+            log.warning("network %s: cannot reclaim the port of %s: %s", net.name(),
+                        dom.name(), e)
 
 
 def _sync_hosts(net, hosts):

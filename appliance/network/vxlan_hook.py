@@ -16,13 +16,25 @@ bridge (`ap-*`): a node must never send into another network's tunnel. On `updat
 peer added or removed live) it brings the FDB to the peers; on `stopped` it removes the
 device. A `vxlan<VNI>` on another bridge is never touched (the start fails, naming it). A network without the metadata, or not named `appliance-...`, is left alone.
 
+The same hook plugs nodes back in. When the compute daemon defines a network again
+(its shape changed: a hypervisor joined the underlay, docs/network.md), libvirt's destroy
+removes the bridge under the running guests and the new one starts empty: libvirt
+neither re-attaches their taps nor keeps their network ports. So every definition lists
+the MACs of the nodes placed on this hypervisor that use the network
+(`<metadata><plug:plugs><plug:plug mac='..'/>`, on any network of ours, with a VXLAN or not),
+and on `started` the hook puts each one's tap (a tun device whose MAC is the guest's with
+the first byte fe, as libvirt makes it) back on the bridge, with the network's MTU, when
+it is on no bridge. A device on a bridge (another network's guest) or not a tap is never
+moved.
+
 Standalone and stdlib only: the appliance image runs it from its venv
 (/etc/libvirt/hooks/network.d/appliance-vxlan); an outside hypervisor gets this file
-copied there (it needs python3, iproute2 and iptables). A bad value stops with a message
+copied there (it needs python3, an iproute2 with `ip -j` and iptables). A bad value stops with a message
 and status 1, which makes libvirt refuse to start the network, with that message.
 """
 
 import ipaddress
+import json
 import os
 import re
 import subprocess
@@ -36,6 +48,12 @@ PORT = 4789                     # IANA's VXLAN port
 BRIDGES = "ap-+"                # iptables' wildcard for every project bridge
 BRIDGE = re.compile(r"^ap-[0-9a-f]{12}$")
 ZERO_MAC = "00:00:00:00:00:00"
+# the nodes to plug back: <plug:plugs><plug:plug mac='..'/>...</plug:plugs>, a namespace of
+# its own because libvirt keeps one element per namespace in a network's <metadata>
+PLUG_NS = "https://appliance.local/ns/network/plugs"
+PLUGS = f"metadata/{{{PLUG_NS}}}plugs/{{{PLUG_NS}}}plug"
+MAC = re.compile(r"^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$")
+TAP_KIND = "tap"                # libvirt's vnetN: a tun device of type tap
 PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -43,12 +61,37 @@ class HookError(Exception):
     pass
 
 
-def parse(text):
-    """The VXLAN of a hook's XML: {name, vni, bridge, mtu, peers}, or None when the
-    network is not one of ours with a VXLAN. HookError on a value that cannot be used."""
+def _our_network(text):
+    """The `<network>` of a hook's XML when it is one of ours (named `appliance-...`),
+    else None."""
     root = ET.fromstring(text)
     network = root if root.tag == "network" else root.find("network")
     if network is None or not (network.findtext("name") or "").startswith(NETWORK_PREFIX):
+        return None
+    return network
+
+
+def _bridge(network):
+    bridge = network.find("bridge")
+    bridge = None if bridge is None else bridge.get("name")
+    if not BRIDGE.match(bridge or ""):
+        raise HookError(f"bridge {bridge!r} is not a project bridge (ap-<12 hex digits>)")
+    return bridge
+
+
+def _mtu(network):
+    mtu = network.find("mtu")
+    mtu = None if mtu is None else mtu.get("size")
+    if mtu is not None and not (mtu.isdigit() and 68 <= int(mtu) <= 65535):
+        raise HookError(f"mtu {mtu!r} is not a number between 68 and 65535")
+    return mtu
+
+
+def parse(text):
+    """The VXLAN of a hook's XML: {name, vni, bridge, mtu, peers}, or None when the
+    network is not one of ours with a VXLAN. HookError on a value that cannot be used."""
+    network = _our_network(text)
+    if network is None:
         return None
     mark = network.find(f"metadata/{{{VXLAN_NS}}}vxlan")
     if mark is None:
@@ -59,18 +102,32 @@ def parse(text):
         raise HookError(f"vni {mark.get('vni')!r} is not a number") from None
     if not 1 <= vni < 1 << 24:
         raise HookError(f"vni {vni} is out of VXLAN's range (1 to 16777215)")
-    bridge = network.find("bridge")
-    bridge = None if bridge is None else bridge.get("name")
-    if not BRIDGE.match(bridge or ""):
-        raise HookError(f"bridge {bridge!r} is not a project bridge (ap-<12 hex digits>)")
-    mtu = network.find("mtu")
-    mtu = None if mtu is None else mtu.get("size")
-    if mtu is not None and not (mtu.isdigit() and 68 <= int(mtu) <= 65535):
-        raise HookError(f"mtu {mtu!r} is not a number between 68 and 65535")
+    bridge = _bridge(network)
+    mtu = _mtu(network)
     peers = [p.get("name")[len(PEER_PREFIX):] for p in network.findall("portgroup")
              if (p.get("name") or "").startswith(PEER_PREFIX)]
     return {"name": network.findtext("name"), "vni": vni, "bridge": bridge, "mtu": mtu,
             "peers": sorted({_ipv4(p, "peer") for p in peers}, key=_key)}
+
+
+def parse_plugs(text):
+    """The nodes' interfaces to plug back of a hook's XML: {name, bridge, mtu, macs} (the
+    guests' MACs, as listed), or None when the network is not ours or lists none.
+    HookError on a value that cannot be used."""
+    network = _our_network(text)
+    if network is None:
+        return None
+    listed = [p.get("mac") for p in network.findall(PLUGS)]
+    if not listed:
+        return None
+    macs = []
+    for mac in listed:
+        if not MAC.match(mac or ""):
+            raise HookError(f"plug mac {mac!r} is not a MAC address (xx:xx:xx:xx:xx:xx)")
+        if mac.lower() not in macs:
+            macs.append(mac.lower())
+    return {"name": network.findtext("name"), "bridge": _bridge(network),
+            "mtu": _mtu(network), "macs": macs}
 
 
 def _ipv4(text, what):
@@ -132,6 +189,47 @@ def firewall_rules():
 
 def stop_commands(vxlan):
     return [["ip", "link", "del", device(vxlan["vni"])]]
+
+
+def tap_mac(mac):
+    """The MAC libvirt gives a guest's tap: the guest's, its first byte fe (high, so that
+    a bridge, which takes the lowest of its ports' MACs, does not take a tap's)."""
+    return "fe" + mac.lower()[2:]
+
+
+def links(json_text):
+    """The devices of `ip -j -d link show`: [{name, mac, master, kind, mtu}]; kind "tap"
+    or "tun" for a tun device (iproute2's info_kind "tun" and its type), else its
+    info_kind (None for a physical NIC)."""
+    devices = []
+    for link in json.loads(json_text or "[]"):
+        info = link.get("linkinfo") or {}
+        kind = info.get("info_kind")
+        if kind == "tun":
+            kind = (info.get("info_data") or {}).get("type") or "tun"
+        devices.append({"name": link.get("ifname"),
+                        "mac": (link.get("address") or "").lower(),
+                        "master": link.get("master"), "kind": kind,
+                        "mtu": str(link["mtu"]) if link.get("mtu") is not None else None})
+    return devices
+
+
+def plug_commands(plugs, devices):
+    """The listed nodes' taps put back on the bridge (`devices` as `links` reads them):
+    a tap (a tun device of type tap) with a listed node's tap MAC and on no bridge, which is what
+    libvirt leaves when it removes a network's bridge under running guests. Its MTU is
+    the network's first, when the network has one (a port with a larger MTU would lower
+    the bridge's). A device on a bridge, this one or another (another network's guest),
+    is never moved, nor a device that is not a tap."""
+    wanted = {tap_mac(mac) for mac in plugs["macs"]}
+    commands = []
+    for dev in devices:
+        if dev["mac"] not in wanted or dev["kind"] != TAP_KIND or dev["master"]:
+            continue
+        if plugs["mtu"] and dev["mtu"] != plugs["mtu"]:
+            commands.append(["ip", "link", "set", "dev", dev["name"], "mtu", plugs["mtu"]])
+        commands.append(["ip", "link", "set", "dev", dev["name"], "master", plugs["bridge"]])
+    return commands
 
 
 # -- what runs on the hypervisor
@@ -197,14 +295,25 @@ def handle(operation, vxlan):
         _run(argv)
 
 
+def replug(plugs):
+    devices = links(_run(["ip", "-j", "-d", "link", "show"]).stdout)
+    for argv in plug_commands(plugs, devices):
+        _run(argv)
+
+
 def main(argv, stdin):
     operation = argv[2] if len(argv) > 2 else ""
     if operation not in ("started", "updated", "stopped"):
         return 0
     try:
-        vxlan = parse(stdin.read())
+        text = stdin.read()
+        vxlan = parse(text)
+        # every value checked before anything is done
+        plugs = parse_plugs(text) if operation == "started" else None
         if vxlan is not None:
             handle(operation, vxlan)
+        if plugs is not None:
+            replug(plugs)
     except (HookError, ET.ParseError) as e:
         print(f"appliance-vxlan: network {argv[1] if len(argv) > 1 else '?'}: {e}",
               file=sys.stderr)

@@ -102,3 +102,54 @@ def test_a_member_is_a_bare_bridge():
     assert netxml.shape(xml)["ips"] == [] and netxml.shape(xml)["mtu"] == "1450"
     assert ET.fromstring(netxml.peer_xml("192.0.2.9")).attrib == {
         "name": "vxlan-peer-192.0.2.9"}
+
+
+def test_the_nodes_to_plug_back_are_in_the_metadata_and_not_the_shape():
+    """Every definition lists the MACs of this hypervisor's nodes on the network, for the
+    hook (vxlan_hook.py) to plug their taps into the new bridge; the list alone never
+    makes a network be defined again."""
+    macs = ["52:54:00:00:00:0B", "52:54:00:00:00:0a"]
+    for rec, home in ((dict(record(), vni=4097), True), (dict(record(), vni=4097), False),
+                      (record(), True)):
+        xml = netxml.network_xml(rec, [], home=home, plugs=macs)
+        assert netxml.plugs(xml) == ["52:54:00:00:00:0a", "52:54:00:00:00:0b"]
+        assert netxml.shape(xml) == netxml.shape(netxml.network_xml(rec, [], home=home))
+        # the VXLAN id, where there is one, beside them
+        assert netxml.vxlan(xml) == (None if rec.get("vni") is None else "4097")
+    assert netxml.plugs(netxml.network_xml(record(), [])) == []
+    assert ET.fromstring(netxml.network_xml(record(), [])).find("metadata") is None
+
+
+def test_a_running_domains_ports_and_their_reclaim_xml():
+    """What reconcile reads of a running domain (libvirt's live XML: the port each NIC
+    holds) and the port it creates again after the network was defined again."""
+    live = """<domain><name>node-1</name><devices>
+      <interface type='network'><mac address='52:54:00:00:00:0a'/>
+        <source network='appliance-x' portid='e312922a-8103-4fae-83a4-896ff1213a82'
+                bridge='ap-000000000001'/></interface>
+      <interface type='network'><mac address='52:54:00:00:00:0b'/>
+        <source network='appliance-y' portid='1d0c1a52-9d2f-4b43-8c3e-2f2b1d4e6a70'/>
+      </interface>
+      <interface type='bridge'><mac address='52:54:00:00:00:0c'/>
+        <source bridge='appliance-x'/></interface>
+    </devices></domain>"""
+    assert netxml.domain_ports(live, "appliance-x") == [
+        {"portid": "e312922a-8103-4fae-83a4-896ff1213a82", "mac": "52:54:00:00:00:0a"}]
+    root = ET.fromstring(netxml.port_xml("e312922a-8103-4fae-83a4-896ff1213a82", "node-1",
+                                         "ebe1540c-9f31-4185-8f29-24b490ae1b31",
+                                         "52:54:00:00:00:0a", "ap-000000000001"))
+    assert root.tag == "networkport"
+    assert root.findtext("uuid") == "e312922a-8103-4fae-83a4-896ff1213a82"
+    assert (root.findtext("owner/name"), root.findtext("owner/uuid")) == (
+        "node-1", "ebe1540c-9f31-4185-8f29-24b490ae1b31")
+    assert root.find("mac").attrib == {"address": "52:54:00:00:00:0a"}
+    assert root.find("plug").attrib == {"type": "network", "bridge": "ap-000000000001"}
+
+
+def test_with_uuid_keeps_the_rest():
+    xml = netxml.network_xml(dict(record(), vni=4097), [], plugs=["52:54:00:00:00:0a"])
+    again = netxml.with_uuid(xml, "b11522ce-49c6-49f1-a383-4bb0270bf07e")
+    root = ET.fromstring(again)
+    assert [e.tag for e in root][:2] == ["name", "uuid"]
+    assert root.findtext("uuid") == "b11522ce-49c6-49f1-a383-4bb0270bf07e"
+    assert netxml.shape(again) == netxml.shape(xml) and netxml.plugs(again) == netxml.plugs(xml)

@@ -215,3 +215,18 @@ def test_a_home_that_joins_the_underlay_starts_spanning_live(store, settings, hv
     reconcile_networks(store, conns["a"], made["a"])
     member = xml_of(conns["a"], port["network"])
     assert netxml.peers(member) == ["192.0.2.4"] and netxml.shape(member)["ips"] == []
+
+
+def test_each_definition_lists_the_nodes_placed_on_its_hypervisor(store, settings, hvs):
+    """For the hook to plug their taps back if the network is defined again under them:
+    the home lists its own nodes only (not the members' whose DHCP entries it holds), a
+    member and a hypervisor outside the underlay theirs."""
+    made, conns = hvs
+    home = [place(store, settings, made["a"]) for _ in range(2)]
+    net = home[0]["network"]
+    member = place(store, settings, made["b"], network=net)
+    alone = place(store, settings, made["d"], network=net)
+    pass_all(store, hvs)
+    assert netxml.plugs(xml_of(conns["a"], net)) == sorted(p["mac"] for p in home)
+    assert netxml.plugs(xml_of(conns["b"], net)) == [member["mac"]]
+    assert netxml.plugs(xml_of(conns["d"], net)) == [alone["mac"]]

@@ -131,3 +131,89 @@ def test_a_device_on_another_bridge_is_another_networks():
     assert not vxlan_hook._ours(vxlan, on.format("ap-000000000000"))
     loose = on.replace("master {} ", "")
     assert vxlan_hook.master_of(loose) is None and vxlan_hook._ours(vxlan, loose)
+
+
+# -- plugging the nodes' taps back into a network defined again
+
+GUEST = "52:54:00:11:22:33"
+OTHER = "52:54:00:aa:bb:cc"
+# `ip -j -d link show` as iproute2 6.1 prints it (trimmed): a tap on a bridge, the same
+# tap once its bridge is gone, a bridge that took a tap's MAC, a veth
+TAP_ON = ('{"ifindex":2,"ifname":"vnet7","mtu":1500,"master":"ap-000000000001",'
+          '"address":"fe:54:00:11:22:33","linkinfo":{"info_kind":"tun","info_data":'
+          '{"type":"tap","pi":false,"vnet_hdr":false},"info_slave_kind":"bridge"}}')
+TAP_LOOSE = ('{"ifindex":2,"ifname":"vnet7","mtu":1500,"address":"fe:54:00:11:22:33",'
+             '"linkinfo":{"info_kind":"tun","info_data":{"type":"tap"}}}')
+BRIDGE_LINK = ('{"ifindex":3,"ifname":"ap-000000000001","mtu":1500,'
+               '"address":"fe:54:00:11:22:33","linkinfo":{"info_kind":"bridge"}}')
+VETH = ('{"ifindex":4,"ifname":"ve0","mtu":1500,"address":"FE:54:00:AA:BB:CC",'
+        '"linkinfo":{"info_kind":"veth"}}')
+
+
+def test_reads_the_plugs_netxml_writes_on_any_network_of_ours():
+    xml = netxml.network_xml(RECORD, [], peers=PEERS, plugs=[OTHER.upper(), GUEST])
+    assert vxlan_hook.parse_plugs(hook_data(xml)) == {
+        "name": f"appliance-{UUID}", "bridge": "ap-5b0c1a529d2f", "mtu": "1450",
+        "macs": [GUEST, OTHER]}
+    # a network made before VXLAN ids: no tunnel, its nodes still plugged back
+    old = netxml.network_xml({k: v for k, v in RECORD.items() if k != "vni"}, [],
+                             plugs=[GUEST])
+    assert vxlan_hook.parse(hook_data(old)) is None
+    assert vxlan_hook.parse_plugs(hook_data(old)) == {
+        "name": f"appliance-{UUID}", "bridge": "ap-5b0c1a529d2f", "mtu": None,
+        "macs": [GUEST]}
+    # none listed, or not ours: nothing to do
+    assert vxlan_hook.parse_plugs(hook_data(netxml.network_xml(RECORD, []))) is None
+    assert vxlan_hook.parse_plugs(hook_data(xml.replace(f"appliance-{UUID}",
+                                                        "default"))) is None
+
+
+def test_links_reads_ip_json():
+    assert vxlan_hook.links(f"[{TAP_ON},{BRIDGE_LINK},{VETH}]") == [
+        {"name": "vnet7", "mac": "fe:54:00:11:22:33", "master": "ap-000000000001",
+         "kind": "tap", "mtu": "1500"},
+        {"name": "ap-000000000001", "mac": "fe:54:00:11:22:33", "master": None,
+         "kind": "bridge", "mtu": "1500"},
+        {"name": "ve0", "mac": "fe:54:00:aa:bb:cc", "master": None, "kind": "veth",
+         "mtu": "1500"}]
+    assert vxlan_hook.tap_mac("52:54:00:AA:BB:CC") == "fe:54:00:aa:bb:cc"
+
+
+def test_a_loose_tap_of_a_listed_node_is_plugged_with_the_networks_mtu_first():
+    plugs = vxlan_hook.parse_plugs(hook_data(netxml.network_xml(RECORD, [],
+                                                                plugs=[GUEST, OTHER])))
+    assert vxlan_hook.plug_commands(plugs, vxlan_hook.links(f"[{TAP_LOOSE}]")) == [
+        ["ip", "link", "set", "dev", "vnet7", "mtu", "1450"],
+        ["ip", "link", "set", "dev", "vnet7", "master", "ap-5b0c1a529d2f"]]
+    # its MTU already the network's, or a network without one: only the bridge
+    at_1450 = vxlan_hook.links(f"[{TAP_LOOSE}]")
+    at_1450[0]["mtu"] = "1450"
+    assert vxlan_hook.plug_commands(plugs, at_1450) == [
+        ["ip", "link", "set", "dev", "vnet7", "master", "ap-5b0c1a529d2f"]]
+    assert vxlan_hook.plug_commands({**plugs, "mtu": None},
+                                    vxlan_hook.links(f"[{TAP_LOOSE}]")) == [
+        ["ip", "link", "set", "dev", "vnet7", "master", "ap-5b0c1a529d2f"]]
+
+
+def test_only_a_loose_tap_is_moved():
+    """A tap on a bridge (this one, or another network's: another guest's, whatever the
+    metadata says), a bridge and a veth holding a listed MAC stay where they are; a tap
+    of an unlisted MAC too."""
+    plugs = vxlan_hook.parse_plugs(hook_data(netxml.network_xml(RECORD, [],
+                                                                plugs=[GUEST, OTHER])))
+    devices = vxlan_hook.links(f"[{TAP_ON},{BRIDGE_LINK},{VETH}]")
+    assert vxlan_hook.plug_commands(plugs, devices) == []
+    assert vxlan_hook.plug_commands({**plugs, "macs": [OTHER]},
+                                    vxlan_hook.links(f"[{TAP_LOOSE}]")) == []
+
+
+@pytest.mark.parametrize("mac", ["52:54:00:11:22", "52:54:00:11:22:33 dev lo",
+                                 "$(reboot)", ""])
+def test_a_bad_plug_mac_stops_the_start_with_a_message(mac, capsys):
+    xml = hook_data(netxml.network_xml(RECORD, [], peers=PEERS, plugs=[GUEST]).replace(
+        GUEST, mac))
+    with pytest.raises(vxlan_hook.HookError, match="not a MAC address"):
+        vxlan_hook.parse_plugs(xml)
+    assert vxlan_hook.main(["network", f"appliance-{UUID}", "started", "begin", "-"],
+                           io.StringIO(xml)) == 1
+    assert "not a MAC address" in capsys.readouterr().err
