@@ -9,7 +9,10 @@ Rules that span records are kept by the store, across processes:
 - one VXLAN id per network (`vni`), chosen under the same lock as the cidr, as the cidr
   is (no unique key: networks made before it have none, until `ensure_vni`): the tunnel
   that carries the network between hypervisors (docs/network.md);
-- ports: unique (network, ipv4), (mac) and (node).
+- ports: unique (network, ipv4), (mac) and (node);
+- an address released by a port is held for a DHCP lease's time (`holds`): the network's
+  dnsmasq keeps the departed MAC's lease that long and would refuse the address to the
+  next MAC (docs/network.md, "Addresses").
 Lock order: the cidr lock, then the ports kind, then the networks kind (a network is
 deleted under the ports lock, so no port can be added to it meanwhile).
 """
@@ -25,6 +28,8 @@ NETWORKS = "network_networks"
 PORTS = "network_ports"
 NETWORK_UNIQUE = [("default_of",), ("bridge",)]
 PORT_UNIQUE = [("network", "ipv4"), ("mac",), ("node",)]
+HOLDS = "network_address_holds"
+HOLD_UNIQUE = [("network", "ipv4")]
 CIDR_LOCK = "network-cidrs"
 DEFAULT_NAME = "default"
 LAYOUT = ("cidr", "gateway", "dns", "dhcp_start", "dhcp_end")
@@ -51,6 +56,11 @@ def networks(store):
 
 def ports(store):
     return store.collection(PORTS, unique=PORT_UNIQUE)
+
+
+def holds(store):
+    """Addresses recently released, per network: internal, not served by the API."""
+    return store.collection(HOLDS, unique=HOLD_UNIQUE)
 
 
 def bridge_name(network_uuid):

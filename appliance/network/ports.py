@@ -7,14 +7,20 @@ collides is drawn again (docs/network.md).
 """
 
 import random
+import time
 
 from appliance.kinds import COMPUTE_NODES
 from state import DuplicateKey
 
 from . import ipam
-from .networks import NetworkError, NotFoundError, default_of_project, networks, ports
+from .networks import NetworkError, NotFoundError, default_of_project, holds, networks, ports
 
 MAC_ATTEMPTS = 16
+# libvirt's dnsmasq leases for an hour (no expiry in our network XML) and keeps a departed
+# guest's lease until then, refusing its fixed address to another MAC ("not using
+# configured address ... because it is leased to ..."): a released address waits that
+# long, plus a margin, before another node is given it, while fresh ones remain
+HOLD_SECONDS = 3600 + 300
 
 
 class AddressesExhausted(NetworkError):
@@ -64,7 +70,12 @@ def allocate(store, settings, node):
             raise NotFoundError(f"network {network['uuid']} was deleted")
         used = [p["ipv4"] for p in coll.by("network", network["uuid"])] + \
             operator_addresses(store)
-        ipv4 = ipam.lowest_free(net_layout, used)
+        held = _held(store, network["uuid"])
+        ipv4 = ipam.lowest_free(net_layout, used + list(held))
+        if ipv4 is None:
+            # none fresh: the one released longest ago (its old lease the likeliest gone)
+            taken = set(used)
+            ipv4 = next((a for a in sorted(held, key=held.get) if a not in taken), None)
         if ipv4 is None:
             raise AddressesExhausted(
                 f"network {network['name'] or network['uuid']} ({network['cidr']}) has no "
@@ -84,9 +95,40 @@ def allocate(store, settings, node):
 
 
 def release(store, node_uuid):
-    """Delete the node's port (its address and MAC are free again); the port or None."""
-    gone = ports(store).delete_where(lambda p: p["node"] == node_uuid)
+    """Delete the node's port; the port or None. Its address is held first (HOLD_SECONDS),
+    so that no allocation takes it before the hold is there."""
+    coll = ports(store)
+    for port in coll.by("node", node_uuid):
+        _hold(store, port)
+    gone = coll.delete_where(lambda p: p["node"] == node_uuid)
     return gone[0] if gone else None
+
+
+def _hold(store, port):
+    record = {"network": port["network"], "ipv4": port["ipv4"], "mac": port.get("mac"),
+              "released_at": time.time()}
+    coll = holds(store)
+    for _attempt in range(3):
+        coll.delete_where(lambda h: (h["network"], h["ipv4"]) == (port["network"],
+                                                                  port["ipv4"]))
+        try:
+            coll.insert(record)
+            return
+        except DuplicateKey:      # another release of the same address meanwhile: again
+            continue
+
+
+def _held(store, network_uuid):
+    """{address: released_at} of the network's holds still running; expired ones go."""
+    now, out = time.time(), {}
+    coll = holds(store)
+    for hold in coll.by("network", network_uuid):
+        if now - hold["released_at"] < HOLD_SECONDS:
+            out[hold["ipv4"]] = hold["released_at"]
+    if len(out) < len(coll.by("network", network_uuid)):
+        coll.delete_where(lambda h: h["network"] == network_uuid
+                          and now - h["released_at"] >= HOLD_SECONDS)
+    return out
 
 
 def default_network(port, network):

@@ -12,7 +12,7 @@ from appliance.api.resource import Resource
 
 from . import ipam
 from .networks import (CIDR_LOCK, NETWORK_UNIQUE, NETWORKS, PORT_UNIQUE, PORTS, CidrConflict,
-                       ports, prepare)
+                       holds, ports, prepare)
 
 NETWORK_PATH = "/v1/network/networks"
 STATUSES = ("NEW", "IN_PROGRESS", "ACTIVE", "ERROR")
@@ -83,7 +83,10 @@ class Networks(Resource):
         # under the ports lock: no port can be given on the network between the check
         # and the delete (ports.allocate inserts under the same lock)
         with ports(call.store).lock:
-            return super().delete_record(call, uuid)
+            gone = super().delete_record(call, uuid)
+        # the network's address holds (ports.py) go with it
+        holds(call.store).delete_where(lambda h: h["network"] == uuid)
+        return gone
 
 
 class Ports(Resource):

@@ -54,13 +54,38 @@ def test_each_project_gets_its_own_default_network_from_the_pool(store, settings
     assert nets.get(pa["network"])["bridge"] != nets.get(pb["network"])["bridge"]
 
 
-def test_release_frees_the_address_for_the_next_node(store, settings):
+def test_a_released_address_is_held_for_a_lease_then_given_again(store, settings):
+    """A released address waits HOLD_SECONDS (the network's dnsmasq keeps the departed
+    MAC's lease for an hour and would refuse the address to a new MAC: the new node would
+    come up on another address than IPAM's) while fresh ones remain."""
     made = [ports.allocate(store, settings, node()) for _ in range(3)]
     assert [p["ipv4"] for p in made] == ["10.20.0.20", "10.20.0.21", "10.20.0.22"]
     assert ports.release(store, made[1]["node"])["uuid"] == made[1]["uuid"]
     assert ports.release(store, made[1]["node"]) is None
-    assert ports.allocate(store, settings, node())["ipv4"] == "10.20.0.21"
     assert ports.allocate(store, settings, node())["ipv4"] == "10.20.0.23"
+    # once the hold is over, the lowest free address again
+    hold = networks.holds(store).find_one(ipv4="10.20.0.21")
+    networks.holds(store).update(hold["uuid"], {
+        "released_at": hold["released_at"] - ports.HOLD_SECONDS})
+    assert ports.allocate(store, settings, node())["ipv4"] == "10.20.0.21"
+    assert networks.holds(store).find_one(ipv4="10.20.0.21") is None
+
+
+def test_with_no_fresh_address_the_one_released_longest_ago_is_given(store, settings):
+    project = str(uuid.uuid4())
+    net = networks.create(store, settings, {"project_id": project, "name": "tiny",
+                                            "cidr": "10.41.0.0/29"})
+    made = [ports.allocate(store, settings, node(project, network=net["uuid"]))
+            for _ in range(4)]
+    assert [p["ipv4"] for p in made] == ["10.41.0.3", "10.41.0.4", "10.41.0.5", "10.41.0.6"]
+    ports.release(store, made[2]["node"])
+    ports.release(store, made[0]["node"])
+    assert ports.allocate(store, settings, node(project, network=net["uuid"]))["ipv4"] == \
+        "10.41.0.5"
+    assert ports.allocate(store, settings, node(project, network=net["uuid"]))["ipv4"] == \
+        "10.41.0.3"
+    with pytest.raises(ports.AddressesExhausted):
+        ports.allocate(store, settings, node(project, network=net["uuid"]))
 
 
 def test_a_named_network_of_the_project_is_used(store, settings):

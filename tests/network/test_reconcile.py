@@ -128,7 +128,11 @@ def test_host_entries_follow_ports_live(conn, store, settings):
     assert flags == (libvirt.VIR_NETWORK_UPDATE_AFFECT_LIVE
                      | libvirt.VIR_NETWORK_UPDATE_AFFECT_CONFIG)
     assert libvirt_net(conn, net_uuid).isActive()
-    # the freed address goes to the next node, with another MAC, in one pass
+    # the freed address, once its hold is over (ports.HOLD_SECONDS: dnsmasq's lease of the
+    # departed MAC), goes to the next node, with another MAC, in one pass
+    hold = networks.holds(store).find_one(ipv4=p2["ipv4"])
+    networks.holds(store).update(hold["uuid"], {
+        "released_at": hold["released_at"] - ports.HOLD_SECONDS})
     _, p4 = place(store, settings)
     assert p4["ipv4"] == p2["ipv4"] and p4["mac"] != p2["mac"]
     reconcile_networks(store, conn, HV)
