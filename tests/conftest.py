@@ -106,3 +106,18 @@ def run_logs():
     yield RUN_LOG_DIR
     for lg in loggers:
         lg.removeHandler(handler)
+
+
+# ---- the image builds of the run, in the background (tests/image/prebuild.py) -------------
+
+def pytest_collection_finish(session):
+    from tests.image import prebuild
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    # only slow tests boot or build images: a run of the quick ones starts no build
+    prebuild.start([item.nodeid.split("::")[0] for item in session.items
+                    if item.get_closest_marker("slow")], root)
+
+
+def pytest_sessionfinish(session):
+    from tests.image import prebuild
+    prebuild.stop()

@@ -24,6 +24,7 @@ import time
 
 from daemons import DAEMONS
 from tests import ports
+from tests.image import prebuild
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # the units of the appliance's long-running processes: the API and every daemon but the
@@ -78,6 +79,9 @@ def build_image(profile="appliance", version_suffix=None, extra_migrations=None,
     else to this process's stderr; a failed build raises with its output's tail.
     Needs root (the build program says so clearly otherwise).
     """
+    # the session's background build of this image (tests/image/prebuild.py), if one is
+    # under way: this build then finds it cached
+    prebuild.wait_for((profile, version_suffix, bool(extra_migrations)))
     cmd = [sys.executable, BUILD, "--profile", profile]
     if version_suffix:
         cmd += ["--version-suffix", version_suffix]

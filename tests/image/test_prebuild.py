@@ -1,0 +1,57 @@
+"""The run's background image builds (tests/image/prebuild.py): which builds a session's
+tests need, in the order the run needs them, and that every build the VM and image tests
+ask for is one of them (else the background would build what no test uses, and the
+tests would build theirs on the run's critical path again)."""
+
+import os
+import re
+
+from tests.image import prebuild
+from tests.image.prebuild import APPLIANCE, APPLIANCE_UPGRADE, NODE, NODE_E2E2, PREVIOUS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_the_builds_follow_the_tests_collected():
+    assert prebuild.needed(["tests/api/test_flood.py", "tests/cli/test_compute.py"]) == []
+    assert prebuild.needed(["tests/compute/test_e2e_tcg.py"]) == [NODE, NODE_E2E2]
+    assert prebuild.needed(["tests/compute/test_sqldb_on_vms.py",
+                            "tests/image/test_image.py"]) == [NODE, PREVIOUS, APPLIANCE,
+                                                              APPLIANCE_UPGRADE]
+
+
+def test_nothing_starts_when_turned_off_and_nothing_waits_when_none_runs(tmp_path,
+                                                                        monkeypatch):
+    # this session's own background build (a run with the slow tests) is not this test's
+    monkeypatch.setattr(prebuild, "_running", None)
+    assert prebuild.start(["tests/image/test_image.py"], str(tmp_path),
+                          environ={"APPLIANCE_PREBUILD": "0"}) is None
+    assert not (tmp_path / "build").exists()
+    prebuild.wait_for(NODE)            # returns at once: no background build here
+
+
+def test_every_build_the_tests_ask_for_is_prebuilt():
+    call = re.compile(r'build_image\("(\w+)"(?:, version_suffix="([\w-]+)")?'
+                      r'(,\s*extra_migrations=)?')
+    asked = set()
+    for directory in ("tests/compute", "tests/image"):
+        for name in os.listdir(os.path.join(ROOT, directory)):
+            if name.startswith("test_") and name.endswith(".py"):
+                with open(os.path.join(ROOT, directory, name)) as f:
+                    for profile, suffix, migrations in call.findall(f.read()):
+                        asked.add((profile, suffix or None, bool(migrations)))
+    assert asked and asked <= set(prebuild.ORDER), asked - set(prebuild.ORDER)
+
+
+def test_a_failed_build_is_marked_and_the_next_goes_on(tmp_path, monkeypatch):
+    built = []
+
+    def build(key):
+        built.append(key)
+        if key == NODE:
+            raise RuntimeError("no network")
+    monkeypatch.setattr(prebuild, "build", build)
+    assert prebuild.main([str(tmp_path), "node", "previous"]) == 0
+    assert built == [NODE, PREVIOUS]
+    assert (tmp_path / "node").read_text().startswith("failed: no network")
+    assert (tmp_path / "previous").read_text() == "built\n"
