@@ -16,8 +16,8 @@ from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
 from . import audit, links
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
-from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
-from .listing import check_project_filter, matches, parse_filters, sort_and_page
+from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, FieldType, UUID
+from .listing import check_project_filter, matches, parse_filters, sort_and_page, source
 from .routing import Reply
 from .validation import Validator
 
@@ -77,6 +77,7 @@ class Resource:
         self.api = None
         self._by_name = {f.name: f for f in BOOKKEEPING_FIELDS + self.fields}
         self._field_validators = {}
+        self._render_plan = None
         self.create_validator = Validator(self.create_schema())
         self.update_validator = Validator(self.update_schema())
 
@@ -240,14 +241,23 @@ class Resource:
 
     def render(self, record, only=None):
         out = {}
-        for f in self.visible_fields():
-            if only is not None and f.name not in only:
+        get = record.get
+        for name, shown, omit_unset in self._render_plan or self._plan_render():
+            if only is not None and name not in only:
                 continue
-            value = record.get(f.name)
-            if value is None and f.omit_unset:
+            value = get(name)
+            if value is None and omit_unset:
                 continue
-            out[f.name] = f.type.render(value)
+            out[name] = value if shown is None else shown(value)
         return out
+
+    def _plan_render(self):
+        """What render does per visible field, worked out once instead of per record:
+        (name, the type's render or None where it is the identity, omit_unset)."""
+        self._render_plan = tuple(
+            (f.name, None if type(f.type).render is FieldType.render else f.type.render,
+             f.omit_unset) for f in self.visible_fields())
+        return self._render_plan
 
     def projection(self, call):
         wanted = call.query.getall("fields")
@@ -352,11 +362,12 @@ class Resource:
         check_project_filter(self, call, visible)
         filters = parse_filters(self, call.query)
         only = self.projection(call)
-        source = self.collection().by(self.parent[0], parent_uuid) if self.parent \
-            else self.collection().records()
-        records = [r for r in source
-                   if (visible is None or r.get("project_id") in visible)
-                   and matches(r, filters)]
+        records, filters = source(self, self.collection(), filters, visible,
+                                  (self.parent[0], parent_uuid) if self.parent else None)
+        if visible is not None or filters:
+            records = [r for r in records
+                       if (visible is None or r.get("project_id") in visible)
+                       and matches(r, filters)]
         records = self.filter_query(call, records)
         page = sort_and_page(self, records, call.query, _header_setter())
         return [self.render(r, only) for r in page]
