@@ -20,6 +20,8 @@ MAX_PAGE = 1000
 # costs about one dict entry per record. Free text (a name) stays with the scan: its index
 # would hold one group per record (~280 bytes each, ~28 MB at 100,000 records)
 INDEXED_TYPES = ("uuid", "reference", "enum", "boolean")
+# a filter naming a whole unique key with several values each looks up each combination
+MAX_KEY_LOOKUPS = 64
 
 
 def _sort_value(value):
@@ -72,10 +74,11 @@ def _union(groups):
 
 def source(resource, collection, filters, visible, parent=None):
     """(records in default order, the filters still to apply to them): the smallest set
-    that the uuid filter, the indexed equality filters, the sub-collection's parent
-    (`parent`: (field, uuid)) or the visible projects give, else every record. The
-    records are the store's own: read-only. What they must still pass beside the filters
-    left (the visibility rule, `filter_query`) is the caller's to apply, as on a scan."""
+    that the uuid filter, a whole unique key, the indexed equality filters, the
+    sub-collection's parent (`parent`: (field, uuid)) or the visible projects give, else
+    every record. The records are the store's own: read-only. What they must still pass
+    beside the filters left (the visibility rule, `filter_query`) is the caller's to
+    apply, as on a scan."""
     candidates = []         # (size, groups, the filter it stands for or None)
     if parent is not None:
         group = collection.by(*parent)
@@ -84,6 +87,21 @@ def source(resource, collection, filters, visible, parent=None):
         found = [collection.get(u) for u in set(filters["uuid"][1])]
         found = [r for r in found if r is not None]
         candidates.append((len(found), [sorted(found, key=order_key)], "uuid"))
+    for fields in resource.unique:
+        # a whole unique key given (a name in its project, a username): one record at most
+        # per combination of values, through the index the store's writes keep
+        if fields not in collection.unique or not all(
+                f in filters and not isinstance(filters[f][0].type, List) for f in fields):
+            continue
+        combos = list(itertools.product(*(set(filters[f][1]) for f in fields)))
+        if len(combos) > MAX_KEY_LOOKUPS:
+            continue
+        try:
+            found = [r for r in (collection.by_key(fields, c) for c in combos)
+                     if r is not None]
+        except TypeError:
+            continue
+        candidates.append((len(found), [sorted(found, key=order_key)], None))
     for name, (field, wanted) in filters.items():
         if not _indexable(resource, name, field):
             continue

@@ -111,6 +111,11 @@ def queries(store):
         "enabled=False", f"owner={OWNERS[0]}", f"owner=/v1/iam/users/{OWNERS[1]}",
         f"owner={OWNERS[0]}&owner={OWNERS[1]}&color=green", "size=3", "size=3&color=red",
         "tags=a", "tags=b&color=blue", "status=NEW", "status=ACTIVE", "name=w7",
+        # whole unique keys (name, project_id): looked up, not scanned
+        *(f"name=w{i}&project_id={p}" for i in (7, 150) for p in PROJECTS),
+        f"name=w7&name=w150&name=w299&project_id={PROJECTS[0]}&project_id={PROJECTS[2]}",
+        f"name=w7&project_id={PROJECTS[0].upper()}&color=red",
+        f"name=w7&project_id={PROJECTS[1]}&tags=a&sort_dir=desc&page_limit=1",
         f"uuid={some[0]}", f"uuid={some[1].upper()}&uuid={some[2]}",
         f"uuid={some[3]}&color=red", "uuid=99999999-9999-4999-8999-999999999999",
         f"project_id={PROJECTS[0]}", f"project_id={PROJECTS[0]}&project_id={PROJECTS[2]}",
@@ -169,6 +174,7 @@ def test_the_indexes_follow_another_processs_writes(stores):
     ours, theirs = stores
     resource = resource_over(ours, SharedWidgets)
     probe = ["color=red", "color=blue&enabled=true", f"owner={OWNERS[0]}",
+             f"name=w3&name=w40&project_id={PROJECTS[0]}&project_id={PROJECTS[1]}",
              f"project_id={PROJECTS[2]}", "status=ACTIVE", "color=green&page_limit=4"]
     for query in probe:                 # builds the indexes in this process
         for project_id in (None, PROJECTS[0]):
