@@ -313,6 +313,13 @@ class Collection:
             uuid = self._unique_index(fields).get(tuple(values))
             return None if uuid is None else self._table.get(uuid)
 
+    def version(self):
+        """What moves with every change of the kind: the lock's generation and the
+        journal's inode and size, as last applied. Equal versions, equal records (a cache
+        of something derived from the records keys on it)."""
+        self._fresh()
+        return self._probed
+
     def count(self):
         self._fresh()
         return len(self._table)

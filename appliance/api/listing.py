@@ -7,6 +7,7 @@ set only: the answer is the one a scan of every record gives, in the same defaul
 """
 
 import itertools
+import threading
 
 from state.collection import order_key
 
@@ -123,6 +124,46 @@ def source(resource, collection, filters, visible, parent=None):
     if used is not None:
         filters = {k: v for k, v in filters.items() if k != used}
     return _union(groups), filters
+
+
+class ListCache:
+    """Lists answered again while their kind has not changed (a console, a script or a
+    load balancer's health check polling one list): key -> (the kind's version, the
+    pagination headers, the items as rendered). One per process, bounded in items (the
+    rendered dicts are most of its memory), oldest out first; an entry whose kind moved on
+    is replaced on its next miss. Reads take no lock (one dict lookup)."""
+
+    def __init__(self, max_items=4000, max_entry=500):
+        self.max_items, self.max_entry = max_items, max_entry
+        self._entries = {}
+        self._items = 0
+        self._lock = threading.Lock()
+
+    def get(self, key, version):
+        hit = self._entries.get(key)
+        if hit is None or hit[0] != version:
+            return None
+        return hit[1], hit[2]
+
+    def put(self, key, version, headers, items):
+        if len(items) > self.max_entry:
+            return
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._items -= len(old[2])
+            while self._entries and self._items + len(items) > self.max_items:
+                self._items -= len(self._entries.pop(next(iter(self._entries)))[2])
+            self._entries[key] = (version, tuple(headers), items)
+            self._items += len(items)
+
+    def clear(self):
+        with self._lock:
+            self._entries.clear()
+            self._items = 0
+
+
+LISTED = ListCache()
 
 
 def sort_and_page(resource, records, query, set_header):

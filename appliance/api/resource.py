@@ -17,7 +17,8 @@ from . import audit, links
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
 from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, FieldType, UUID
-from .listing import check_project_filter, matches, parse_filters, sort_and_page, source
+from .listing import (LISTED, check_project_filter, matches, parse_filters, sort_and_page,
+                      source)
 from .routing import Reply
 from .validation import Validator
 
@@ -362,15 +363,44 @@ class Resource:
         check_project_filter(self, call, visible)
         filters = parse_filters(self, call.query)
         only = self.projection(call)
-        records, filters = source(self, self.collection(), filters, visible,
+        collection = self.collection()
+        set_header = _header_setter()
+        cache_key = version = None
+        if self._lists_cacheable():
+            # read before the records: a change landing in between is a miss next time
+            version = collection.version()
+            cache_key = (self, tuple(call.query.allitems()),
+                         None if visible is None else frozenset(visible), parent_uuid)
+            hit = LISTED.get(cache_key, version)
+            if hit is not None:
+                for name, value in hit[0]:
+                    set_header(name, value)
+                return [dict(item) for item in hit[1]]
+        records, filters = source(self, collection, filters, visible,
                                   (self.parent[0], parent_uuid) if self.parent else None)
         if visible is not None or filters:
             records = [r for r in records
                        if (visible is None or r.get("project_id") in visible)
                        and matches(r, filters)]
         records = self.filter_query(call, records)
-        page = sort_and_page(self, records, call.query, _header_setter())
-        return [self.render(r, only) for r in page]
+        headers = []
+        page = sort_and_page(self, records, call.query,
+                             lambda name, value: headers.append((name, value)))
+        for name, value in headers:
+            set_header(name, value)
+        items = [self.render(r, only) for r in page]
+        if cache_key is None:
+            return items
+        LISTED.put(cache_key, version, headers, items)
+        # the cached items stay as rendered, whatever a caller does with its own
+        return [dict(item) for item in items]
+
+    def _lists_cacheable(self):
+        """Whether a list shows nothing but its kind's records: the base render and
+        filter_query (a subclass's may read other kinds: an LB's addresses, a
+        variable's value), so the kind's version says when the answer changes."""
+        cls = type(self)
+        return cls.render is Resource.render and cls.filter_query is Resource.filter_query
 
     def create_handler(self, call):
         created = self.create_record(call, self._body_object(call))

@@ -220,3 +220,48 @@ def test_a_value_no_index_can_hold_is_left_to_the_scan(stores):
         call = call_of(query)
         assert outcome(listed, resource, call) == outcome(scanned, resource, call)
     assert any(i["color"] == ["red"] for i in listed(resource, call_of(""))[0])
+
+
+def test_a_list_asked_again_is_answered_again_until_its_kind_changes(stores):
+    """The cache of lists (appliance/api/listing.py `ListCache`): keyed by the query, the
+    caller's visible projects and the kind's version. Another process's write is seen at
+    once; another tenant's answer is never served; a caller mutating its answer changes
+    no later one."""
+    ours, theirs = stores
+    resource = resource_over(ours)
+    query = "color=red&sort_key=size&page_limit=5"
+    first = listed(resource, call_of(query))
+    assert first == listed(resource, call_of(query)) == scanned(resource, call_of(query))
+    assert (resource, tuple(call_of(query).query.allitems()), None, None) in \
+        resource_cache_keys()
+    first[0][0]["name"] = "changed by its caller"
+    assert listed(resource, call_of(query)) == scanned(resource, call_of(query))
+    scoped = listed(resource, call_of(query, PROJECTS[0]))
+    assert scoped == scanned(resource, call_of(query, PROJECTS[0])) != first
+    target = ours.collection("test_widgets").by_key(
+        ("name", "project_id"),
+        (scoped[0][0]["name"], PROJECTS[0]))
+    theirs.collection("test_widgets").update(target["uuid"], {"color": "blue"})
+    after = listed(resource, call_of(query, PROJECTS[0]))
+    assert after == scanned(resource, call_of(query, PROJECTS[0])) != scoped
+    assert target["uuid"] not in {i["uuid"] for i in after[0]}
+
+
+class DressedWidgets(Widgets):
+    def render(self, record, only=None):
+        return {**super().render(record, only), "dressed": True}
+
+
+def test_a_resource_whose_render_is_its_own_is_not_cached(stores):
+    """A capability's render may read other kinds (an LB's addresses, a variable's
+    value): the kind's version cannot tell when its answer changes."""
+    ours, _ = stores
+    resource = resource_over(ours, DressedWidgets)
+    items, _ = listed(resource, call_of("color=red"))
+    assert items and all(i["dressed"] for i in items)
+    assert not any(key[0] is resource for key in resource_cache_keys())
+
+
+def resource_cache_keys():
+    from appliance.api.listing import LISTED
+    return set(LISTED._entries)

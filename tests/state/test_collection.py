@@ -275,3 +275,24 @@ def test_by_key_finds_a_record_by_its_unique_key_and_follows_other_writers(tmp_p
         things.by_key(("name",), ("a",))        # not a unique key: no answer to trust
     writer.close()
     reader.close()
+
+
+def test_version_moves_with_every_change_another_process_makes_too(tmp_path):
+    """What the API's cache of lists keys on: equal versions, equal records."""
+    writer, reader = Store(tmp_path), Store(tmp_path)
+    written = writer.collection("things")
+    things = reader.collection("things")
+    rec = written.insert({"n": 0})
+    seen = [things.version()]
+    assert things.version() == seen[-1]         # no change, no move
+    for change in (lambda: written.update(rec["uuid"], {"n": 1}),
+                   lambda: written.insert({"n": 2}),
+                   lambda: written.delete(rec["uuid"]),
+                   lambda: things.insert({"n": 3})):
+        change()
+        seen.append(things.version())
+        assert seen[-1] != seen[-2]
+    assert len(set(seen)) == len(seen)
+    assert [r["n"] for r in things.records()] == [2, 3]
+    writer.close()
+    reader.close()
