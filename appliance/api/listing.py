@@ -3,7 +3,8 @@
 A list starts from the smallest set the store's per-field indexes give for its equality
 filters and the caller's visibility (`source`), then applies every other filter to that
 set only: the answer is the one a scan of every record gives, in the same default order
-(docs/api.md, "Lists").
+(docs/api.md, "How a list is served"). A list asked again while its kind has not
+changed comes from `LISTED`, keyed by the kind's version.
 """
 
 import itertools
