@@ -10,7 +10,7 @@ changed comes from `LISTED`, keyed by the kind's version.
 import itertools
 import threading
 
-from state.collection import order_key
+from state.collection import Collection, order_key
 
 from .errors import BadRequest, Forbidden
 from .fields import FilterError, List, UUID_RE
@@ -81,6 +81,11 @@ def source(resource, collection, filters, visible, parent=None):
     every record. The records are the store's own: read-only. What they must still pass
     beside the filters left (the visibility rule, `filter_query`) is the caller's to
     apply, as on a scan."""
+    if not isinstance(collection, Collection):
+        # a view computed per request (the Element Manager's parts, the agents' targets):
+        # no index to ask, so the scan, as ever
+        return (collection.by(*parent) if parent is not None else collection.records(),
+                filters)
     candidates = []         # (size, groups, the filter it stands for or None)
     if parent is not None:
         group = collection.by(*parent)

@@ -11,6 +11,8 @@ every kind's writes (a project's quotas) is installed on the Api as a write chec
 import contextlib
 import uuid as uuidlib
 
+from state.collection import Collection
+
 from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
 
 from . import audit, links
@@ -366,7 +368,7 @@ class Resource:
         collection = self.collection()
         set_header = _header_setter()
         cache_key = version = None
-        if self._lists_cacheable():
+        if self._lists_cacheable(collection):
             # read before the records: a change landing in between is a miss next time
             version = collection.version()
             cache_key = (self, tuple(call.query.allitems()),
@@ -395,12 +397,14 @@ class Resource:
         # the cached items stay as rendered, whatever a caller does with its own
         return [dict(item) for item in items]
 
-    def _lists_cacheable(self):
+    def _lists_cacheable(self, collection):
         """Whether a list shows nothing but its kind's records: the base render and
         filter_query (a subclass's may read other kinds: an LB's addresses, a
-        variable's value), so the kind's version says when the answer changes."""
+        variable's value) over a stored kind (not a view computed per request from
+        others), so the kind's version says when the answer changes."""
         cls = type(self)
-        return cls.render is Resource.render and cls.filter_query is Resource.filter_query
+        return (cls.render is Resource.render and cls.filter_query is Resource.filter_query
+                and isinstance(collection, Collection))
 
     def create_handler(self, call):
         created = self.create_record(call, self._body_object(call))

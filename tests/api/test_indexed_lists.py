@@ -265,3 +265,24 @@ def test_a_resource_whose_render_is_its_own_is_not_cached(stores):
 def resource_cache_keys():
     from appliance.api.listing import LISTED
     return set(LISTED._entries)
+
+
+class ViewedWidgets(Widgets):
+    """A resource over a view computed per request (as the Element Manager's parts are):
+    records, get and by, no index, no version."""
+
+    def collection(self):
+        from appliance.em.parts import View
+        return View(self.api.store.collection("test_widgets").records())
+
+
+def test_a_view_computed_per_request_is_scanned_and_not_cached(stores):
+    ours, _ = stores
+    resource = resource_over(ours, ViewedWidgets)
+    plain = resource_over(ours)
+    for query in ("color=red&enabled=true", f"name=w7&project_id={PROJECTS[0]}",
+                  f"owner={OWNERS[0]}&page_limit=4", ""):
+        for project_id in (None, PROJECTS[0]):
+            call = call_of(query, project_id)
+            assert outcome(listed, resource, call) == outcome(scanned, plain, call), query
+    assert not any(key[0] is resource for key in resource_cache_keys())
