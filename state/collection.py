@@ -302,6 +302,24 @@ class Collection:
             group = groups.get(value)
             return [] if group is None else group.records()
 
+    def by_key(self, fields, values):
+        """The record whose unique key `fields` (one of `unique`) holds `values`, or None,
+        through the index the writes keep. Read-only: do not mutate what it returns."""
+        fields = tuple(fields)
+        if fields not in self.unique:
+            raise ValueError(f"{self.kind}: {fields} is not a unique key")
+        self._fresh()
+        with self._mutex:
+            uuid = self._unique_index(fields).get(tuple(values))
+            return None if uuid is None else self._table.get(uuid)
+
+    def version(self):
+        """What moves with every change of the kind: the lock's generation and the
+        journal's inode and size, as last applied. Equal versions, equal records (a cache
+        of something derived from the records keys on it)."""
+        self._fresh()
+        return self._probed
+
     def count(self):
         self._fresh()
         return len(self._table)

@@ -11,13 +11,16 @@ every kind's writes (a project's quotas) is installed on the Api as a write chec
 import contextlib
 import uuid as uuidlib
 
+from state.collection import Collection
+
 from appliance.kinds import ADMIN_PROJECT, IAM_PROJECTS
 
 from . import audit, links
 from .conflicts import retry_conflicts
 from .errors import BadRequest, Forbidden, NotFound
-from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, UUID
-from .listing import check_project_filter, matches, parse_filters, sort_and_page
+from .fields import UUID_PATTERN, UUID_RE, DateTime, Field, FieldType, UUID
+from .listing import (LISTED, check_project_filter, matches, parse_filters, sort_and_page,
+                      source)
 from .routing import Reply
 from .validation import Validator
 
@@ -77,6 +80,7 @@ class Resource:
         self.api = None
         self._by_name = {f.name: f for f in BOOKKEEPING_FIELDS + self.fields}
         self._field_validators = {}
+        self._render_plan = None
         self.create_validator = Validator(self.create_schema())
         self.update_validator = Validator(self.update_schema())
 
@@ -240,14 +244,23 @@ class Resource:
 
     def render(self, record, only=None):
         out = {}
-        for f in self.visible_fields():
-            if only is not None and f.name not in only:
+        get = record.get
+        for name, shown, omit_unset in self._render_plan or self._plan_render():
+            if only is not None and name not in only:
                 continue
-            value = record.get(f.name)
-            if value is None and f.omit_unset:
+            value = get(name)
+            if value is None and omit_unset:
                 continue
-            out[f.name] = f.type.render(value)
+            out[name] = value if shown is None else shown(value)
         return out
+
+    def _plan_render(self):
+        """What render does per visible field, worked out once instead of per record:
+        (name, the type's render or None where it is the identity, omit_unset)."""
+        self._render_plan = tuple(
+            (f.name, None if type(f.type).render is FieldType.render else f.type.render,
+             f.omit_unset) for f in self.visible_fields())
+        return self._render_plan
 
     def projection(self, call):
         wanted = call.query.getall("fields")
@@ -352,14 +365,46 @@ class Resource:
         check_project_filter(self, call, visible)
         filters = parse_filters(self, call.query)
         only = self.projection(call)
-        source = self.collection().by(self.parent[0], parent_uuid) if self.parent \
-            else self.collection().records()
-        records = [r for r in source
-                   if (visible is None or r.get("project_id") in visible)
-                   and matches(r, filters)]
+        collection = self.collection()
+        set_header = _header_setter()
+        cache_key = version = None
+        if self._lists_cacheable(collection):
+            # read before the records: a change landing in between is a miss next time
+            version = collection.version()
+            cache_key = (self, tuple(call.query.allitems()),
+                         None if visible is None else frozenset(visible), parent_uuid)
+            hit = LISTED.get(cache_key, version)
+            if hit is not None:
+                for name, value in hit[0]:
+                    set_header(name, value)
+                return [dict(item) for item in hit[1]]
+        records, filters = source(self, collection, filters, visible,
+                                  (self.parent[0], parent_uuid) if self.parent else None)
+        if visible is not None or filters:
+            records = [r for r in records
+                       if (visible is None or r.get("project_id") in visible)
+                       and matches(r, filters)]
         records = self.filter_query(call, records)
-        page = sort_and_page(self, records, call.query, _header_setter())
-        return [self.render(r, only) for r in page]
+        headers = []
+        page = sort_and_page(self, records, call.query,
+                             lambda name, value: headers.append((name, value)))
+        for name, value in headers:
+            set_header(name, value)
+        items = [self.render(r, only) for r in page]
+        if cache_key is None:
+            return items
+        LISTED.put(cache_key, version, headers, items)
+        # the cached items stay as rendered, whatever a caller does with its own
+        return [dict(item) for item in items]
+
+    def _lists_cacheable(self, collection):
+        """Whether a list shows nothing but its kind's records: the base render and
+        filter_query (a subclass's may read other kinds: an LB's addresses, a
+        variable's value) over a stored kind (not a view computed per request from
+        others), so the kind's version says when the answer changes."""
+        cls = type(self)
+        return (cls.render is Resource.render and cls.filter_query is Resource.filter_query
+                and isinstance(collection, Collection))
 
     def create_handler(self, call):
         created = self.create_record(call, self._body_object(call))

@@ -18,6 +18,14 @@ alternating slices (bare, app, bare, app, ...), so that bursts of other load on 
 hit both alike; each pair gives one ratio app/bare. Printed: min / median / max of those
 ratios at -c16 and at -c32, the p99 latency of both sides at -c32, and server CPU per
 request. Goals (issue 11): ratio >= 0.6 at -c16; app p99 at -c32 <= 2x bare's.
+
+Then the filtered list (issue 32), with the same pairing: 1,000 projects in 10
+organizations (written through the store by this process, as the API writes them), and
+GET /v1/iam/projects?organization=<one of them> (100 projects) against a bare route
+answering the same body. Goal: ratio >= 0.6 at -c16. Last, 99,000 more projects in 990 more
+organizations (100,000 in all) and BENCH_API_LARGE_ROUNDS (200) sequential requests of
+that list on one keep-alive connection, no write between (warm): p50 / p99 / max. Goal:
+p99 < 20 ms. BENCH_API_LIST=0 skips both.
 """
 
 import json
@@ -25,15 +33,21 @@ import os
 import sys
 import urllib.parse
 
-from . import (PAIR_HEADERS, Child, api_service, http_get, login, median, note, pair_ratios,
-               pair_rows, pairs, remove, settings_for, spread, table, temp_dir, title,
-               tool_name)
+from . import (PAIR_HEADERS, Child, api_service, http_get, login, median, note, now,
+               pair_ratios, pair_rows, pairs, remove, settings_for, spread, table, temp_dir,
+               title, tool_name)
 
 GOAL = 0.6
 P99_GOAL = 2.0
 PAIRS = int(os.environ.get("BENCH_API_PAIRS", "9"))
 SECONDS = int(os.environ.get("BENCH_API_SECONDS", "5"))
 CONNECTIONS = (16, 32)
+LIST = os.environ.get("BENCH_API_LIST", "1") != "0"
+LIST_PATH = "/v1/iam/projects"
+LIST_ORGS, PER_ORG = 10, 100
+LARGE_ORGS = 1000                   # 100,000 projects
+LARGE_ROUNDS = int(os.environ.get("BENCH_API_LARGE_ROUNDS", "200"))
+LARGE_P99_GOAL_MS = 20.0
 ACCESS = " appliance.access: "      # the access log's logger, in each of its lines
 
 
@@ -43,6 +57,17 @@ def bare_app(body):
 
     @app.route("/v1/iam/users/<uuid>", "GET")
     def get_user(uuid):
+        bottle.response.content_type = "application/json"
+        return json.dumps(body, separators=(",", ":")).encode()
+    return app
+
+
+def bare_list_app(body):
+    import bottle
+    app = bottle.Bottle()
+
+    @app.route(LIST_PATH, "GET")
+    def list_projects():
         bottle.response.content_type = "application/json"
         return json.dumps(body, separators=(",", ":")).encode()
     return app
@@ -59,6 +84,113 @@ def serve_bare(body_file, settings_file):
         settings = json.load(f)
     server = waitress.create_server(bare_app(body), **waitress_settings(settings))
     serve_until_stdin_closes(server, {"port": server.effective_port})
+
+
+def serve_bare_list(body_file, settings_file):
+    """Child side: the list's bare route, on the same Waitress adjustments."""
+    import waitress
+    from appliance.server import waitress_settings
+    from . import serve_until_stdin_closes
+    with open(body_file) as f:
+        body = json.load(f)
+    with open(settings_file) as f:
+        settings = json.load(f)
+    server = waitress.create_server(bare_list_app(body), **waitress_settings(settings))
+    serve_until_stdin_closes(server, {"port": server.effective_port})
+
+
+def add_projects(state_dir, first_org, orgs):
+    """`orgs` organizations of PER_ORG projects each, shaped as the API creates them,
+    written through the store (many thousand POSTs would time the writes instead); the
+    API process reads them from the journal. Returns the organizations' uuids."""
+    from state import Store
+    store = Store(state_dir)
+    try:
+        made = store.collection("iam_organizations", unique=[("name",)]).insert_many(
+            [{"name": f"bench-org-{i}", "description": None, "tags": []}
+             for i in range(first_org, first_org + orgs)])
+        projects = store.collection("iam_projects", unique=[("name", "organization")])
+        batch = []
+        for org in made:
+            batch += [{"name": f"project-{j}", "description": f"bench project {j}",
+                       "organization": org["uuid"], "status": "ACTIVE",
+                       "tags": ["bench"]} for j in range(PER_ORG)]
+            if len(batch) >= 10000:
+                projects.insert_many(batch)
+                batch = []
+        if batch:
+            projects.insert_many(batch)
+        return [org["uuid"] for org in made]
+    finally:
+        store.close()
+
+
+def measure_list(settings, state_dir, work_dir, auth, app):
+    """The filtered list against its bare route (pairs), then the same list over 100,000
+    projects (sequential). Returns what report_list prints."""
+    import http.client
+    port = settings["api_port"]
+    orgs = add_projects(state_dir, 0, LIST_ORGS)
+    path = f"{LIST_PATH}?organization={orgs[LIST_ORGS // 2]}"
+    status, app_body = http_get(port, path, auth)
+    assert status == 200 and len(json.loads(app_body)) == PER_ORG, (status, app_body[:200])
+    body_file = f"{work_dir}/list-body.json"
+    with open(body_file, "wb") as f:
+        f.write(app_body)
+    settings_file = f"{work_dir}/settings.json"
+    bare = Child("tests.bench.bench_api", "bare_list", body_file, settings_file)
+    try:
+        status, bare_body = http_get(bare.info["port"], path)
+        assert status == 200 and bare_body == app_body, (status, len(bare_body),
+                                                          len(app_body))
+        targets = [("bare", f"http://127.0.0.1:{bare.info['port']}{path}", {}, bare),
+                   ("app", f"http://127.0.0.1:{port}{path}", auth, app)]
+        results = {c: pairs(targets, PAIRS, SECONDS, c) for c in CONNECTIONS}
+    finally:
+        bare.stop()
+
+    total = LIST_ORGS * PER_ORG + (LARGE_ORGS - LIST_ORGS) * PER_ORG
+    add_projects(state_dir, LIST_ORGS, LARGE_ORGS - LIST_ORGS)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    times = []
+    try:
+        for i in range(LARGE_ROUNDS + 1):
+            t0 = now()
+            conn.request("GET", path, headers=auth)
+            resp = conn.getresponse()
+            raw = resp.read()
+            if i:                       # the first reads the 99,000 new projects
+                times.append(now() - t0)
+            assert resp.status == 200 and raw == app_body, (resp.status, len(raw))
+    finally:
+        conn.close()
+    return {"path": path, "bytes": len(app_body), "results": results, "large": total,
+            "times": sorted(times)}
+
+
+def report_list(measured):
+    note("")
+    note(f"filtered list: GET {measured['path']}  ({PER_ORG} of "
+         f"{LIST_ORGS * PER_ORG:,} projects, {measured['bytes']:,} byte body, identical "
+         f"on both); the same pairing")
+    results = measured["results"]
+    table(["conns", "server"] + PAIR_HEADERS, [row for c in CONNECTIONS for row in pair_rows(
+        results[c], [("bare", "bare"), ("app", "app")], first=[f"-c{c}"])])
+    for c in CONNECTIONS:
+        note(f"list ratio app/bare at -c{c}, per pair: "
+             f"{spread(pair_ratios(results[c], 'app', 'bare'))} (min / median / max)")
+    p99_app = median([r["p99_ms"] for r in results[32]["app"]])
+    p99_bare = median([r["p99_ms"] for r in results[32]["bare"]])
+    c16 = median(pair_ratios(results[16], "app", "bare"))
+    note(f"list p99 at -c32 (median of slices): app {p99_app:.1f} ms, bare {p99_bare:.1f} "
+         f"ms, {p99_app / p99_bare:.2f}x; goal ratio >= {GOAL} at -c16 (median): "
+         f"{'met' if c16 >= GOAL else 'NOT met'}")
+    times = measured["times"]
+    p99 = times[int(0.99 * (len(times) - 1))] * 1000
+    note(f"the same list over {measured['large']:,} projects, {len(times)} sequential "
+         f"requests (one connection, warm): p50 {median(times) * 1000:.2f} / p99 "
+         f"{p99:.2f} / max {times[-1] * 1000:.2f} ms; goal p99 < {LARGE_P99_GOAL_MS:.0f} "
+         f"ms: {'met' if p99 < LARGE_P99_GOAL_MS else 'NOT met'}")
 
 
 def main():
@@ -100,6 +232,7 @@ def main():
                    ("app", f"http://127.0.0.1:{port}{path}", auth, app)]
         results = {c: pairs(targets, PAIRS, SECONDS, c) for c in CONNECTIONS}
         served = sum(r["requests"] for c in CONNECTIONS for r in results[c]["app"])
+        listed = measure_list(settings, state_dir, work_dir, auth, app) if LIST else None
     finally:
         for child in (bare, app):
             if child is not None:
@@ -125,10 +258,12 @@ def main():
          f"{'met' if median(c16) >= GOAL else 'NOT met'}; goal p99 at -c32 <= "
          f"{P99_GOAL:.0f}x bare: {'met' if p99_app <= P99_GOAL * p99_bare else 'NOT met'}")
     note(f"access log: {logged} lines for >= {served} requests measured (warm-ups add more)")
+    if listed is not None:
+        report_list(listed)
 
 
 if __name__ == "__main__":
     if len(sys.argv) >= 3 and sys.argv[1] == "--serve":
-        {"bare": serve_bare}[sys.argv[2]](*sys.argv[3:])
+        {"bare": serve_bare, "bare_list": serve_bare_list}[sys.argv[2]](*sys.argv[3:])
     else:
         main()

@@ -253,3 +253,46 @@ def test_opening_a_kind_removes_the_temp_files_of_a_writer_that_died(tmp_path):
     assert not (tmp_path / ".things.json.1234.tmp").exists()
     assert not (tmp_path / ".things.journal.1234.tmp").exists()
     assert (tmp_path / ".other.json.1.tmp").exists()
+
+
+def test_by_key_finds_a_record_by_its_unique_key_and_follows_other_writers(tmp_path):
+    """The lists' lookup of a whole unique key (appliance/api/listing.py): the unique
+    index the writes keep, in a process that never wrote too (another Store over the same
+    directory stands for another process)."""
+    writer, reader = Store(tmp_path), Store(tmp_path)
+    written = writer.collection("things", unique=[("name", "group")])
+    a = written.insert({"name": "a", "group": "g1"})
+    written.insert({"name": "a", "group": "g2"})
+    things = reader.collection("things", unique=[("name", "group")])
+    assert things.by_key(("name", "group"), ("a", "g1"))["uuid"] == a["uuid"]
+    assert things.by_key(("name", "group"), ("a", "g3")) is None
+    written.update(a["uuid"], {"name": "b"})
+    assert things.by_key(("name", "group"), ("a", "g1")) is None
+    assert things.by_key(("name", "group"), ("b", "g1"))["uuid"] == a["uuid"]
+    written.delete(a["uuid"])
+    assert things.by_key(("name", "group"), ("b", "g1")) is None
+    with pytest.raises(ValueError):
+        things.by_key(("name",), ("a",))        # not a unique key: no answer to trust
+    writer.close()
+    reader.close()
+
+
+def test_version_moves_with_every_change_another_process_makes_too(tmp_path):
+    """What the API's cache of lists keys on: equal versions, equal records."""
+    writer, reader = Store(tmp_path), Store(tmp_path)
+    written = writer.collection("things")
+    things = reader.collection("things")
+    rec = written.insert({"n": 0})
+    seen = [things.version()]
+    assert things.version() == seen[-1]         # no change, no move
+    for change in (lambda: written.update(rec["uuid"], {"n": 1}),
+                   lambda: written.insert({"n": 2}),
+                   lambda: written.delete(rec["uuid"]),
+                   lambda: things.insert({"n": 3})):
+        change()
+        seen.append(things.version())
+        assert seen[-1] != seen[-2]
+    assert len(set(seen)) == len(seen)
+    assert [r["n"] for r in things.records()] == [2, 3]
+    writer.close()
+    reader.close()
