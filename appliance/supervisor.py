@@ -55,6 +55,10 @@ HEALTH_PROBE_SECONDS = 0.5
 # work keeps failing keeps running; far shorter than the 10 idle minutes of issue 32's goal
 IDLE_STOP_SECONDS = 60.0
 
+# besides daemons.ON_DEMAND: the backup daemon, which without a backup_schedule only idles
+# (with one it stays: daemons/backup.py)
+IDLE_STOPPERS = {"backup"}
+
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 log = logging.getLogger("appliance.supervisor")
@@ -268,7 +272,7 @@ class Supervisor:
         self.env = child_environment(settings, config_file)
         self.children = [Child(name, module) for name, module in child_modules()]
         self.idle_seconds = idle_stop_seconds()
-        self.on_demand = set(ON_DEMAND)     # the children that stop when idle
+        self.on_demand = set(ON_DEMAND) | IDLE_STOPPERS     # the children that stop when idle
         global _generations
         _generations = self.generations = Generations(settings["state_dir"])
         self.stop_requested = False

@@ -24,11 +24,12 @@ Two modes many daemons share, written here once (appliance/backoff.py is the one
 Stopping when idle (docs/on-demand-daemons.md, "Stopping when idle"): a daemon given
 `idle_stop_seconds` (`appliance up` gives it to the on-demand daemons) ends by itself once
 it has nothing to do: every watched kind reconciled at its current generation, no retry
-or timer due within that many seconds, and either no change for that long or no record of
-its on-demand kinds that is work for it. It leaves an idle record (appliance/daemon_state.py)
-naming the generation of each kind whose write must start it again, and when a timer of its
-own is due; whoever started it compares those generations once the process is gone, so a
-write that lands while it stops is never lost.
+or timer due within that many seconds, and either no change for that long (its own
+writes are none) or no record of its on-demand kinds that is work for it. It leaves an
+idle record (appliance/daemon_state.py) naming the generation of each kind whose write
+must start it again, and when a timer of its own is due; whoever started it compares
+those generations once the process is gone, so a write that lands while it stops is
+never lost.
 """
 
 import logging
@@ -88,6 +89,7 @@ class Daemon:
         # successful reconcile, when a watched kind last changed, the idle record once
         # the daemon decided to stop, and has_work() by the generations it was read at
         self._handled = {}
+        self._after = {}         # the generation of each kind right after its reconcile
         self._last_change = time.monotonic()
         self._next_idle_check = 0.0
         self.idle_record = None
@@ -209,8 +211,11 @@ class Daemon:
     # -- requests (any thread) ---------------------------------------------------------
 
     def _changed(self, kind):
-        """A watched kind was written (the change watch's callback)."""
-        self._last_change = time.monotonic()
+        """A watched kind was written (the change watch's callback). The echo of a write
+        made while the daemon reconciled (its own, mostly) does not count as activity for
+        the idle stop; it is reconciled all the same."""
+        if self.store.collection(kind).lock.state()[0] != self._after.get(kind):
+            self._last_change = time.monotonic()
         self.request(kind)
 
     def request(self, kind):
@@ -300,6 +305,7 @@ class Daemon:
             with self._wake:
                 self._backoff.succeeded(kind)
                 self._handled.update(seen)
+                self._after.update(self._generations(seen))
 
     # -- stopping when idle ------------------------------------------------------------
 

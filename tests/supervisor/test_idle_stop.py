@@ -103,10 +103,13 @@ class Renamer(Recorder):
 def test_its_own_writes_are_reconciled_before_it_stops(store, on_demand):
     store.collection("widgets").insert({"n": 1})
     daemon = running(Renamer, store, idle_stop_seconds=0.5)
+    quiet_since = daemon._last_change
     try:
         record = wait_for(lambda: daemon.idle_record, 10, "the idle stop")
     finally:
         daemon.stop()
+    # its own write is no change from outside: the quiet period ran from its start
+    assert daemon._last_change == quiet_since
     # the record names the generation after its own write, which it reconciled again
     assert record["kinds"] == {"widgets": store.collection("widgets").lock.state()[0]}
     assert [r["named"] for r in store.collection("widgets").records()] == [True]
@@ -258,3 +261,20 @@ def test_under_appliance_up_an_idle_delivery_daemon_stops_and_the_next_secret_st
         assert "delivery stopped while idle" in up.full_log()
     finally:
         up.close()
+
+
+def test_the_backup_daemon_stops_when_idle_only_without_a_schedule(tmp_path):
+    """A restarted scheduler counts its next time from its own start (a daily backup at
+    03:00 woken at 03:00 would wait for tomorrow): with a schedule it stays."""
+    from daemons.backup import Backup
+    from appliance.supervisor import IDLE_STOPPERS
+    assert "backup" in IDLE_STOPPERS
+    store = Store(str(tmp_path))
+    try:
+        plain = Backup(settings_for(tmp_path), store=store)
+        assert plain.idle_wake_at() is None
+        scheduled = Backup(dict(settings_for(tmp_path), backup_schedule="daily at 03:00",
+                                backup_dir=str(tmp_path / "backups")), store=store)
+        assert scheduled.idle_wake_at() == STAY
+    finally:
+        store.close()
