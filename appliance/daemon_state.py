@@ -101,6 +101,17 @@ def record_ended(state_dir, name, reason, *, clean=False, restart_at=None):
                              "reason": reason, "clean": clean, "restart_at": restart_at})
 
 
+def record_idle(state_dir, name, idle):
+    """The daemon stopped because it had nothing to do (daemons/base.py, "Stopping when
+    idle"): `idle` names the generation of each kind whose next write starts it again, and
+    the time its own next timer is due; its supervisor reads them once the process is
+    gone. Shown as waiting, like an on-demand daemon not started yet."""
+    old = read_record(state_dir, name) or {}
+    _write(state_dir, name, {"name": name, "boot_id": boot_id(), "pid": os.getpid(),
+                             "started_at": old.get("started_at"), "ended_at": time.time(),
+                             "reason": "stopped while idle", "clean": True, "idle": idle})
+
+
 def read_record(state_dir, name):
     try:
         with open(os.path.join(directory(state_dir), f"{name}.json")) as f:
@@ -126,6 +137,8 @@ def state_of(daemon, record, on_demand, now, this_boot):
             return "restarting", None, f"its process (pid {pid}) ended"
         return "failed", None, f"its process (pid {pid}) is gone and nobody recorded its end"
     ended = record["ended_at"]
+    if record.get("idle") is not None:
+        return "waiting", ended, "stopped while idle; started again at the next write of its work"
     if record.get("clean"):
         return "stopped", ended, record.get("reason")
     restart_at = record.get("restart_at") or ended + SYSTEMD_RESTART_SECONDS

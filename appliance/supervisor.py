@@ -10,6 +10,12 @@ any of them starts (a "zygote"): their code and the libraries' objects stay shar
 copy-on-write pages instead of one private copy per process, which halves the appliance's
 memory (docs/supervisor.md, "Memory"). So the supervisor never starts a thread: forking a
 threaded process can leave the child holding locks no thread will ever release.
+
+The on-demand daemons (daemons.ON_DEMAND) stop by themselves once idle (daemons/base.py)
+and are forked again at the next write to their work's kinds, or when a timer of theirs is
+due; the supervisor compares the generations a daemon handled with the lock files' once it
+has reaped it, so a write that lands while it stops starts it again
+(docs/on-demand-daemons.md, "Stopping when idle").
 """
 
 import argparse
@@ -22,6 +28,7 @@ import logging
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
@@ -29,7 +36,8 @@ import traceback
 
 from appliance import config, daemon_state, devnode, logs, metrics
 from appliance.processes import start_time
-from daemons import DAEMONS, module_of
+from daemons import DAEMONS, ON_DEMAND, module_of
+from state.collection import LOCK_DIR
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -41,6 +49,15 @@ BACKOFF_FIRST_SECONDS = 0.5    # wait before the 2nd quick restart in a row; dou
 BACKOFF_MAX_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
 HEALTH_PROBE_SECONDS = 0.5
+
+# the on-demand daemons stop after this long with nothing to do (APPLIANCE_IDLE_STOP_SECONDS;
+# 0: never): longer than the daemons' longest retry back-off (60 s), so that a daemon whose
+# work keeps failing keeps running; far shorter than the 10 idle minutes of issue 32's goal
+IDLE_STOP_SECONDS = 60.0
+
+# besides daemons.ON_DEMAND: the backup daemon, which without a backup_schedule only idles
+# (with one it stays: daemons/backup.py)
+IDLE_STOPPERS = {"backup"}
 
 PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,9 +123,54 @@ def preload():
     gc.freeze()
 
 
-def run_child(name, module, env, parent_pid):
+def idle_stop_seconds(environ=None):
+    """APPLIANCE_IDLE_STOP_SECONDS, else IDLE_STOP_SECONDS; None when 0 (never stop)."""
+    raw = (os.environ if environ is None else environ).get("APPLIANCE_IDLE_STOP_SECONDS")
+    try:
+        seconds = float(raw) if raw not in (None, "") else IDLE_STOP_SECONDS
+    except ValueError:
+        log.warning("APPLIANCE_IDLE_STOP_SECONDS=%r is not a number: %.0f s", raw,
+                    IDLE_STOP_SECONDS)
+        seconds = IDLE_STOP_SECONDS
+    return seconds if seconds > 0 else None
+
+
+class Generations:
+    """The change generation of kinds, read from their lock files (state/lock.py: the
+    first 8 bytes, bumped by every write) without opening the store: the supervisor runs
+    no application code. Descriptors stay open (read-only: closing one is no write)."""
+
+    def __init__(self, state_dir):
+        self.locks = os.path.join(state_dir, LOCK_DIR)
+        self._fds = {}
+
+    def __call__(self, kind):
+        fd = self._fds.get(kind)
+        if fd is None:
+            try:
+                fd = os.open(os.path.join(self.locks, kind + ".lock"), os.O_RDONLY)
+            except FileNotFoundError:
+                return 0          # never opened: no write yet (KindLock.state says 0 too)
+            self._fds[kind] = fd
+        raw = os.pread(fd, 8, 0)
+        return struct.unpack("<Q", raw)[0] if len(raw) == 8 else 0
+
+    def close(self):
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds = {}
+
+
+_generations = None     # the supervisor's Generations: a forked child closes its copy
+
+
+def run_child(name, module, env, parent_pid, idle_seconds=None):
     """In a freshly forked child: run module.main() as `python -m module` would. Never
-    returns: it ends the process with main()'s exit code."""
+    returns: it ends the process with main()'s exit code. `idle_seconds`: the daemon stops
+    by itself once idle that long (daemons/base.py)."""
     code = 1
     try:
         # SIGTERM this child when the supervisor dies, however it dies.
@@ -117,6 +179,11 @@ def run_child(name, module, env, parent_pid):
         if os.getppid() != parent_pid:
             os._exit(1)
         release_state_lock_in_child()
+        if _generations is not None:
+            _generations.close()
+        if idle_seconds is not None:
+            from daemons.base import Daemon  # noqa: PLC0415 (preloaded: no import here)
+            Daemon.idle_stop_seconds = idle_seconds
         _libc.prctl(PR_SET_NAME, name.encode()[:15], 0, 0, 0)   # what ps and top show
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -186,6 +253,10 @@ class Child:
         self.started_at = None
         self.quick_deaths = 0      # deaths in a row, each before STABLE_SECONDS of uptime
         self.start_after = 0.0     # monotonic time before which it is not restarted
+        # stopped while idle: the daemon's idle record (daemons/base.py), {"kinds":
+        # {kind: generation}, "wake_at": Unix time or None}; forked again at a write to
+        # one of those kinds or at wake_at
+        self.idle = None
 
     def restart_delay(self):
         """The first quick death restarts at once; later ones wait longer and longer."""
@@ -200,6 +271,10 @@ class Supervisor:
         self.out = out
         self.env = child_environment(settings, config_file)
         self.children = [Child(name, module) for name, module in child_modules()]
+        self.idle_seconds = idle_stop_seconds()
+        self.on_demand = set(ON_DEMAND) | IDLE_STOPPERS     # the children that stop when idle
+        global _generations
+        _generations = self.generations = Generations(settings["state_dir"])
         self.stop_requested = False
         self.api_announced = False
         self._next_probe = 0.0
@@ -218,7 +293,10 @@ class Supervisor:
             self.reap()
             now = time.monotonic()
             for child in self.children:
-                if child.pid is None and now >= child.start_after and not self.stop_requested:
+                if child.idle is not None and self.woken(child):
+                    child.idle = None
+                if child.pid is None and child.idle is None and now >= child.start_after \
+                        and not self.stop_requested:
                     self.spawn(child)
             self.announce_api_when_ready()
             self.record_adopted_when_due()
@@ -245,7 +323,8 @@ class Supervisor:
             log.error("cannot start %s: %s", child.name, e)
             return
         if pid == 0:
-            run_child(child.name, child.module, self.env, parent)
+            run_child(child.name, child.module, self.env, parent,
+                      self.idle_seconds if child.name in self.on_demand else None)
         child.pid = pid
         child.started_at = time.monotonic()
         log.info("started %s (pid %d)", child.name, child.pid)
@@ -268,8 +347,24 @@ class Supervisor:
     def on_child_exit(self, child, status):
         uptime = time.monotonic() - child.started_at
         metrics.process_dead(child.pid)
-        child.pid = None
+        pid, child.pid = child.pid, None
         if self.stop_requested:
+            return
+        idle = self.idle_record(child, pid, status)
+        if idle is not None:
+            child.quick_deaths = 0
+            child.start_after = 0.0
+            moved = self.moved(idle)
+            if moved:
+                # written after its last look: started again at once, nothing lost
+                log.info("%s stopped while idle, but %s moved since: starting it again",
+                         child.name, ", ".join(moved))
+            else:
+                child.idle = idle
+                log.info("%s stopped while idle; started again at the next write to %s%s",
+                         child.name, ", ".join(idle["kinds"]) or "nothing",
+                         "" if idle.get("wake_at") is None else
+                         f" or in {max(idle['wake_at'] - time.time(), 0):.0f} s")
             return
         child.quick_deaths = child.quick_deaths + 1 if uptime < STABLE_SECONDS else 1
         delay = child.restart_delay()
@@ -279,6 +374,39 @@ class Supervisor:
         # what GET /v1/system/daemons reads (appliance/daemon_state.py)
         daemon_state.record_ended(self.settings["state_dir"], child.name,
                                   describe_status(status), restart_at=time.time() + delay)
+
+    # -- stopped while idle --------------------------------------------------------------
+
+    def idle_record(self, child, pid, status):
+        """The idle record `child` left at its clean exit (daemons/base.py), or None when
+        it ended for another reason."""
+        if not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            return None
+        record = daemon_state.read_record(self.settings["state_dir"], child.name)
+        if not record or record.get("pid") != pid or not isinstance(record.get("idle"), dict):
+            return None
+        idle = record["idle"]
+        if not isinstance(idle.get("kinds"), dict):
+            return None
+        return idle
+
+    def moved(self, idle):
+        """The kinds of an idle record whose generation is no longer the one the daemon
+        handled."""
+        return [kind for kind, generation in idle["kinds"].items()
+                if self.generations(kind) != generation]
+
+    def woken(self, child):
+        """Whether a sleeping child must run again: a write to one of its kinds, or its
+        own timer due."""
+        wake_at = child.idle.get("wake_at")
+        if wake_at is not None and time.time() >= wake_at:
+            log.info("%s: its timer is due: starting it", child.name)
+            return True
+        moved = self.moved(child.idle)
+        if moved:
+            log.info("%s: %s written: starting it", child.name, ", ".join(moved))
+        return bool(moved)
 
     # -- readiness -----------------------------------------------------------------------
 

@@ -5,8 +5,9 @@ time of the schedule, one backup into backup_dir, then the oldest removed down t
 backup_keep. Without a schedule it idles. It watches no kind: a backup is taken under the
 store's locks, whatever changes.
 
-`appliance up` runs it as a daemon. The image runs no daemon for it (an idle interpreter
-is ~20 MB): `--once` takes one scheduled backup and exits, which appliance-backup.service
+`appliance up` runs it as a daemon, which stops when idle while there is no schedule
+(docs/on-demand-daemons.md). The image runs no daemon for it (an idle interpreter is
+~20 MB): `--once` takes one scheduled backup and exits, which appliance-backup.service
 runs from the timer that first boot writes from backup_schedule (docs/backup.md).
 """
 
@@ -14,7 +15,7 @@ import sys
 
 from appliance import backup, config, logs
 from appliance.backup_schedule import parse_schedule
-from daemons.base import Daemon, run
+from daemons.base import STAY, Daemon, run
 
 
 class Backup(Daemon):
@@ -30,6 +31,11 @@ class Backup(Daemon):
         self.job = parse_schedule(text)(scheduler).do(self.back_up)
         self.log.info("backups %s into %s, keeping %d", text, self.settings["backup_dir"],
                       self.settings["backup_keep"])
+
+    def idle_wake_at(self):
+        # `appliance up` stops it when idle (docs/on-demand-daemons.md): only without a
+        # schedule, as a restarted scheduler counts its next time from its own start
+        return STAY if self.settings["backup_schedule"] is not None else None
 
     def back_up(self):
         try:

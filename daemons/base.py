@@ -20,6 +20,16 @@ Two modes many daemons share, written here once (appliance/backoff.py is the one
   coalesced, and a pass is skipped when no watched kind moved since the last successful
   one (`world_key`), unless a timer it asked for (its return value) or `pass_due()` says
   it is due.
+
+Stopping when idle (docs/on-demand-daemons.md, "Stopping when idle"): a daemon given
+`idle_stop_seconds` (`appliance up` gives it to the on-demand daemons) ends by itself once
+it has nothing to do: every watched kind reconciled at its current generation, no retry
+or timer due within that many seconds, and either no change for that long (its own
+writes are none) or no record of its on-demand kinds that is work for it. It leaves an
+idle record (appliance/daemon_state.py) naming the generation of each kind whose write
+must start it again, and when a timer of its own is due; whoever started it compares
+those generations once the process is gone, so a write that lands while it stops is
+never lost.
 """
 
 import logging
@@ -38,6 +48,9 @@ from state.feed import set_process_actor
 
 # not a store kind: the one name every change of a whole-pass daemon is coalesced under
 PASS = "pass"
+# idle_wake_at(): the daemon has timed work that no write announces: it must not stop
+STAY = "stay"
+IDLE_CHECK_SECONDS = 1.0       # how often an idle daemon asks whether it may stop
 
 
 class Daemon:
@@ -49,6 +62,8 @@ class Daemon:
     retry_first_seconds = 0.5
     retry_max_seconds = 60.0
     whole_pass = False
+    # stop when idle this long (None: never); `appliance up` sets it for on-demand daemons
+    idle_stop_seconds = None
 
     def __init__(self, settings=None, store=None):
         self.settings = config.load() if settings is None else settings
@@ -70,6 +85,15 @@ class Daemon:
         self._worker = None
         self._signalled = False
         self._metrics = None     # made at start(): its series appear once the daemon runs
+        # stopping when idle: the generation of each kind at the start of its last
+        # successful reconcile, when a watched kind last changed, the idle record once
+        # the daemon decided to stop, and has_work() by the generations it was read at
+        self._handled = {}
+        self._after = {}         # the generation of each kind right after its reconcile
+        self._last_change = time.monotonic()
+        self._next_idle_check = 0.0
+        self.idle_record = None
+        self._work_seen = None
 
     def reconcile(self, kind):
         """Bring the world in line with the records of `kind`. Daemons override this; the
@@ -145,7 +169,7 @@ class Daemon:
             self.name, (PASS,) if self.whole_pass else self.kinds)
         self._watch = ChangeWatch(self.store, self.rescan_seconds)
         for kind in self.kinds:
-            self._watch.subscribe(kind, self.request)
+            self._watch.subscribe(kind, self._changed)
         self._watch.start()
         self._scheduler.every(self.tick_seconds).seconds.do(self.request_all)
         self.schedule_jobs(self._scheduler)
@@ -170,7 +194,7 @@ class Daemon:
             self._watch.stop()
 
     def run_forever(self):
-        """Run until SIGTERM or SIGINT, then stop cleanly."""
+        """Run until SIGTERM or SIGINT, or until idle (idle_record), then stop cleanly."""
         # The handler only sets a flag: taking any lock inside a signal handler could
         # deadlock against the main thread holding it, so the main thread polls instead.
         def on_signal(signum, frame):
@@ -179,12 +203,20 @@ class Daemon:
         signal.signal(signal.SIGINT, on_signal)
         self.start()
         self.log.info("started; watching %s", ", ".join(self.kinds) or "nothing")
-        while not self._signalled:
+        while not self._signalled and self.idle_record is None:
             time.sleep(0.1)
-        self.log.info("stopping")
+        self.log.info("stopping%s", "" if self.idle_record is None else ": idle")
         self.stop()
 
     # -- requests (any thread) ---------------------------------------------------------
+
+    def _changed(self, kind):
+        """A watched kind was written (the change watch's callback). The echo of a write
+        made while the daemon reconciled (its own, mostly) does not count as activity for
+        the idle stop; it is reconciled all the same."""
+        if self.store.collection(kind).lock.state()[0] != self._after.get(kind):
+            self._last_change = time.monotonic()
+        self.request(kind)
 
     def request(self, kind):
         """Ask for a reconcile of `kind`, as soon as its back-off allows: a change brings
@@ -239,6 +271,11 @@ class Daemon:
                     del self._due[kind]
                     self._count_waiting()
                     return kind
+                if self.idle_stop_seconds is not None and now >= self._next_idle_check:
+                    self._next_idle_check = now + IDLE_CHECK_SECONDS
+                    self.idle_record = self._idle_record(now)
+                    if self.idle_record is not None:
+                        return None
                 waits = [due - now for due in self._due.values()]
                 idle = self._scheduler.idle_seconds
                 if idle is not None:
@@ -249,6 +286,9 @@ class Daemon:
     def _reconcile_guarded(self, kind):
         started = time.perf_counter()
         try:
+            # taken before the reconcile reads: what it handled is at least this
+            seen = self._generations(self.kinds if kind == PASS else
+                                     [kind] if kind in self.kinds else [])
             if kind == PASS and self.whole_pass:
                 self._run_pass()
             else:
@@ -264,6 +304,69 @@ class Daemon:
             self._measured(kind, started, ok=True)
             with self._wake:
                 self._backoff.succeeded(kind)
+                self._handled.update(seen)
+                self._after.update(self._generations(seen))
+
+    # -- stopping when idle ------------------------------------------------------------
+
+    def has_work(self):
+        """Whether a record of the daemon's on-demand kinds is work for it (daemons.IS_WORK;
+        by default any record is). A daemon with no on-demand kinds always has work."""
+        from daemons import IS_WORK, ON_DEMAND  # noqa: PLC0415 (reads the descriptors)
+        kinds = ON_DEMAND.get(self.name)
+        if not kinds:
+            return True
+        gens = self._generations(kinds)
+        if self._work_seen is not None and self._work_seen[0] == gens:
+            return self._work_seen[1]
+        is_work = (lambda record: True)
+        if self.name in IS_WORK:
+            from appliance.capability import load  # noqa: PLC0415
+            is_work = load(IS_WORK[self.name])
+        work = any(is_work(record) for kind in kinds
+                   for record in self.store.collection(kind).records())
+        self._work_seen = (gens, work)
+        return work
+
+    def wake_kinds(self, work):
+        """The kinds whose next write must start the daemon again once it stopped: every
+        watched kind while it has work, else only its on-demand kinds (a write to the
+        others changes nothing for it while they hold no work, docs/on-demand-daemons.md)."""
+        from daemons import ON_DEMAND  # noqa: PLC0415
+        return tuple(self.kinds) if work else tuple(ON_DEMAND.get(self.name, self.kinds))
+
+    def idle_wake_at(self):
+        """Timed work of the daemon's own that no write announces: None (none), the Unix
+        time at which it must run again, or STAY (it must keep running). The retries and
+        timers it asked for (request_in) are counted apart."""
+        return None
+
+    def _generations(self, kinds):
+        return {kind: self.store.collection(kind).lock.state()[0] for kind in kinds}
+
+    def _idle_record(self, now):
+        """(wake lock held, nothing ready) The idle record when the daemon may stop now,
+        else None: see the module docstring."""
+        if any(due - now < self.idle_stop_seconds for due in self._due.values()):
+            return None
+        current = self._generations(self.kinds)
+        behind = [kind for kind, gen in current.items() if self._handled.get(kind) != gen]
+        if behind:
+            # written after its last reconcile: its change event may still be on its way
+            for kind in behind:
+                self.request(kind)
+            return None
+        work = self.has_work()
+        if work and now - self._last_change < self.idle_stop_seconds:
+            return None
+        wake_at = self.idle_wake_at()
+        if wake_at == STAY:
+            return None
+        timers = [time.time() + (due - now) for due in self._due.values()]
+        if timers:
+            wake_at = min(timers + ([wake_at] if wake_at is not None else []))
+        return {"kinds": {kind: current[kind] for kind in self.wake_kinds(work)},
+                "wake_at": wake_at, "work": work}
 
     def _measured(self, kind, started, ok):
         if self._metrics is not None:
@@ -291,5 +394,9 @@ def run(daemon_cls):
     # a daemon that stopped because it could not go on (failed) exits 1: restarted
     if daemon.failed:
         return 1
+    if daemon.idle_record is not None:
+        # what its supervisor reads once the process is gone (appliance/supervisor.py)
+        daemon_state.record_idle(settings["state_dir"], daemon_cls.name, daemon.idle_record)
+        return 0
     daemon_state.record_ended(settings["state_dir"], daemon_cls.name, "stopped", clean=True)
     return 0

@@ -47,6 +47,12 @@ class Builder(Daemon):
     def pass_due(self):
         return any(self._clocks(time.monotonic()))
 
+    def idle_wake_at(self):
+        # a repository's next_refresh passing writes nothing: be started again then
+        if self._refresh_at is None:
+            return None
+        return time.time() + max(self._refresh_at - time.monotonic(), 0.0)
+
     def reconcile_pass(self):
         now = time.monotonic()
         periodic, timer = self._clocks(now)

@@ -11,7 +11,7 @@ import sys
 from appliance.kinds import (COMPUTE_NODES, COMPUTE_SETS, NETWORK_NETWORKS, SQLDB_DATABASES,
                              SQLDB_INSTANCES, SQLDB_USERS, SQLDB_VERSIONS, UA_RESOURCES)
 from appliance.sqldb.reconcile import Planner
-from daemons.base import PASS, Daemon, run
+from daemons.base import PASS, STAY, Daemon, run
 
 
 class Sqldb(Daemon):
@@ -34,6 +34,10 @@ class Sqldb(Daemon):
 
     def reconcile_pass(self):
         self.planner.pass_once()
+
+    def idle_wake_at(self):
+        # an instance's primary is watched every second: its loss writes nothing
+        return STAY if self.store.collection(SQLDB_INSTANCES).records() else None
 
 
 def main():

@@ -56,7 +56,10 @@ def up(tmp_path_factory):
     running = Up(tmp_path_factory.mktemp("up"), state_dir=state, extra_env={
         "APPLIANCE_ADMIN_PASSWORD": PASSWORD, "APPLIANCE_SQLDB_PORT": str(sqldb_port),
         # a long poll ends at once on a change anyway; a short one makes the stop quick
-        "APPLIANCE_AGENT_POLL_WAIT": "5"})
+        "APPLIANCE_AGENT_POLL_WAIT": "5"},
+        # as `make run` has it: the on-demand daemons stop when idle and each first use
+        # below starts its daemon again (docs/on-demand-daemons.md)
+        idle_stop="60")
     running.sqldb_port = sqldb_port
     try:
         running.wait_line("appliance API is ready at ")

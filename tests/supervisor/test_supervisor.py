@@ -89,15 +89,18 @@ def child_named(parent, name):
 class Up:
     """`appliance up` in `tmp_path` (its state in `state_dir`, default tmp_path/var), with
     `extra_env` added to a clean environment (no APPLIANCE_* of the caller), its stderr in
-    tmp_path/`log_name`."""
+    tmp_path/`log_name`. The on-demand daemons never stop while idle unless `idle_stop`
+    (APPLIANCE_IDLE_STOP_SECONDS) says after how long: these tests look at every child."""
 
-    def __init__(self, tmp_path, state_dir=None, extra_env=None, log_name="supervisor.log"):
+    def __init__(self, tmp_path, state_dir=None, extra_env=None, log_name="supervisor.log",
+                 idle_stop="0"):
         self.state_dir = state_dir or tmp_path / "var"
         self.api_port = free_port()
         self.dns_port = free_port()
         config_file = tmp_path / "appliance.yaml"
         config_file.write_text("{}\n")   # keeps any /etc/appliance/appliance.yaml out
         env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+        env["APPLIANCE_IDLE_STOP_SECONDS"] = idle_stop
         env.update(extra_env or {})
         self.stderr = open(tmp_path / log_name, "wb")
         self.proc = subprocess.Popen(
