@@ -27,9 +27,10 @@ def test_unreachable_primary_then_retried_by_the_tick(base):
     inst.set_password("late", "late-password-1")
     try:
         result = inst.apply(replica)        # nothing listens on the primary's address yet
-        assert result["status"] == "ERROR"
-        assert result["reason"].startswith("pg_basebackup failed: ")
-        assert PRIMARY in result["reason"] and "refused" in result["reason"]
+        # a primary still being made: the replica waits for it (IN_PROGRESS, not ERROR)
+        assert result["status"] == "IN_PROGRESS"
+        assert result["reason"].startswith(f"waiting for the primary {PRIMARY}:")
+        assert "pg_basebackup failed: " in result["reason"] and "refused" in result["reason"]
         v = result["value"]
         assert v["role"] == "stopped" and v["running"] is False and v["epoch"] == 0
         # no half-made data directory is left to look like a cluster
