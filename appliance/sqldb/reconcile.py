@@ -30,6 +30,9 @@ class Planner:
         self.down_since = {}
         self.lsns_written = {}  # instance uuid -> monotonic time of its last node_status write
         self.failed = []        # the instances whose step raised in the last pass
+        # seconds from the end of the last pass until a primary's silence counts (None:
+        # nothing due); the daemon runs a pass then, not at its next whole second
+        self.next_due = None
         self.metrics = SqldbMetrics(settings["sqldb_failover_seconds"])
 
     def pass_once(self):
@@ -42,6 +45,7 @@ class Planner:
         written, failed = 0, []
         instances = store.collection(INSTANCES)
         seen = set()
+        self.next_due = None
         self.metrics.begin()
         for instance in instances.records():
             seen.add(instance["uuid"])
@@ -77,6 +81,10 @@ class Planner:
                                    rows, now)
         self.metrics.observe(instance, nodes, rows, now)
         decision = failover.decide(instance, nodes, rows, now, limit, down)
+        if decision.action == "none":
+            due = failover.next_check(rows.get(decision.primary), now, limit)
+            if due is not None:
+                self.next_due = due if self.next_due is None else min(self.next_due, due)
         if decision.action in ("first", "failover"):
             done = instances.update_many({instance["uuid"]: (
                 instance["revision"], {"primary": decision.primary,
