@@ -185,6 +185,9 @@ class Driver:
 
     def apply(self, item, applied):
         st = self.states.setdefault(item["uuid"], _State())
+        value = item.get("value") or {}
+        log.info("instance %s: applying its item (%s, epoch %s)", value.get("instance"),
+                 value.get("role"), value.get("epoch"))
         self._converge(item, st)
         result = self._report(item, st)
         st.key, st.reported_at = _key(result), time.monotonic()
@@ -417,6 +420,8 @@ class Driver:
             except Failed:
                 seen = {}
             if seen.get("streaming_from") == spec.primary["host"]:
+                log.info("instance %s: streaming from %s", spec.instance,
+                         spec.primary["host"])
                 return True
             if pg.stuck(c):
                 return False
@@ -525,6 +530,7 @@ class Driver:
         pg.wait_gone(c)
         if not self.systemd:
             pg.start(c)
+            log.info("instance %s: PostgreSQL started", spec.instance)
             return
         self._write_unit(spec, c)
         offset = pg.log_size(c)
@@ -532,6 +538,7 @@ class Driver:
         if code != 0:
             raise Failed(f"{self._unit(spec)} did not start: "
                          f"{pg.log_complaint(c, offset) or out[-400:]}")
+        log.info("instance %s: PostgreSQL started (%s)", spec.instance, self._unit(spec))
 
     def _stop(self, spec, c):
         if self.systemd:

@@ -9,6 +9,10 @@ PostgreSQL on its own loopback address.
 
 - create: POST -> the instance ACTIVE (read every 50 ms), ROUNDS times for 1 node and for
   3 nodes with one synchronous replica, each deleted after (the delete is timed too).
+- timeline: one more create of each size, step by step: the instance's record and each
+  node's report as the API stores them (read every 10 ms) and the agents' log lines of
+  the driver (the apply's start, initdb, base backup, PostgreSQL started, streaming), in
+  seconds from the POST. Where the time goes; printed, not summed.
 - failover: a writer commits one row per transaction through the endpoint's address,
   reconnecting through the endpoint when a connection fails, and keeps the ids PostgreSQL
   acknowledged. The primary's node is lost (agent and PostgreSQL SIGKILLed). Printed: to
@@ -24,7 +28,9 @@ PostgreSQL on its own loopback address.
   lookup per transaction: what the endpoint costs at most).
 """
 
+import datetime
 import os
+import re
 import subprocess
 import threading
 import time
@@ -57,6 +63,84 @@ def create_rounds(world, nodes, sync, rounds):
         world.delete_instance(made)
         to_gone.append(time.perf_counter() - t0)
     return to_active, to_gone
+
+
+class Timeline(threading.Thread):
+    """The steps of one create as the store shows them: the instance's primary and status,
+    each member's reported status, role, running and streaming_from, with the time each
+    changed (read every 10 ms)."""
+
+    def __init__(self, world, uuid, t0):
+        super().__init__(daemon=True)
+        self.world, self.uuid, self.t0 = world, uuid, t0
+        self.names = {n.uuid: f"n{i}" for i, n in enumerate(world.nodes)}
+        self.events, self.stopping = [], threading.Event()
+
+    def run(self):
+        last = {}
+        instances = self.world.api.store.collection("sqldb_instances")
+        while not self.stopping.is_set():
+            got = instances.get(self.uuid) or {}
+            key = (self.names.get(got.get("primary")), got.get("status"))
+            if last.get("instance") != key:
+                last["instance"] = key
+                reason = (got.get("status_reason") or "")[:60]
+                self.add(f"daemon: instance primary={key[0]} {key[1]} {reason}")
+            for node in self.world.nodes:
+                row = self.world.report(node, self.uuid)
+                if row is None:
+                    continue
+                v = row.get("value") or {}
+                key = (row.get("status"), v.get("role"), v.get("running"),
+                       v.get("streaming_from"))
+                if last.get(node.uuid) != key:
+                    last[node.uuid] = key
+                    self.add(f"API: {self.names[node.uuid]} reported {key[0]} role={key[1]} "
+                             f"running={key[2]} streaming_from={key[3]}")
+            time.sleep(0.01)
+
+    def add(self, what):
+        self.events.append((time.time() - self.t0, what))
+
+
+DRIVER_LINE = re.compile(r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) agent\[\d+\] \w+ "
+                         r"appliance\.(sqldb\.node|agent): (.*)")
+
+
+def driver_lines(world, t0, t1):
+    """The agents' log lines of the driver and of the runner's applies between t0 and t1
+    (wall clock), as (seconds from t0, text)."""
+    out = []
+    for i, node in enumerate(world.nodes):
+        with open(node.agent.log_path, errors="replace") as f:
+            for line in f:
+                m = DRIVER_LINE.match(line)
+                if not m:
+                    continue
+                at = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f")\
+                    .timestamp()
+                if t0 - 0.01 <= at <= t1:
+                    text = re.sub(r"[0-9a-f]{8}-[0-9a-f-]{27}", "<uuid>", m.group(3))
+                    out.append((at - t0, f"agent n{i}: {text[:90]}"))
+    return out
+
+
+def timeline(world, nodes, sync, name):
+    """One create, step by step: [(seconds from the POST, what)]."""
+    t0 = time.time()
+    made = world.create_instance(name, nodes, sync)
+    watch = Timeline(world, made["uuid"], t0)
+    watch.start()
+    world.wait_status(f"/v1/sqldb/instances/{made['uuid']}", "ACTIVE", "ACTIVE",
+                      interval=0.01)
+    t1 = time.time()
+    time.sleep(0.05)
+    watch.stopping.set()
+    watch.join()
+    world.delete_instance(made)
+    steps = sorted([e for e in watch.events if e[0] <= t1 - t0 + 0.01]
+                   + driver_lines(world, t0, t1))
+    return [[f"{t:.3f}", what] for t, what in steps] + [[f"{t1 - t0:.3f}", "bench: ACTIVE read"]]
 
 
 class Writer(threading.Thread):
@@ -189,6 +273,10 @@ def main():
              f"each (s, min / median / max)")
         table(["nodes", "sync replicas", "create -> ACTIVE", "delete -> gone"],
               [[1, 0, fmt(one[0]), fmt(one[1])], [3, 1, fmt(three[0]), fmt(three[1])]])
+        for count, sync in ((1, 0), (3, 1)):
+            note(f"\n(a') one more create of {count} node(s), step by step (s from the POST)")
+            table(["s", "step"], timeline(world, world.nodes[:count], sync,
+                                          f"bench-steps-{count}"))
 
         instance = world.create_instance("bench-failover", world.nodes, 1)
         instance = world.wait_status(f"/v1/sqldb/instances/{instance['uuid']}", "ACTIVE",
