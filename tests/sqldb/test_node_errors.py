@@ -49,6 +49,25 @@ def test_unreachable_primary_then_retried_by_the_tick(base):
             n.remove(inst.item(n))
 
 
+def test_a_primary_that_never_comes_is_an_error_after_the_wait(base, monkeypatch):
+    """The wait for a primary being made is bounded: past PRIMARY_WAIT_SECONDS the replica
+    is ERROR (and retried with the back-off, not at every tick)."""
+    monkeypatch.setattr(sqldb_node, "PRIMARY_WAIT_SECONDS", 0.0)
+    replica, primary = Node(base, REPLICA), Node(base, PRIMARY)
+    inst = Instance([primary, replica], free_port(REPLICA, PRIMARY), sync=1)
+    try:
+        assert inst.apply(replica)["status"] == "IN_PROGRESS"
+        got = replica.tick()[inst.item(replica)["uuid"]]
+        assert got["status"] == "ERROR"
+        assert got["reason"].startswith(f"waiting for the primary {PRIMARY}:")
+        assert got["reason"].endswith("(for more than 0 s)")
+        assert replica.driver.retry.failing(inst.item(replica)["uuid"])
+        c = replica.cluster(inst.uuid, inst.port)
+        assert not os.path.exists(c.data) and not os.path.exists(c.data + ".new")
+    finally:
+        replica.remove(inst.item(replica))
+
+
 def test_remove_stops_and_deletes(base):
     node = Node(base, "127.0.0.28")
     inst = Instance([node], free_port("127.0.0.28"))
