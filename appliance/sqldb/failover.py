@@ -62,7 +62,7 @@ def decide(instance, nodes, rows, now, limit, down_since=None):
     uuids = {n["uuid"] for n in nodes}
     lost = lost_reason(primary, uuids, rows.get(primary), now, limit,
                        down_since.get(primary), replicas_lost(instance, nodes, rows, now,
-                                                              limit))
+                                                              limit), epoch)
     if lost is None:
         return Decision("none", primary, epoch, None)
     replicas = [n for n in nodes if n["uuid"] != primary]
@@ -119,10 +119,18 @@ def replicas_lost(instance, nodes, rows, now, limit):
     return m > 0 and len(fresh) >= need and host not in fresh
 
 
-def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False):
+def serving(row, epoch):
+    """True when the row says its node runs as the primary of `epoch`: a replica just
+    chosen, busy promoting, has never served the replicas whose word would count."""
+    value = (row or {}).get("value") or {}
+    return value.get("role") == "primary" and value.get("epoch") == epoch
+
+
+def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False,
+                epoch=0):
     """Why the primary counts as lost, or None while it does not. `replicas_gone`: its
     replicas say they lost it (`replicas_lost`), which shortens the silence that counts
-    to `corroborated_limit`."""
+    to `corroborated_limit` once the primary has reported serving `epoch`."""
     if primary not in uuids:
         return f"primary node {primary} is gone"
     if row is None:
@@ -132,7 +140,7 @@ def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False
     if age(row, now) > limit:
         return f"primary node {primary}: no report for more than {limit:g} s"
     fast = corroborated_limit(limit)
-    if replicas_gone and age(row, now) > fast:
+    if replicas_gone and age(row, now) > fast and serving(row, epoch):
         return f"primary node {primary}: no report for more than {fast:g} s and no " \
                f"replica streams from it"
     value = row.get("value") or {}

@@ -297,6 +297,21 @@ def test_a_silent_primary_its_replicas_still_stream_from_keeps_the_whole_limit(w
                                f"{LONG:g} s;")
 
 
+def test_a_primary_not_yet_serving_its_epoch_keeps_the_whole_limit(world):
+    """A replica just promoted (its last row says replica of the epoch before) may be
+    silent while it promotes; the other replicas do not stream from it yet either."""
+    nodes, instance = three(world)
+    world.set_primary(instance, nodes[0], epoch=1)
+    row = world.report(nodes[0], instance, role="replica", epoch=0)
+    for replica in nodes[1:]:
+        world.report(replica, instance, lsn_int=5, epoch=1)
+    fast = failover.CORROBORATED_SECONDS
+    assert decide_long(world, instance, at(row, fast + 0.5)).action == "none"
+    row = world.report(nodes[0], instance, role="primary", epoch=1)
+    d = decide_long(world, instance, at(row, fast + 0.01))
+    assert d.action == "failover" and d.epoch == 2
+
+
 def test_one_replica_still_streaming_is_enough_to_wait(world):
     nodes, instance, row = primary_and_replicas(world, None, "127.0.0.21")
     assert decide_long(world, instance,
