@@ -273,9 +273,10 @@ class Driver:
         elif now - st.waiting_since > PRIMARY_WAIT_SECONDS:
             self._failed(item, st, f"{reason} (for more than {PRIMARY_WAIT_SECONDS:g} s)")
             return
+        if st.error != reason:              # once, not at every tick of the wait
+            log.info("sqldb: %s", reason)
         st.error = reason
         self.retry.forget(item["uuid"])     # the next tick tries again
-        log.info("sqldb: %s", reason)
 
     def _cluster(self, spec):
         return pg.Cluster(self.host, spec.instance, spec.major, spec.port, spec.me["host"])
