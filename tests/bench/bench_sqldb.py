@@ -24,6 +24,9 @@ PostgreSQL on its own loopback address.
 
 Knobs: BENCH_SQLDB_ROUNDS (3), BENCH_SQLDB_FAILOVERS (3), BENCH_SQLDB_PGBENCH_SECONDS (8),
 BENCH_SQLDB_PGBENCH_PAIRS (3).
+  The first round is also printed step by step: the primary's last report before the
+  loss, the replicas' reports, the daemon's promotion, the agents' driver lines, the first
+  commit on the new primary.
 - pgbench: select-only (-S), 4 clients, PGBENCH_SECONDS each, sides alternated:
   through the endpoint name (our DNS server on port 53 of its own loopback address, and
   pgbench in a private mount namespace whose /etc/resolv.conf names it, so the system
@@ -79,6 +82,7 @@ class Timeline(threading.Thread):
         self.world, self.uuid, self.t0 = world, uuid, t0
         self.names = {n.uuid: f"n{i}" for i, n in enumerate(world.nodes)}
         self.events, self.stopping = [], threading.Event()
+        self.events_offset = 0.0
 
     def run(self):
         last = {}
@@ -191,14 +195,22 @@ def prepare(world, instance):
 
 
 def failover_rounds(world, instance):
+    """The rounds' figures, and the first round's steps [(s from the loss, what)]."""
+    from state.collection import parse_time
     from tests.sqldb.world import eventually, psql
-    out, next_id = [], 0
-    for _ in range(FAILOVERS):
+    out, next_id, steps = [], 0, []
+    for round_ in range(FAILOVERS):
         writer = Writer(world, instance["endpoint"], next_id)
         writer.start()
         eventually(lambda: len(writer.acknowledged) >= 20, "20 commits before the loss")
         before = world.instance(instance["uuid"])
         old = world.node(before["primary"])
+        heard = world.report(old, instance["uuid"])["updated_at"]
+        watch = None
+        if round_ == 0:
+            watch = Timeline(world, instance["uuid"], time.time())
+            watch.start()
+        lost_at = time.time()
         lost = time.perf_counter()
         old.lose()
         after = eventually(lambda: (lambda got: got if got["primary"] not in (None, old.uuid)
@@ -209,6 +221,19 @@ def failover_rounds(world, instance):
         eventually(lambda: any(a == new.address for _, a in writer.commits_at),
                    "a commit on the new primary", interval=0.02)
         first_commit = next(t for t, a in writer.commits_at if a == new.address) - lost
+        if watch is not None:
+            watch.stopping.set()
+            watch.join()
+            watch.events_offset = watch.t0 - lost_at
+            end = lost_at + first_commit
+            steps = sorted(
+                [(parse_time(heard).timestamp() - lost_at,
+                  "API: the primary's last report before the loss"),
+                 (0.0, "bench: the primary's agent and PostgreSQL SIGKILLed"),
+                 (first_commit, "writer: first commit on the new primary")]
+                + [(t + watch.events_offset, w) for t, w in watch.events
+                   if 0 <= t + watch.events_offset <= first_commit]
+                + driver_lines(world, lost_at, end))
         time.sleep(1)
         writer.stopping.set()
         writer.join()
@@ -226,7 +251,7 @@ def failover_rounds(world, instance):
         epochs = world.instance(instance["uuid"])["epoch"] - before["epoch"]
         out.append((promoted, first_commit, len(writer.acknowledged), len(lost_rows),
                     writer.failed, rejoined, epochs))
-    return out
+    return out, [[f"{t:.3f}", what] for t, what in steps]
 
 
 def pgbench(world, host, seconds, connect_each, resolv=None):
@@ -289,7 +314,7 @@ def main():
         instance = world.wait_status(f"/v1/sqldb/instances/{instance['uuid']}", "ACTIVE",
                                      "ACTIVE")
         prepare(world, instance)
-        rows = failover_rounds(world, instance)
+        rows, steps = failover_rounds(world, instance)
         note(f"\n(b) failover of a 3-node instance (1 sync replica) while a writer commits "
              f"through the endpoint; detection after {FAILOVER_SECONDS} s without a "
              f"heartbeat (sqldb_failover_seconds), or 3 s when the replicas lost the "
@@ -301,6 +326,8 @@ def main():
                for i, (p, c, a, lost, fails, r, e) in enumerate(rows)])
         commits = [c for _, c, *_ in rows]
         note(f"to first commit on the new primary: {fmt(commits)} s (min / median / max)")
+        note("\n(b') the first round, step by step (s from the loss)")
+        table(["s", "step"], steps)
 
         note(f"\n(c) pgbench -S, 4 clients, {PGBENCH_SECONDS} s a run, {PGBENCH_PAIRS} "
              f"alternated pairs: through the endpoint's name (our DNS server) vs straight "
