@@ -335,3 +335,19 @@ def test_next_check_is_the_next_silence_that_counts(world):
     assert failover.next_check(None, at(row, 1.0), LONG) is None
     # a limit below the short silence: one check only
     assert failover.next_check(row, at(row, 0.1), LIMIT) == pytest.approx(LIMIT - 0.1)
+
+
+def test_the_planner_says_when_the_next_silence_counts(world):
+    """The daemon runs a pass then (daemons/sqldb.py): not at its next whole second."""
+    nodes, instance = three(world, sync=1)
+    clock = [now()]
+    planner = Planner(world.store, world.settings, clock=lambda: clock[0])
+    planner.pass_once()
+    assert planner.next_due is None         # no report yet: nothing to count
+    row = world.report(nodes[0], instance, role="primary")
+    clock[0] = at(row, 0.1)
+    planner.pass_once()
+    assert planner.next_due == pytest.approx(LIMIT - 0.1)
+    clock[0] = at(row, LIMIT + 0.1)         # lost (a wait: the replicas never reported)
+    planner.pass_once()
+    assert planner.next_due is None
