@@ -50,19 +50,21 @@ def lag_bytes(primary_lsn, lsn):
     return max(primary_lsn - lsn, 0)
 
 
-def decide(instance, nodes, rows, now, limit, down_since=None):
+def decide(instance, nodes, rows, now, limit, down_since=None, primary_item=None):
     """`nodes`: the member node records; `rows`: {node uuid: row or None}; `now`: an aware
     datetime; `limit`: sqldb_failover_seconds; `down_since`: {node uuid: datetime} of the
-    first row that said running false in the current stretch (the daemon keeps it)."""
+    first row that said running false in the current stretch (the daemon keeps it);
+    `primary_item`: the primary's current item (its hash), when known."""
     down_since = down_since or {}
     epoch = instance.get("epoch") or 0
     primary = instance.get("primary")
     if not primary:
         return first(instance, nodes)
     uuids = {n["uuid"] for n in nodes}
-    lost = lost_reason(primary, uuids, rows.get(primary), now, limit,
-                       down_since.get(primary), replicas_lost(instance, nodes, rows, now,
-                                                              limit), epoch)
+    row = rows.get(primary)
+    gone = replicas_lost(instance, nodes, rows, now, limit) and \
+        serving(row, epoch, primary_item)
+    lost = lost_reason(primary, uuids, row, now, limit, down_since.get(primary), gone)
     if lost is None:
         return Decision("none", primary, epoch, None)
     replicas = [n for n in nodes if n["uuid"] != primary]
@@ -119,18 +121,22 @@ def replicas_lost(instance, nodes, rows, now, limit):
     return m > 0 and len(fresh) >= need and host not in fresh
 
 
-def serving(row, epoch):
-    """True when the row says its node runs as the primary of `epoch`: a replica just
-    chosen, busy promoting, has never served the replicas whose word would count."""
+def serving(row, epoch, item=None):
+    """True when the row says its node runs as the primary of `epoch` and has applied its
+    current `item` (when given): only then do its replicas' words count. A replica just
+    chosen, busy promoting, has never served them; a primary applying a new item may be
+    restarting for a changed setting, which stops their streams while its agent, busy
+    with it, sends no report."""
     value = (row or {}).get("value") or {}
-    return value.get("role") == "primary" and value.get("epoch") == epoch
+    applied = item is None or item.get("unavailable") or \
+        (row or {}).get("hash") == item.get("hash")
+    return value.get("role") == "primary" and value.get("epoch") == epoch and bool(applied)
 
 
-def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False,
-                epoch=0):
+def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False):
     """Why the primary counts as lost, or None while it does not. `replicas_gone`: its
-    replicas say they lost it (`replicas_lost`), which shortens the silence that counts
-    to `corroborated_limit` once the primary has reported serving `epoch`."""
+    replicas say they lost it (`replicas_lost`) and it was serving them (`serving`),
+    which shortens the silence that counts to `corroborated_limit`."""
     if primary not in uuids:
         return f"primary node {primary} is gone"
     if row is None:
@@ -140,7 +146,7 @@ def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False
     if age(row, now) > limit:
         return f"primary node {primary}: no report for more than {limit:g} s"
     fast = corroborated_limit(limit)
-    if replicas_gone and age(row, now) > fast and serving(row, epoch):
+    if replicas_gone and age(row, now) > fast:
         return f"primary node {primary}: no report for more than {fast:g} s and no " \
                f"replica streams from it"
     value = row.get("value") or {}

@@ -80,7 +80,10 @@ class Planner:
         down = failover.track_down(self.down_since.setdefault(instance["uuid"], {}),
                                    rows, now)
         self.metrics.observe(instance, nodes, rows, now)
-        decision = failover.decide(instance, nodes, rows, now, limit, down)
+        # the primary's current item: one applying a new one keeps the whole limit
+        items = items_of(view, instance, nodes) if instance.get("primary") else {}
+        decision = failover.decide(instance, nodes, rows, now, limit, down,
+                                   items.get(instance.get("primary")))
         if decision.action == "none":
             due = failover.next_check(rows.get(decision.primary), now, limit)
             if due is not None:
@@ -96,8 +99,8 @@ class Planner:
                 log.warning("instance %s: %s", instance["uuid"], decision.reason)
             instance = done[instance["uuid"]]
             view = View(store, settings=self.settings)     # the items moved with it
+            items = items_of(view, instance, nodes)
         waiting = decision.reason if decision.action == "wait" else None
-        items = items_of(view, instance, nodes)
         judged = status.judge(instance, nodes, items, rows, now, limit, waiting,
                               store.collection(SETS).get(instance["uuid"]))
         primary = instance.get("primary")

@@ -258,11 +258,11 @@ def test_a_broken_instance_does_not_hold_back_the_others(world):
 LONG = 10.0     # a limit above failover.CORROBORATED_SECONDS
 
 
-def decide_long(world, instance, when):
+def decide_long(world, instance, when, primary_item=None):
     instance = world.instance(instance)
     nodes = nodes_of(world.store, instance)
     return failover.decide(instance, nodes, rows_of(world.store, instance, nodes), when,
-                           LONG)
+                           LONG, primary_item=primary_item)
 
 
 def primary_and_replicas(world, *streaming):
@@ -310,6 +310,15 @@ def test_a_primary_not_yet_serving_its_epoch_keeps_the_whole_limit(world):
     row = world.report(nodes[0], instance, role="primary", epoch=1)
     d = decide_long(world, instance, at(row, fast + 0.01))
     assert d.action == "failover" and d.epoch == 2
+
+
+def test_a_primary_applying_a_new_item_keeps_the_whole_limit(world):
+    """A changed setting may restart it (its replicas' streams stop) while its agent,
+    busy applying, sends no report: not a loss before the whole limit."""
+    nodes, instance, row = primary_and_replicas(world, None, None)
+    when = at(row, failover.CORROBORATED_SECONDS + 0.5)
+    assert decide_long(world, instance, when, {"hash": "a newer item"}).action == "none"
+    assert decide_long(world, instance, when, {"hash": row["hash"]}).action == "failover"
 
 
 def test_one_replica_still_streaming_is_enough_to_wait(world):
