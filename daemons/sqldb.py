@@ -3,7 +3,8 @@
 
 Every watched kind leads to the same whole pass, coalesced: any number of changes while a
 pass runs make one more pass. A pass also runs every second, because a lost primary makes
-no event: its row just stops being written.
+no event: its row just stops being written; and one runs at the moment a primary's silence
+starts to count, so that detection does not wait up to a second more.
 """
 
 import sys
@@ -12,6 +13,9 @@ from appliance.kinds import (COMPUTE_NODES, COMPUTE_SETS, NETWORK_NETWORKS, SQLD
                              SQLDB_INSTANCES, SQLDB_USERS, SQLDB_VERSIONS, UA_RESOURCES)
 from appliance.sqldb.reconcile import Planner
 from daemons.base import PASS, STAY, Daemon, run
+
+
+DUE_MARGIN = 0.02
 
 
 class Sqldb(Daemon):
@@ -34,6 +38,11 @@ class Sqldb(Daemon):
 
     def reconcile_pass(self):
         self.planner.pass_once()
+        due = self.planner.next_due
+        if due is not None and due < self.period_seconds:
+            # just after the silence of a primary starts to count: detection then waits
+            # for no period (the pass's age comparisons are strict)
+            self.request_in(PASS, due + DUE_MARGIN)
 
     def idle_wake_at(self):
         # an instance's primary is watched every second: its loss writes nothing

@@ -30,7 +30,7 @@ CAPABILITY = Capability(
         "sqldb_image": "",
         # DBaaS data plane (docs/sqldb-failover.md): PostgreSQL's port on every member; how
         # long a primary's report may be stale (or say "not running") before a replica is
-        # promoted; the DNS zone of the instances' endpoints; CIDRs (comma-separated)
+        # promoted (3 s when its replicas lost it too: "Detection" there); the DNS zone of the instances' endpoints; CIDRs (comma-separated)
         # allowed as clients besides the project's networks
         "sqldb_port": 5432,
         "sqldb_failover_seconds": 10.0,

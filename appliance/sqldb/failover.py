@@ -15,6 +15,13 @@ from state.collection import parse_time
 
 from .members import host_of
 
+# The silence after which a primary counts as lost when its replicas say they lost it too
+# (each fresh one reports that it no longer streams from it), if sqldb_failover_seconds is
+# longer: one and a half of the driver's 2 s heartbeats, so one late heartbeat is no loss.
+# A primary whose PostgreSQL still serves its replicas (a slow or dead agent, say) keeps
+# the whole limit (docs/sqldb-failover.md, "Detection").
+CORROBORATED_SECONDS = 3.0
+
 # action: "none" (nothing to do), "first" (the first primary), "failover", or "wait"
 # (the primary is lost and no replica may be promoted yet); reason says why
 Decision = namedtuple("Decision", "action primary epoch reason")
@@ -43,18 +50,21 @@ def lag_bytes(primary_lsn, lsn):
     return max(primary_lsn - lsn, 0)
 
 
-def decide(instance, nodes, rows, now, limit, down_since=None):
+def decide(instance, nodes, rows, now, limit, down_since=None, primary_item=None):
     """`nodes`: the member node records; `rows`: {node uuid: row or None}; `now`: an aware
     datetime; `limit`: sqldb_failover_seconds; `down_since`: {node uuid: datetime} of the
-    first row that said running false in the current stretch (the daemon keeps it)."""
+    first row that said running false in the current stretch (the daemon keeps it);
+    `primary_item`: the primary's current item (its hash), when known."""
     down_since = down_since or {}
     epoch = instance.get("epoch") or 0
     primary = instance.get("primary")
     if not primary:
         return first(instance, nodes)
     uuids = {n["uuid"] for n in nodes}
-    lost = lost_reason(primary, uuids, rows.get(primary), now, limit,
-                       down_since.get(primary))
+    row = rows.get(primary)
+    gone = replicas_lost(instance, nodes, rows, now, limit) and \
+        serving(row, epoch, primary_item)
+    lost = lost_reason(primary, uuids, row, now, limit, down_since.get(primary), gone)
     if lost is None:
         return Decision("none", primary, epoch, None)
     replicas = [n for n in nodes if n["uuid"] != primary]
@@ -84,8 +94,49 @@ def first(instance, nodes):
     return Decision("first", chosen, instance.get("epoch") or 0, "first primary")
 
 
-def lost_reason(primary, uuids, row, now, limit, down_since):
-    """Why the primary counts as lost, or None while it does not."""
+def corroborated_limit(limit):
+    return min(limit, CORROBORATED_SECONDS)
+
+
+def replicas_lost(instance, nodes, rows, now, limit):
+    """True when the replicas say the primary is gone: at least as many as a promotion
+    needs (`promotable`'s quorum) report fresh, running as replicas of the current
+    epoch, and not one of them streams from the primary's address (each one's WAL
+    receiver lost it, so the positions they report are final)."""
+    primary = next((n for n in nodes if n["uuid"] == instance.get("primary")), None)
+    if primary is None:
+        return False
+    host = host_of(primary)
+    epoch = instance.get("epoch") or 0
+    replicas = [n for n in nodes if n["uuid"] != primary["uuid"]]
+    m, k = len(replicas), instance.get("sync_replica_number") or 0
+    need = m - k + 1 if k >= 1 else 1
+    fresh = []
+    for node in replicas:
+        row = rows.get(node["uuid"])
+        value = (row or {}).get("value") or {}
+        if is_fresh(row, now, limit) and value.get("running") and \
+                value.get("role") == "replica" and value.get("epoch") == epoch:
+            fresh.append(value.get("streaming_from"))
+    return m > 0 and len(fresh) >= need and host not in fresh
+
+
+def serving(row, epoch, item=None):
+    """True when the row says its node runs as the primary of `epoch` and has applied its
+    current `item` (when given): only then do its replicas' words count. A replica just
+    chosen, busy promoting, has never served them; a primary applying a new item may be
+    restarting for a changed setting, which stops their streams while its agent, busy
+    with it, sends no report."""
+    value = (row or {}).get("value") or {}
+    applied = item is None or item.get("unavailable") or \
+        (row or {}).get("hash") == item.get("hash")
+    return value.get("role") == "primary" and value.get("epoch") == epoch and bool(applied)
+
+
+def lost_reason(primary, uuids, row, now, limit, down_since, replicas_gone=False):
+    """Why the primary counts as lost, or None while it does not. `replicas_gone`: its
+    replicas say they lost it (`replicas_lost`) and it was serving them (`serving`),
+    which shortens the silence that counts to `corroborated_limit`."""
     if primary not in uuids:
         return f"primary node {primary} is gone"
     if row is None:
@@ -94,10 +145,27 @@ def lost_reason(primary, uuids, row, now, limit, down_since):
     # the status step write the instance every second while it lasts
     if age(row, now) > limit:
         return f"primary node {primary}: no report for more than {limit:g} s"
+    fast = corroborated_limit(limit)
+    if replicas_gone and age(row, now) > fast:
+        return f"primary node {primary}: no report for more than {fast:g} s and no " \
+               f"replica streams from it"
     value = row.get("value") or {}
     if value.get("running") is False and down_since is not None and \
             (now - down_since).total_seconds() > limit:
         return f"primary node {primary}: not running for more than {limit:g} s"
+    return None
+
+
+def next_check(row, now, limit):
+    """Seconds until the primary's row `row` is old enough for one of the two silences of
+    `lost_reason` to count, or None when it is already (or has never reported): the
+    daemon's next pass is due then, so that detection does not wait for its period."""
+    if row is None:
+        return None
+    seconds = age(row, now)
+    for limit_ in sorted({corroborated_limit(limit), limit}):
+        if seconds <= limit_:
+            return limit_ - seconds
     return None
 
 

@@ -38,6 +38,14 @@ HEARTBEAT_SECONDS = 2.0
 RETRY_FIRST, RETRY_MAX = 2.0, 30.0
 BASEBACKUP_SECONDS = 900            # setting agent_sqldb_basebackup_seconds
 STREAM_WAIT_SECONDS = 15.0          # apply's wait for a new replica to stream
+# how long a new replica waits, retrying at every tick, for its primary to take its copy
+# (the primary's node makes it at the same time: initdb, start, the roles); after that the
+# wait is an ERROR with the back-off
+PRIMARY_WAIT_SECONDS = 120.0
+# what pg_basebackup says while the primary is still being made: nothing listens yet, it
+# starts, or its replication role has no password yet
+NOT_READY = ("Connection refused", "the database system is starting up",
+             "password authentication failed", "could not connect to server")
 UUID_RE = kinds.STORED_UUID_RE
 RESERVED_DATABASES = ("postgres", "template0", "template1")
 
@@ -122,6 +130,12 @@ def _account(a, what):
     return a["user"], a["password"]
 
 
+class Waiting(Failed):
+    """The item cannot go on yet, and nothing needs fixing: a new replica whose primary
+    is still being made. Reported IN_PROGRESS and tried again at every tick (not after the
+    back-off, whose waits would hold the instance seconds after its primary is up)."""
+
+
 class _State:
     """What the driver remembers of one item between calls (lost with the agent: the
     first tick after a restart applies the item once more, which changes nothing when
@@ -130,6 +144,7 @@ class _State:
     def __init__(self):
         self.hash = None
         self.error = None           # the last apply's failure, retried by the tick
+        self.waiting_since = None   # monotonic time of the first Waiting of this stretch
         self.users = {}
         self.databases = {}
         self.key = None             # (status, role, running, streaming_from) reported
@@ -170,6 +185,9 @@ class Driver:
 
     def apply(self, item, applied):
         st = self.states.setdefault(item["uuid"], _State())
+        value = item.get("value") or {}
+        log.info("instance %s: applying its item (%s, epoch %s)", value.get("instance"),
+                 value.get("role"), value.get("epoch"))
         self._converge(item, st)
         result = self._report(item, st)
         st.key, st.reported_at = _key(result), time.monotonic()
@@ -233,18 +251,32 @@ class Driver:
             spec = Spec(item.get("value"))
             c = self._cluster(spec)
             self._bring(spec, c, st)
+        except Waiting as e:
+            self._waiting(item, st, str(e))
         except (Failed, PathRefused) as e:
             self._failed(item, st, str(e))
         except OSError as e:
             self._failed(item, st, f"{e.strerror or e}: {e.filename or ''}".rstrip(": "))
         else:
-            st.error = None
+            st.error, st.waiting_since = None, None
             self.retry.succeeded(item["uuid"])
 
     def _failed(self, item, st, reason):
-        st.error = reason
+        st.error, st.waiting_since = reason, None
         self.retry.failed(item["uuid"])
         log.warning("sqldb: %s", reason)
+
+    def _waiting(self, item, st, reason):
+        now = time.monotonic()
+        if st.waiting_since is None:
+            st.waiting_since = now
+        elif now - st.waiting_since > PRIMARY_WAIT_SECONDS:
+            self._failed(item, st, f"{reason} (for more than {PRIMARY_WAIT_SECONDS:g} s)")
+            return
+        if st.error != reason:              # once, not at every tick of the wait
+            log.info("sqldb: %s", reason)
+        st.error = reason
+        self.retry.forget(item["uuid"])     # the next tick tries again
 
     def _cluster(self, spec):
         return pg.Cluster(self.host, spec.instance, spec.major, spec.port, spec.me["host"])
@@ -266,8 +298,7 @@ class Driver:
                 pg.initdb(c)
                 log.info("instance %s: initdb done", spec.instance)
             else:
-                pg.basebackup(c, self._source(spec, c, replication=True),
-                              self.basebackup_seconds)
+                self._first_copy(spec, c)
                 log.info("instance %s: base backup from %s done", spec.instance,
                          spec.primary["host"])
             self._configure(spec, c)
@@ -340,7 +371,7 @@ class Driver:
             raise Failed(f"the primary {spec.primary['host']}:{spec.port} cannot be "
                          f"reached for pg_rewind: {e}") from None
         if in_recovery:
-            raise Failed(f"the primary {spec.primary['host']} is not promoted yet; "
+            raise Waiting(f"the primary {spec.primary['host']} is not promoted yet; "
                          "pg_rewind waits for it")
         # pg_rewind reads the source's timeline from its control file, which a promotion
         # updates only at its next checkpoint: before it, "no rewind required"
@@ -355,6 +386,17 @@ class Driver:
             return
         self._configure(spec, c)
         self._start(spec, c)
+
+    def _first_copy(self, spec, c):
+        """A new replica's base backup; Waiting while its primary cannot give it yet."""
+        try:
+            pg.basebackup(c, self._source(spec, c, replication=True),
+                          self.basebackup_seconds)
+        except Failed as e:
+            if any(words in str(e) for words in NOT_READY):
+                raise Waiting(f"waiting for the primary {spec.primary['host']}:{spec.port} "
+                              f"({e})") from None
+            raise
 
     def _copy_anew(self, spec, c):
         """A new base backup in place of this member's data (kept aside until the copy is
@@ -379,6 +421,8 @@ class Driver:
             except Failed:
                 seen = {}
             if seen.get("streaming_from") == spec.primary["host"]:
+                log.info("instance %s: streaming from %s", spec.instance,
+                         spec.primary["host"])
                 return True
             if pg.stuck(c):
                 return False
@@ -487,6 +531,7 @@ class Driver:
         pg.wait_gone(c)
         if not self.systemd:
             pg.start(c)
+            log.info("instance %s: PostgreSQL started", spec.instance)
             return
         self._write_unit(spec, c)
         offset = pg.log_size(c)
@@ -494,6 +539,7 @@ class Driver:
         if code != 0:
             raise Failed(f"{self._unit(spec)} did not start: "
                          f"{pg.log_complaint(c, offset) or out[-400:]}")
+        log.info("instance %s: PostgreSQL started (%s)", spec.instance, self._unit(spec))
 
     def _stop(self, spec, c):
         if self.systemd:
@@ -552,6 +598,8 @@ class Driver:
         if out["role"] == "primary" and spec.role == "primary":
             out["users"], out["databases"] = dict(st.users), dict(st.databases)
         out["checked_at"] = _now_iso()
+        if st.error is not None and st.waiting_since is not None:
+            return {"status": "IN_PROGRESS", "reason": st.error, "value": out}
         reason = st.error or reason
         return {"status": "ERROR" if reason else "ACTIVE", "reason": reason or note,
                 "value": out}

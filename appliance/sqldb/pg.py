@@ -358,6 +358,25 @@ def _said(output, limit=600):
 
 # ---- initdb and the config files ------------------------------------------------------------
 
+def sync_filesystem(path):
+    """Everything written on `path`'s filesystem reaches the disk: one syncfs(2) in place
+    of initdb's and pg_basebackup's fsync of each of their ~1,000 files (a journal commit
+    each; their --no-sync). On a node the data directory has its disk to itself; sync(2)
+    where syncfs cannot be called."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            if libc.syncfs(fd) == 0:
+                return
+        finally:
+            os.close(fd)
+    except (OSError, AttributeError):
+        pass
+    os.sync()
+
+
 def initdb(c):
     """A new data directory, checksummed (pg_rewind needs checksums or wal_log_hints),
     peer for local connections and SCRAM for network ones. Made in a temporary directory
@@ -367,10 +386,11 @@ def initdb(c):
     locale = "C.UTF-8" if os.path.isdir("/usr/lib/locale/C.utf8") else "C"
     code, out = run(c, [c.tool("initdb"), "-D", tmp, "-U", OS_USER, "--data-checksums",
                         "--auth-local=peer", "--auth-host=scram-sha-256",
-                        "--encoding=UTF8", f"--locale={locale}"], timeout=300)
+                        "--encoding=UTF8", f"--locale={locale}", "--no-sync"], timeout=300)
     if code != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise Failed(f"initdb failed: {_said(out)}")
+    sync_filesystem(tmp)
     os.rename(tmp, c.data)
 
 
@@ -780,12 +800,13 @@ def basebackup(c, source, timeout):
     tmp = c.data + ".new"
     shutil.rmtree(tmp, ignore_errors=True)
     code, out = run(c, [c.tool("pg_basebackup"), "-D", tmp, "-d", source, "-X", "stream",
-                        "-c", "fast", "-w"], timeout=timeout)
+                        "-c", "fast", "-w", "--no-sync"], timeout=timeout)
     if code != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         if code == 124:
             raise Failed(f"pg_basebackup did not finish within {timeout} s")
         raise Failed(f"pg_basebackup failed: {_said(out)}")
+    sync_filesystem(tmp)
     os.rename(tmp, c.data)
 
 

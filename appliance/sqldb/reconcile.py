@@ -30,6 +30,9 @@ class Planner:
         self.down_since = {}
         self.lsns_written = {}  # instance uuid -> monotonic time of its last node_status write
         self.failed = []        # the instances whose step raised in the last pass
+        # seconds from the end of the last pass until a primary's silence counts (None:
+        # nothing due); the daemon runs a pass then, not at its next whole second
+        self.next_due = None
         self.metrics = SqldbMetrics(settings["sqldb_failover_seconds"])
 
     def pass_once(self):
@@ -42,6 +45,7 @@ class Planner:
         written, failed = 0, []
         instances = store.collection(INSTANCES)
         seen = set()
+        self.next_due = None
         self.metrics.begin()
         for instance in instances.records():
             seen.add(instance["uuid"])
@@ -76,7 +80,14 @@ class Planner:
         down = failover.track_down(self.down_since.setdefault(instance["uuid"], {}),
                                    rows, now)
         self.metrics.observe(instance, nodes, rows, now)
-        decision = failover.decide(instance, nodes, rows, now, limit, down)
+        # the primary's current item: one applying a new one keeps the whole limit
+        items = items_of(view, instance, nodes) if instance.get("primary") else {}
+        decision = failover.decide(instance, nodes, rows, now, limit, down,
+                                   items.get(instance.get("primary")))
+        if decision.action == "none":
+            due = failover.next_check(rows.get(decision.primary), now, limit)
+            if due is not None:
+                self.next_due = due if self.next_due is None else min(self.next_due, due)
         if decision.action in ("first", "failover"):
             done = instances.update_many({instance["uuid"]: (
                 instance["revision"], {"primary": decision.primary,
@@ -88,8 +99,8 @@ class Planner:
                 log.warning("instance %s: %s", instance["uuid"], decision.reason)
             instance = done[instance["uuid"]]
             view = View(store, settings=self.settings)     # the items moved with it
+            items = items_of(view, instance, nodes)
         waiting = decision.reason if decision.action == "wait" else None
-        items = items_of(view, instance, nodes)
         judged = status.judge(instance, nodes, items, rows, now, limit, waiting,
                               store.collection(SETS).get(instance["uuid"]))
         primary = instance.get("primary")

@@ -251,3 +251,112 @@ def test_a_broken_instance_does_not_hold_back_the_others(world):
     planner.pass_once()
     assert planner.failed == [broken["uuid"]]
     assert world.instance(instance)["primary"] == nodes[0]["uuid"]
+
+
+# ---- detection: the replicas' word shortens the silence ----------------------------------
+
+LONG = 10.0     # a limit above failover.CORROBORATED_SECONDS
+
+
+def decide_long(world, instance, when, primary_item=None):
+    instance = world.instance(instance)
+    nodes = nodes_of(world.store, instance)
+    return failover.decide(instance, nodes, rows_of(world.store, instance, nodes), when,
+                           LONG, primary_item=primary_item)
+
+
+def primary_and_replicas(world, *streaming):
+    """A primary's row, then its replicas' rows saying what each streams from."""
+    nodes, instance = three(world)
+    world.set_primary(instance, nodes[0])
+    row = world.report(nodes[0], instance, role="primary")
+    for replica, source in zip(nodes[1:], streaming):
+        world.report(replica, instance, lsn_int=5, streaming_from=source)
+    return nodes, instance, row
+
+
+def test_a_silent_primary_its_replicas_lost_is_lost_after_the_short_silence(world):
+    nodes, instance, row = primary_and_replicas(world, None, None)
+    fast = failover.CORROBORATED_SECONDS
+    assert decide_long(world, instance, at(row, fast)).action == "none"
+    d = decide_long(world, instance, at(row, fast + 0.01))
+    assert d.action == "failover" and d.epoch == 1
+    assert f"no report for more than {fast:g} s and no replica streams from it" in d.reason
+
+
+def test_a_silent_primary_its_replicas_still_stream_from_keeps_the_whole_limit(world):
+    """A slow or dead agent on a primary whose PostgreSQL still serves: no early failover."""
+    nodes, instance, row = primary_and_replicas(world, "127.0.0.21", "127.0.0.21")
+    fast = failover.CORROBORATED_SECONDS
+    assert decide_long(world, instance, at(row, fast + 0.01)).action == "none"
+    assert decide_long(world, instance, at(row, LONG)).action == "none"
+    # lost at the whole limit (the replicas' rows, written with it, are as old by then:
+    # it waits for fresh ones)
+    d = decide_long(world, instance, at(row, LONG + 0.01))
+    assert d.reason.startswith(f"primary node {nodes[0]['uuid']}: no report for more than "
+                               f"{LONG:g} s;")
+
+
+def test_a_primary_not_yet_serving_its_epoch_keeps_the_whole_limit(world):
+    """A replica just promoted (its last row says replica of the epoch before) may be
+    silent while it promotes; the other replicas do not stream from it yet either."""
+    nodes, instance = three(world)
+    world.set_primary(instance, nodes[0], epoch=1)
+    row = world.report(nodes[0], instance, role="replica", epoch=0)
+    for replica in nodes[1:]:
+        world.report(replica, instance, lsn_int=5, epoch=1)
+    fast = failover.CORROBORATED_SECONDS
+    assert decide_long(world, instance, at(row, fast + 0.5)).action == "none"
+    row = world.report(nodes[0], instance, role="primary", epoch=1)
+    d = decide_long(world, instance, at(row, fast + 0.01))
+    assert d.action == "failover" and d.epoch == 2
+
+
+def test_a_primary_applying_a_new_item_keeps_the_whole_limit(world):
+    """A changed setting may restart it (its replicas' streams stop) while its agent,
+    busy applying, sends no report: not a loss before the whole limit."""
+    nodes, instance, row = primary_and_replicas(world, None, None)
+    when = at(row, failover.CORROBORATED_SECONDS + 0.5)
+    assert decide_long(world, instance, when, {"hash": "a newer item"}).action == "none"
+    assert decide_long(world, instance, when, {"hash": row["hash"]}).action == "failover"
+
+
+def test_one_replica_still_streaming_is_enough_to_wait(world):
+    nodes, instance, row = primary_and_replicas(world, None, "127.0.0.21")
+    assert decide_long(world, instance,
+                       at(row, failover.CORROBORATED_SECONDS + 0.5)).action == "none"
+
+
+def test_too_few_fresh_replicas_say_nothing(world):
+    """With k = 1 of 2 replicas both must report: one alone is no quorum, so neither a
+    shorter silence nor a promotion."""
+    nodes, instance, row = primary_and_replicas(world, None)
+    assert decide_long(world, instance,
+                       at(row, failover.CORROBORATED_SECONDS + 0.5)).action == "none"
+
+
+def test_next_check_is_the_next_silence_that_counts(world):
+    nodes, instance, row = primary_and_replicas(world, None, None)
+    fast = failover.CORROBORATED_SECONDS
+    assert failover.next_check(row, at(row, 1.0), LONG) == pytest.approx(fast - 1.0)
+    assert failover.next_check(row, at(row, fast + 1), LONG) == pytest.approx(LONG - fast - 1)
+    assert failover.next_check(row, at(row, LONG + 1), LONG) is None
+    assert failover.next_check(None, at(row, 1.0), LONG) is None
+    # a limit below the short silence: one check only
+    assert failover.next_check(row, at(row, 0.1), LIMIT) == pytest.approx(LIMIT - 0.1)
+
+
+def test_the_planner_says_when_the_next_silence_counts(world):
+    """The daemon runs a pass then (daemons/sqldb.py): not at its next whole second."""
+    nodes, instance = three(world, sync=1)
+    clock = [now()]
+    planner = Planner(world.store, world.settings, clock=lambda: clock[0])
+    planner.pass_once()
+    assert planner.next_due is None         # no report yet: nothing to count
+    row = world.report(nodes[0], instance, role="primary")
+    clock[0] = at(row, 0.1)
+    planner.pass_once()
+    assert planner.next_due == pytest.approx(LIMIT - 0.1)
+    clock[0] = at(row, LIMIT + 0.1)         # lost (a wait: the replicas never reported)
+    planner.pass_once()
+    assert planner.next_due is None

@@ -27,9 +27,10 @@ def test_unreachable_primary_then_retried_by_the_tick(base):
     inst.set_password("late", "late-password-1")
     try:
         result = inst.apply(replica)        # nothing listens on the primary's address yet
-        assert result["status"] == "ERROR"
-        assert result["reason"].startswith("pg_basebackup failed: ")
-        assert PRIMARY in result["reason"] and "refused" in result["reason"]
+        # a primary still being made: the replica waits for it (IN_PROGRESS, not ERROR)
+        assert result["status"] == "IN_PROGRESS"
+        assert result["reason"].startswith(f"waiting for the primary {PRIMARY}:")
+        assert "pg_basebackup failed: " in result["reason"] and "refused" in result["reason"]
         v = result["value"]
         assert v["role"] == "stopped" and v["running"] is False and v["epoch"] == 0
         # no half-made data directory is left to look like a cluster
@@ -46,6 +47,25 @@ def test_unreachable_primary_then_retried_by_the_tick(base):
     finally:
         for n in (replica, primary):
             n.remove(inst.item(n))
+
+
+def test_a_primary_that_never_comes_is_an_error_after_the_wait(base, monkeypatch):
+    """The wait for a primary being made is bounded: past PRIMARY_WAIT_SECONDS the replica
+    is ERROR (and retried with the back-off, not at every tick)."""
+    monkeypatch.setattr(sqldb_node, "PRIMARY_WAIT_SECONDS", 0.0)
+    replica, primary = Node(base, REPLICA), Node(base, PRIMARY)
+    inst = Instance([primary, replica], free_port(REPLICA, PRIMARY), sync=1)
+    try:
+        assert inst.apply(replica)["status"] == "IN_PROGRESS"
+        got = replica.tick()[inst.item(replica)["uuid"]]
+        assert got["status"] == "ERROR"
+        assert got["reason"].startswith(f"waiting for the primary {PRIMARY}:")
+        assert got["reason"].endswith("(for more than 0 s)")
+        assert replica.driver.retry.failing(inst.item(replica)["uuid"])
+        c = replica.cluster(inst.uuid, inst.port)
+        assert not os.path.exists(c.data) and not os.path.exists(c.data + ".new")
+    finally:
+        replica.remove(inst.item(replica))
 
 
 def test_remove_stops_and_deletes(base):
