@@ -65,6 +65,19 @@ def directory(state_dir):
 # ---- the library ---------------------------------------------------------------------------
 
 _client_lock = threading.RLock()
+# this process's id, kept here: a value in a file asks for it at each change, to notice a
+# fork (prometheus_client's default is os.getpid, a syscall: five per API request)
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def current_pid():
+    return _pid[0]
+
+
+def _file_values(values):
+    """prometheus_client's class of values kept in files, asking current_pid()."""
+    return values.MultiProcessValue(process_identifier=current_pid)
 
 
 def client():
@@ -77,8 +90,13 @@ def client():
             package = importlib.util.module_from_spec(spec)
             package.__getattr__ = _completer(package, spec)
             sys.modules["prometheus_client"] = package
+        fresh = "prometheus_client.values" not in sys.modules
         for name in ("values", "metrics", "multiprocess"):
             importlib.import_module(f"prometheus_client.{name}")
+        values = sys.modules["prometheus_client.values"]
+        # only before any value exists: each class keeps its own open files
+        if fresh and getattr(values.ValueClass, "_multiprocess", False):
+            values.ValueClass = _file_values(values)
     return package
 
 
@@ -155,7 +173,7 @@ def enable(state_dir):
     if not getattr(values.ValueClass, "_multiprocess", False):
         # imported before the variable was set (a unit or test starting one process):
         # the values made from now on go to the files; one made earlier stays local
-        values.ValueClass = values.get_value_class()
+        values.ValueClass = _file_values(values)
     sweep(path)
     import state  # noqa: PLC0415
     state.observe_writes(_observe_store_write)
