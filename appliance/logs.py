@@ -34,8 +34,7 @@ _writer = None
 
 def setup(name, level="INFO", queued=False):
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter(
-        f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(_Formatter(name))
     stop()
     if queued:
         global _writer
@@ -92,6 +91,25 @@ def direct(logger, level, msg, args):
     return True
 
 
+class _Formatter(logging.Formatter):
+    """The one format; line() writes it for a direct() entry without a LogRecord, the
+    time's text made once a second (only the writer thread calls it)."""
+
+    def __init__(self, name):
+        super().__init__(f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s")
+        self.process_name = name
+        self._second = self._stamp = None
+
+    def line(self, created, logger, level, msg, args, pid):
+        second = int(created)
+        if second != self._second:
+            self._stamp = time.strftime(self.default_time_format, self.converter(created))
+            self._second = second
+        # as formatTime() with default_msec_format, and as LogRecord makes msecs
+        return (f"{self._stamp},{int((created - second) * 1000):03d} {self.process_name}"
+                f"[{pid}] {logging.getLevelName(level)} {logger}: {msg % args}")
+
+
 class _Enqueue(logging.Handler):
     """logging.handlers.QueueHandler without its lock and its formatting on the caller's
     thread (and without importing logging.handlers, pickle and socket in every process)."""
@@ -127,6 +145,7 @@ class _Writer(threading.Thread):
         # what a record made by direct() shares with every other: this process's, this
         # thread's; the writer lives in the process that made it (a fork does not copy it)
         self.template = vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None))
+        self.pid = self.template["process"]
         self.start()
 
     def record(self, entry):
@@ -154,11 +173,16 @@ class _Writer(threading.Thread):
                 except queue.Empty:
                     break
             lines, record = [], None
+            formatter = self.handler.formatter
+            fast = formatter.line if isinstance(formatter, _Formatter) else None
             for item in batch:
                 if item is _STOP:
                     stopping = True
                     continue
                 try:
+                    if isinstance(item, tuple) and fast is not None:
+                        lines.append(fast(*item, self.pid) + "\n")
+                        continue
                     record = self.record(item) if isinstance(item, tuple) else item
                     lines.append(self.handler.format(record) + "\n")
                 except Exception:
