@@ -163,6 +163,7 @@ def serve(settings):
         # SIGTERM's sys.exit() comes through here too; the supervisor's child leaves with
         # os._exit(), which runs no atexit handler
         api.trail.close()           # the audit entries still queued are written
+        metrics.flush()             # what the request threads counted since the last
         metrics.process_dead(os.getpid())
         logs.stop()
     return 0
