@@ -121,6 +121,14 @@ class KindLock:
     def generation(self):
         return self.state()[0]
 
+    def settled_at(self, generation):
+        """True when the counters are mapped, no writer is inside and the generation is
+        still `generation`: the common answer of state(), for the read path's check of
+        every kind it reads (several per API request), without building a tuple."""
+        view = self._view
+        return view is not None and not _GEN.unpack_from(view, _PENDING)[0] \
+            and _GEN.unpack_from(view, 0)[0] == generation
+
     def state(self):
         """(generation, settled): settled is True when no writer is inside its section nor
         died inside one since the last completed section. Then a generation that did not
