@@ -356,8 +356,11 @@ class _RequestTally:
                 self._threads.append(tally)
             return tally
 
-    def flush(self):
-        with self._lock:
+    def flush(self, wait=True):
+        """wait=False (a request thread's periodic flush): not if another is flushing."""
+        if not self._lock.acquire(wait):
+            return
+        try:
             self.due = time.monotonic() + self.every
             in_flight = 0
             for tally in self._threads:
@@ -365,6 +368,8 @@ class _RequestTally:
                 for key, series in list(tally.series.items()):
                     self._add(key, series)
             self.in_flight.set(in_flight)
+        finally:
+            self._lock.release()
 
     def _add(self, key, series):
         count, seconds, buckets = series.count, series.seconds, list(series.buckets)
@@ -433,7 +438,7 @@ def instrument(app, store):
     def counted(thread, template, method, status, seconds):
         thread.count((template, method, status), seconds, bisect.bisect_left(bounds, seconds))
         if time.monotonic() >= tally.due:
-            tally.flush()
+            tally.flush(wait=False)
 
     def instrumented(environ, start_response):
         method = environ.get("REQUEST_METHOD", "")
