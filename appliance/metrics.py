@@ -23,6 +23,7 @@ computed in the API from the store's in-memory collections: nothing is counted o
 write path for it.
 """
 
+import bisect
 import contextlib
 import glob
 import importlib
@@ -35,6 +36,7 @@ import shutil
 import sys
 import threading
 import time
+import weakref
 
 from appliance.processes import alive
 
@@ -65,6 +67,19 @@ def directory(state_dir):
 # ---- the library ---------------------------------------------------------------------------
 
 _client_lock = threading.RLock()
+# this process's id, kept here: a value in a file asks for it at each change, to notice a
+# fork (prometheus_client's default is os.getpid, a syscall: five per API request)
+_pid = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _pid.__setitem__(0, os.getpid()))
+
+
+def current_pid():
+    return _pid[0]
+
+
+def _file_values(values):
+    """prometheus_client's class of values kept in files, asking current_pid()."""
+    return values.MultiProcessValue(process_identifier=current_pid)
 
 
 def client():
@@ -77,8 +92,13 @@ def client():
             package = importlib.util.module_from_spec(spec)
             package.__getattr__ = _completer(package, spec)
             sys.modules["prometheus_client"] = package
+        fresh = "prometheus_client.values" not in sys.modules
         for name in ("values", "metrics", "multiprocess"):
             importlib.import_module(f"prometheus_client.{name}")
+        values = sys.modules["prometheus_client.values"]
+        # only before any value exists: each class keeps its own open files
+        if fresh and getattr(values.ValueClass, "_multiprocess", False):
+            values.ValueClass = _file_values(values)
     return package
 
 
@@ -155,7 +175,7 @@ def enable(state_dir):
     if not getattr(values.ValueClass, "_multiprocess", False):
         # imported before the variable was set (a unit or test starting one process):
         # the values made from now on go to the files; one made earlier stays local
-        values.ValueClass = values.get_value_class()
+        values.ValueClass = _file_values(values)
     sweep(path)
     import state  # noqa: PLC0415
     state.observe_writes(_observe_store_write)
@@ -306,36 +326,128 @@ def is_local_direct(environ):
         return False
 
 
+class _RequestTally:
+    """The API's request counter, duration histogram and in-flight gauge, counted by each
+    request thread in its own plain numbers and added to prometheus_client's values (the
+    files) by flush(): before every exposition, at the API's exit, and by the first
+    request a second after the last flush. A value in a file costs a lock, a pid check
+    and a write of the mapping per change: five per request (issue 32). Each thread's
+    numbers have one writer, their own thread; flush() only reads them and adds what
+    moved since it last looked, so nothing is lost nor counted twice."""
+
+    def __init__(self, requests, duration, in_flight, every=1.0):
+        self.requests, self.duration, self.in_flight = requests, duration, in_flight
+        self.bounds = tuple(duration._upper_bounds)     # the histogram's, +Inf last
+        self.every = every
+        self.due = time.monotonic() + every
+        self._local = threading.local()
+        self._threads = []           # every thread's _ThreadTally
+        self._lock = threading.Lock()
+        # (route, method, status) -> (counter child, histogram child): labels() takes a
+        # lock and checks its values each time; the keys are bounded
+        self._children = {}
+
+    def mine(self):
+        try:
+            return self._local.tally
+        except AttributeError:
+            tally = self._local.tally = _ThreadTally(len(self.bounds))
+            with self._lock:
+                self._threads.append(tally)
+            return tally
+
+    def flush(self, wait=True):
+        """wait=False (a request thread's periodic flush): not if another is flushing."""
+        if not self._lock.acquire(wait):
+            return
+        try:
+            self.due = time.monotonic() + self.every
+            in_flight = 0
+            for tally in self._threads:
+                in_flight += tally.started - tally.finished
+                for key, series in list(tally.series.items()):
+                    self._add(key, series)
+            self.in_flight.set(in_flight)
+        finally:
+            self._lock.release()
+
+    def _add(self, key, series):
+        count, seconds, buckets = series.count, series.seconds, list(series.buckets)
+        done = series.flushed
+        if count == done[0]:
+            return
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (self.requests.labels(*key),
+                                              self.duration.labels(*key[:2]))
+        counter, histogram = children
+        counter.inc(count - done[0])
+        histogram._sum.inc(seconds - done[1])
+        for i, (now, before) in enumerate(zip(buckets, done[2])):
+            if now != before:
+                histogram._buckets[i].inc(now - before)
+        series.flushed = (count, seconds, buckets)
+
+
+class _ThreadTally:
+    __slots__ = ("started", "finished", "series", "size")
+
+    def __init__(self, size):
+        self.started = self.finished = 0
+        self.series = {}             # (route, method, status) -> _Series
+        self.size = size
+
+    def count(self, key, seconds, bucket):
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = _Series(self.size)
+        series.seconds += seconds
+        series.buckets[bucket] += 1
+        series.count += 1            # last: flush() takes a count as its cue
+
+
+class _Series:
+    __slots__ = ("count", "seconds", "buckets", "flushed")
+
+    def __init__(self, size):
+        self.count, self.seconds, self.buckets = 0, 0.0, [0] * size
+        self.flushed = (0, 0.0, [0] * size)
+
+
+# every instrumented app's tally, while its app lives (tests make many in one process)
+_tallies = weakref.WeakSet()
+
+
+def flush():
+    """Add what the request threads counted to the files (appliance/server.py at exit;
+    exposition() itself)."""
+    for tally in list(_tallies):
+        tally.flush()
+
+
 def instrument(app, store):
     """The WSGI app `app` (the API's Bottle app, over `store`) with its requests counted
     and timed, and GET /metrics answered without a token to a local direct caller (a
     local Prometheus). Anyone else's GET /metrics goes to the route, which needs the
     permission."""
     f = families()
-    requests, duration, in_flight = f.api_requests, f.api_duration, f.api_in_flight
-    # (route, method, status) -> its counter and histogram children: labels() takes a
-    # lock and checks its values each time, half of the cost per request (measured);
-    # the keys are bounded (routes x methods x statuses). Two threads that miss at once
-    # get the same children from labels().
-    series = {}
+    tally = _RequestTally(f.api_requests, f.api_duration, f.api_in_flight)
+    _tallies.add(tally)
+    bounds = tally.bounds
 
-    def children(template, method, status):
-        key = (template, method, status)
-        found = series.get(key)
-        if found is None:
-            found = series[key] = (requests.labels(template, method, status),
-                                   duration.labels(template, method))
-        return found
+    def counted(thread, template, method, status, seconds):
+        thread.count((template, method, status), seconds, bisect.bisect_left(bounds, seconds))
+        if time.monotonic() >= tally.due:
+            tally.flush(wait=False)
 
     def instrumented(environ, start_response):
         method = environ.get("REQUEST_METHOD", "")
         started = time.perf_counter()
+        thread = tally.mine()
         if environ.get("PATH_INFO") == PATH and method == "GET" \
                 and "HTTP_AUTHORIZATION" not in environ and is_local_direct(environ):
             answer = _answer_local(environ, start_response)
-            count, timing = children(PATH, method, "200")
-            count.inc()
-            timing.observe(time.perf_counter() - started)
+            counted(thread, PATH, method, "200", time.perf_counter() - started)
             return answer
         status = []
 
@@ -343,17 +455,15 @@ def instrument(app, store):
             status[:] = [line[:3]]
             return start_response(line, headers, exc_info)
 
-        in_flight.inc()
+        thread.started += 1
         try:
             return app(environ, recording)
         finally:
-            in_flight.dec()
+            thread.finished += 1
             route = environ.get("bottle.route")
             template = route.rule if route is not None else UNMATCHED
-            count, timing = children(template, method if method in METHODS else "other",
-                                     status[0] if status else "500")
-            count.inc()
-            timing.observe(time.perf_counter() - started)
+            counted(thread, template, method if method in METHODS else "other",
+                    status[0] if status else "500", time.perf_counter() - started)
 
     def _answer_local(environ, start_response):
         body = exposition(store)
@@ -387,6 +497,7 @@ def register(api):
 
 def exposition(store):
     """The Prometheus text of every process's metrics and of the store's resources."""
+    flush()
     full_client()
     from prometheus_client.exposition import generate_latest  # noqa: PLC0415
     from prometheus_client.registry import CollectorRegistry  # noqa: PLC0415

@@ -1,5 +1,6 @@
 """The API process: `python -m appliance.server` (settings from APPLIANCE_* variables)."""
 
+import gc
 import logging
 import os
 import resource
@@ -142,6 +143,11 @@ def serve(settings):
         logs.stop()
         return 1
     app, api = create_app(settings)
+    # what start-up made lives as long as the process (code, routes, the store's records
+    # as loaded): out of the collector's sight, so that a full collection walks only what
+    # came later (20-50 ms for the ~60,000 objects of a fresh API, one request's p99)
+    gc.collect()
+    gc.freeze()
     descriptors = raise_descriptor_limit()
     adjustments = waitress_settings(settings, descriptors)
     if adjustments["connection_limit"] < settings["api_connection_limit"]:
@@ -163,6 +169,7 @@ def serve(settings):
         # SIGTERM's sys.exit() comes through here too; the supervisor's child leaves with
         # os._exit(), which runs no atexit handler
         api.trail.close()           # the audit entries still queued are written
+        metrics.flush()             # what the request threads counted since the last
         metrics.process_dead(os.getpid())
         logs.stop()
     return 0

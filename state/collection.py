@@ -524,6 +524,9 @@ class Collection:
         return generation, (st.st_ino, st.st_size)
 
     def _fresh(self):
+        probed = self._probed
+        if probed is not None and self.lock.settled_at(probed[0]):
+            return
         probe = self._probe()
         if probe != self._probed:
             with self._mutex:

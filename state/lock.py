@@ -23,7 +23,7 @@ class KindLock:
         # read-only until this process first changes something under the lock: closing a
         # descriptor open for writing is an IN_CLOSE_WRITE on the file even if nothing was
         # written, which the image's path units take for a write (docs/on-demand-daemons.md)
-        self._fd = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+        self._fd = _open_or_create(path)
         self._wfd = None
         self._changing = False   # the section held sets `pending` (it may change files)
         # flock is held per open file description, which all threads of this process
@@ -121,6 +121,14 @@ class KindLock:
     def generation(self):
         return self.state()[0]
 
+    def settled_at(self, generation):
+        """True when the counters are mapped, no writer is inside and the generation is
+        still `generation`: the common answer of state(), for the read path's check of
+        every kind it reads (several per API request), without building a tuple."""
+        view = self._view
+        return view is not None and not _GEN.unpack_from(view, _PENDING)[0] \
+            and _GEN.unpack_from(view, 0)[0] == generation
+
     def state(self):
         """(generation, settled): settled is True when no writer is inside its section nor
         died inside one since the last completed section. Then a generation that did not
@@ -162,6 +170,37 @@ class KindLock:
                 if fd is not None:
                     os.close(fd)
             self._fd = self._wfd = None
+
+
+def _open_or_create(path):
+    """The lock file, opened read-only; a new one is made with its counters (zeros) in
+    place, so that readers map them from the start: an empty file cannot be mapped, and a
+    kind nobody ever wrote cost every read of it a pread (issue 32: the API's token check
+    reads iam_revoked_sessions on every request). Made under another name and linked into
+    place: no process ever sees it without its counters, nor opens the lock file itself
+    for writing; of two processes making it, the first link wins."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        pass
+    # not `.lock`: the change watch and the path units look at `<kind>.lock` only
+    draft = f"{path}.{os.getpid()}-{threading.get_ident()}.new"
+    try:
+        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, bytes(_HEADER))
+        finally:
+            os.close(fd)
+        try:
+            os.link(draft, path)
+        except FileExistsError:
+            pass
+    finally:
+        try:
+            os.unlink(draft)
+        except FileNotFoundError:
+            pass
+    return os.open(path, os.O_RDONLY)
 
 
 def acquire_all(locks, changing=True):

@@ -8,8 +8,8 @@ route, and daemons and first boot write with no request at all (actor "platform"
 """
 
 import contextvars
+import random
 import re
-import uuid
 
 from state import feed
 
@@ -24,13 +24,24 @@ _actor = contextvars.ContextVar("actor", default=None)
 _action = contextvars.ContextVar("action", default=None)
 # .../<uuid>/actions/<name>/invoke: the change feed names the action behind its writes
 _INVOKE = re.compile(r"/([0-9a-fA-F-]{36})/actions/([A-Za-z0-9_-]+)/invoke/?\Z")
+# a fresh id has uuid4's form, from the process's PRNG (seeded from the system's, again
+# after a fork): an id must be unique, not secret (a client may choose its own), and
+# uuid.uuid4()'s getrandom call let go of the GIL on every request (issue 32)
+_random_bits = random.getrandbits
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48))
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
+
+
+def fresh_id():
+    """A new request id: 32 hex digits, a version 4 UUID's."""
+    return "%032x" % (_random_bits(128) & _UUID4_CLEAR | _UUID4_SET)
 
 
 def begin(environ):
     """Start a request: its id (the client's, when well-formed, else a fresh one) for the
     current context; returns the id. The actor is unknown until authentication."""
     asked = environ.get(WSGI_KEY, "")
-    request_id = asked if _CLIENT_ID.match(asked) else uuid.uuid4().hex
+    request_id = asked if asked and _CLIENT_ID.match(asked) else fresh_id()
     _request_id.set(request_id)
     _actor.set(None)
     invoked = (_INVOKE.search(environ.get("PATH_INFO", ""))

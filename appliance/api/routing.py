@@ -206,11 +206,14 @@ class Api(Registry):
 
     def _wrap(self, route):
         kind = route.resource.kind if route.resource is not None else None
+        # only a state-changing request has an audit entry to note facts for
+        audited = route.method in audit.STATE_CHANGING
 
         def endpoint(**params):
             call = Call(self, route, bottle.request, params)
-            audit.note(call.request.environ, route=route.path, kind=kind,
-                       resource_uuid=params.get("uuid"))
+            if audited:
+                audit.note(call.request.environ, route=route.path, kind=kind,
+                           resource_uuid=params.get("uuid"))
             try:
                 result = self._serve(route, call)
             except ApiError as e:
@@ -224,7 +227,8 @@ class Api(Registry):
             except Exception:
                 log.exception("unhandled error in %s %s", route.method, route.path)
                 return self._error(ApiError("internal error; see the API log"))
-            _note_result(call, result)
+            if audited:
+                _note_result(call, result)
             return self._reply(route, result)
         endpoint.__name__ = f"{route.method} {route.path}"
         return endpoint

@@ -4,9 +4,12 @@ audit entry per state-changing request (appliance/api/audit.py)."""
 import logging
 import time
 
+from appliance import logs
+
 from . import audit, request_context
 
 access_log = logging.getLogger("appliance.access")
+ACCESS_FORMAT = '%s "%s %s" %s %d %.1fms %s'
 
 
 class Middleware:
@@ -44,9 +47,12 @@ class Middleware:
         finally:
             # the path only: query strings and bodies are never logged (they may
             # carry passwords or secret values)
-            access_log.info('%s "%s %s" %s %d %.1fms %s', environ.get("REMOTE_ADDR", "-"),
-                            environ.get("REQUEST_METHOD"), path, seen.get("status", "-"),
-                            size, (time.perf_counter() - started) * 1000, request_id)
+            line = (environ.get("REMOTE_ADDR", "-"), environ.get("REQUEST_METHOD"), path,
+                    seen.get("status", "-"), size, (time.perf_counter() - started) * 1000,
+                    request_id)
+            # the API process's writer makes the record itself (appliance/logs.py)
+            if not logs.direct(access_log, logging.INFO, ACCESS_FORMAT, line):
+                access_log.info(ACCESS_FORMAT, *line)
             if not audited:         # a body that failed, or set its status late
                 self._audit(environ, path, seen.get("status"), request_id)
             request_context.end()

@@ -185,10 +185,18 @@ def test_opening_a_kind_writes_nothing_so_its_watchers_sleep(tmp_path):
     assert [r["name"] for r in second.collection("things").records()] == ["a"]
     assert list(second.collection("others").records()) == []
     assert (lock.stat().st_mtime_ns, lock.read_bytes()) == before
-    assert untouched.read_bytes() == b""
+    # made with its counters at zero (linked into place, never opened for writing), so
+    # that readers map them: a kind never written costs its readers no syscall either
+    assert untouched.read_bytes() == bytes(16)
+    made = untouched.stat().st_mtime_ns
+    assert list(Store(tmp_path).collection("others").records()) == []
+    assert untouched.stat().st_mtime_ns == made
+    assert sorted(p.name for p in (tmp_path / ".locks").iterdir()
+                  if p.name.startswith(("things", "others"))) == ["others.lock", "things.lock"]
     # a kind never written reads as settled at generation 0, and its first write moves it
     others = second.collection("others")
     assert others.lock.state() == (0, True)
+    assert others.lock._view is not None
     first.collection("others").insert({"name": "b"})
     assert [r["name"] for r in others.records()] == ["b"]
     assert others.lock.state()[0] >= 1
