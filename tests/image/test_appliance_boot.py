@@ -131,13 +131,14 @@ def test_the_vxlan_hook_joins_a_network_under_debian_13s_libvirt(box):
     iptables (the nft flavour): a network with the VXLAN mark and one peer gets its
     vxlan device on the bridge with the peer's flood entry and the drop rules; its stop
     removes the device. The peer is an address behind a dummy device made for the test
-    inside the guest: nothing is sent anywhere."""
+    inside the guest: nothing is sent anywhere. The compute daemon is stopped meanwhile:
+    it removes an `appliance-` network that has no record (its own leftovers)."""
     name, bridge, vni = "appliance-00000000-0000-4000-8000-0000000a31a1", "ap-00000a31a1ff", 4231
     xml = (f"<network><name>{name}</name><bridge name='{bridge}'/><mtu size='1450'/>"
            f"<metadata><ap:vxlan xmlns:ap='{vxlan_hook.VXLAN_NS}' vni='{vni}'/></metadata>"
            f"<portgroup name='{vxlan_hook.PEER_PREFIX}10.231.0.2'/></network>")
-    box.ssh("ip link add apt-peer type dummy && ip addr add 10.231.0.1/24 dev apt-peer && "
-            "ip link set apt-peer up")
+    box.ssh("systemctl stop appliance-compute && ip link add apt-peer type dummy && "
+            "ip addr add 10.231.0.1/24 dev apt-peer && ip link set apt-peer up")
     try:
         box.ssh(f"cat > /run/apt-vxlan.xml <<'EOF'\n{xml}\nEOF\nvirsh -q net-create "
                 "/run/apt-vxlan.xml")
@@ -150,8 +151,8 @@ def test_the_vxlan_hook_joins_a_network_under_debian_13s_libvirt(box):
         box.ssh(f"virsh -q net-destroy {name}")
         assert box.ssh(f"ip link show dev vxlan{vni}", check=False).returncode != 0
     finally:
-        box.ssh(f"virsh -q net-destroy {name}; ip link del apt-peer; rm -f /run/apt-vxlan.xml",
-                check=False)
+        box.ssh(f"virsh -q net-destroy {name}; ip link del apt-peer; rm -f /run/apt-vxlan.xml; "
+                "systemctl start appliance-compute", check=False)
 
 
 def test_https_health_is_200_with_the_certificate_the_console_shows(box):
