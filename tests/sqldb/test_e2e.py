@@ -190,9 +190,13 @@ def test_the_example_element_installs_to_active_and_uninstalls(world):
     got = world.instance(instance)
     assert got["status"] == "ACTIVE" and sorted(got["ipsv4"]) == sorted(ADDRESSES)
     # the client config on the node, with the members' addresses and the password that
-    # the user logs in with (SCRAM) through the endpoint
-    env = dict(line.split("=", 1) for line in open(
-        world.nodes[0].agent.root + config["path"]).read().split())
+    # the user logs in with (SCRAM) through the endpoint. An element is ACTIVE once its
+    # config is written (only DBaaS records are followed to their data-plane status:
+    # appliance/em/builtin.py), so the agent's delivery may come a moment after: a CI run
+    # read the file 3.3 s after the install, before it was there
+    client_env = world.nodes[0].agent.root + config["path"]
+    eventually(lambda: os.path.exists(client_env), "the client config on the first node")
+    env = dict(line.split("=", 1) for line in open(client_env).read().split())
     assert sorted(env["PGHOSTS"].split(",")) == sorted(ADDRESSES)
     host = world.resolve(env["PGENDPOINT"])[0]
     done = psql(host, world.port, "SELECT current_user", env["PGPASSWORD"], env["PGUSER"],
