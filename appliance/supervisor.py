@@ -361,10 +361,13 @@ class Supervisor:
                          child.name, ", ".join(moved))
             else:
                 child.idle = idle
-                log.info("%s stopped while idle; started again at the next write to %s%s",
-                         child.name, ", ".join(idle["kinds"]) or "nothing",
-                         "" if idle.get("wake_at") is None else
-                         f" or in {max(idle['wake_at'] - time.time(), 0):.0f} s")
+                wakes = ([f"at the next write to {', '.join(idle['kinds'])}"]
+                         if idle["kinds"] else [])
+                if idle.get("wake_at") is not None:
+                    wakes.append(f"in {max(idle['wake_at'] - time.time(), 0):.0f} s")
+                log.info("%s stopped while idle; started again %s", child.name,
+                         " or ".join(wakes) or "when `appliance up` starts again (it "
+                         "watches no kind and has no timer)")
             return
         child.quick_deaths = child.quick_deaths + 1 if uptime < STABLE_SECONDS else 1
         delay = child.restart_delay()
