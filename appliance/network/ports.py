@@ -120,12 +120,11 @@ def _hold(store, port):
 
 def _held(store, network_uuid):
     """{address: released_at} of the network's holds still running; expired ones go."""
-    now, out = time.time(), {}
-    coll = holds(store)
-    for hold in coll.by("network", network_uuid):
-        if now - hold["released_at"] < HOLD_SECONDS:
-            out[hold["ipv4"]] = hold["released_at"]
-    if len(out) < len(coll.by("network", network_uuid)):
+    now, coll = time.time(), holds(store)
+    current = coll.by("network", network_uuid)
+    out = {h["ipv4"]: h["released_at"] for h in current
+           if now - h["released_at"] < HOLD_SECONDS}
+    if len(out) < len(current):
         coll.delete_where(lambda h: h["network"] == network_uuid
                           and now - h["released_at"] >= HOLD_SECONDS)
     return out

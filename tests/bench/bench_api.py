@@ -73,8 +73,9 @@ def bare_list_app(body):
     return app
 
 
-def serve_bare(body_file, settings_file):
-    """Child side: the bare app on Waitress with the API's own adjustments."""
+def serve_bare(body_file, settings_file, make_app=None):
+    """Child side: the bare app (`bare_app`, or `make_app`) on Waitress with the API's
+    own adjustments."""
     import waitress
     from appliance.server import waitress_settings
     from . import serve_until_stdin_closes
@@ -82,21 +83,13 @@ def serve_bare(body_file, settings_file):
         body = json.load(f)
     with open(settings_file) as f:
         settings = json.load(f)
-    server = waitress.create_server(bare_app(body), **waitress_settings(settings))
+    server = waitress.create_server((make_app or bare_app)(body), **waitress_settings(settings))
     serve_until_stdin_closes(server, {"port": server.effective_port})
 
 
 def serve_bare_list(body_file, settings_file):
     """Child side: the list's bare route, on the same Waitress adjustments."""
-    import waitress
-    from appliance.server import waitress_settings
-    from . import serve_until_stdin_closes
-    with open(body_file) as f:
-        body = json.load(f)
-    with open(settings_file) as f:
-        settings = json.load(f)
-    server = waitress.create_server(bare_list_app(body), **waitress_settings(settings))
-    serve_until_stdin_closes(server, {"port": server.effective_port})
+    serve_bare(body_file, settings_file, bare_list_app)
 
 
 def add_projects(state_dir, first_org, orgs):

@@ -82,6 +82,15 @@ class World:
         record.update(extra)
         return self.store.collection("compute_nodes").insert(record)
 
+    def add_volume(self, node=None, size=1, name="data"):
+        """A volume record, attached to `node` (a record) when given."""
+        return self.store.collection("compute_volumes").insert({
+            "name": name, "description": "",
+            "project_id": node["project_id"] if node else PROJECT, "size": size,
+            "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
+            "node": "/v1/compute/nodes/" + node["uuid"] if node else None, "status": "NEW",
+            "status_reason": None, "hypervisor": None})
+
     def node(self, uuid):
         return self.store.collection("compute_nodes").get(uuid)
 

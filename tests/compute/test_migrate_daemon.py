@@ -198,11 +198,7 @@ def test_a_moved_nodes_disks_and_volume_leave_the_source_pool(two):
     copy) are swept by the next pass; the target keeps its own."""
     rec, node = built(two)
     vols = two.store.collection("compute_volumes")
-    vol = vols.insert({
-        "name": "data", "description": "", "project_id": node["project_id"], "size": 1,
-        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
-        "node": "/v1/compute/nodes/" + node["uuid"], "status": "NEW",
-        "status_reason": None, "hypervisor": None})
+    vol = two.add_volume(node)
     converge(rec)
     name = f"appliance-vol-{vol['uuid']}.qcow2"
     first_pool = two.pool()
@@ -235,11 +231,7 @@ def test_a_volume_record_elsewhere_whose_copy_a_domain_here_uses_is_kept(two):
     domain here has it attached (a move that failed after the record was written)."""
     node = two.add_node(hypervisor=two.hypervisor["uuid"], status="SCHEDULED")
     vols = two.store.collection("compute_volumes")
-    vol = vols.insert({
-        "name": "data", "description": "", "project_id": node["project_id"], "size": 1,
-        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
-        "node": "/v1/compute/nodes/" + node["uuid"], "status": "NEW",
-        "status_reason": None, "hypervisor": None})
+    vol = two.add_volume(node)
     converge(two.reconciler())
     name = f"appliance-vol-{vol['uuid']}.qcow2"
     path = two.pool().storageVolLookupByName(name).path()

@@ -234,11 +234,7 @@ def test_a_restarted_daemon_gives_a_running_domain_the_type_of_the_hypervisors_a
 
 def test_image_change_replaces_the_root_disk_only(world):
     node = world.add_node()
-    vol = world.store.collection("compute_volumes").insert({
-        "name": "data", "description": "", "project_id": node["project_id"], "size": 2,
-        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
-        "node": "/v1/compute/nodes/" + node["uuid"], "status": "NEW",
-        "status_reason": None, "hypervisor": None})
+    vol = world.add_volume(node, size=2)
     converge(world)
     before = world.node(node["uuid"])
     data_path = world.pool().storageVolLookupByName(
@@ -262,10 +258,7 @@ def test_volume_attached_and_detached_live_and_deleted(world):
     node = world.add_node()
     converge(world)
     vols = world.store.collection("compute_volumes")
-    vol = vols.insert({
-        "name": "data", "description": "", "project_id": node["project_id"], "size": 1,
-        "image": None, "boot": False, "label": None, "tier": "WARM", "ephemeral": False,
-        "node": None, "status": "NEW", "status_reason": None, "hypervisor": None})
+    vol = world.add_volume()
     converge(world)
     vol = vols.get(vol["uuid"])
     assert vol["status"] == "ACTIVE" and vol["hypervisor"] == world.hypervisor["uuid"]

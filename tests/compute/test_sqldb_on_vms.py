@@ -269,14 +269,9 @@ def test_the_replicas_vm_moves_live_with_postgresql_running_and_answers_ssh(env,
     there = env.hv2["uuid"] if here == env.hypervisor["uuid"] else env.hypervisor["uuid"]
 
     def ssh(command):
-        return env.ns.ssh(ipv4, key, command, user=tcg.SSH_USER, timeout=60)
+        return env.ssh(ipv4, key, command)
 
-    def answers():
-        try:
-            return ssh("true").returncode == 0
-        except Exception:          # a timed-out ssh: not yet
-            return False
-    env.wait("SSH to the replica's VM before its move", answers, WAIT, interval=2)
+    env.wait_ssh(ipv4, key, "SSH to the replica's VM before its move", WAIT)
     started = ssh("nohup sh -c 'i=0; while :; do i=$((i+1)); "
                   "echo $i > /tmp/ticks; sleep 0.2; done' >/dev/null 2>&1 & echo $!; "
                   "cat /proc/sys/kernel/random/boot_id")
@@ -294,7 +289,7 @@ def test_the_replicas_vm_moves_live_with_postgresql_running_and_answers_ssh(env,
     assert tcg.domains_in(hypervisor_ns(env, here), old) == {}
     assert len(tcg.domains_in(hypervisor_ns(env, there), old)) == 1
 
-    env.wait("SSH to the replica's VM on its new side", answers, WAIT, interval=2)
+    env.wait_ssh(ipv4, key, "SSH to the replica's VM on its new side", WAIT)
     after = ssh(f"kill -0 {pid} && cat /tmp/ticks /proc/sys/kernel/random/boot_id")
     assert after.returncode == 0, after.stderr
     ticks, boot_after = after.stdout.split()

@@ -266,10 +266,6 @@ def interface_and_hosts(ns, node_uuid, home_ns):
         conn.close()
 
 
-def move(env, node_uuid, target):
-    return env.move(node_uuid, target, WAIT * 2)
-
-
 def test_a_running_node_moves_live_both_ways(env, hv2, tmp_path_factory):
     hv1 = hypervisor(env, env.hypervisor["uuid"])
     # the way back goes to the first's underlay address (its URI, qemu:///system, names no
@@ -292,7 +288,7 @@ def test_a_running_node_moves_live_both_ways(env, hv2, tmp_path_factory):
         namespaces[here], node["uuid"])[0] and guest_memory(namespaces[here], node["uuid"]),
         60, interval=0.2)
     for source, target in ((here, there), (there, here)):
-        moved = move(env, node["uuid"], target)
+        moved = env.move(node["uuid"], target, WAIT * 2)
         assert (moved["hypervisor"], moved["status"]) == (target, "ACTIVE")
         assert (moved["default_network"]["mac"], moved["default_network"]["ipv4"]) == port
         # one domain, on the target, of the same boot, counting on
