@@ -463,11 +463,14 @@ def make_disk(profile, name, uid, root, raw, title):
     return used
 
 
-def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations):
+def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations, keep_raw=True):
     rootfs_key, rootfs_tar = rootfs
     wheels_key, wheels_dir = wheels
     key = disk_key(recipe, name, rootfs_key, wheels_key, suffix, migrations)
     path = cached(f"disk-{name}", key)
+    if os.path.isdir(path) and keep_raw and not os.path.exists(os.path.join(path, "disk.raw")):
+        say(f"disk ({name}, {key}): cached without its raw disk (--no-raw): made again")
+        remove(path)
     if os.path.isdir(path):
         say(f"disk ({name}, {key}): cached")
         os.utime(path)
@@ -501,6 +504,8 @@ def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations):
         with step("disk: compressed qcow2"):
             run(["qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2",
                  os.path.join(tmp, "disk.raw"), os.path.join(tmp, "disk.qcow2")])
+        if not keep_raw:
+            os.remove(os.path.join(tmp, "disk.raw"))
         with open(os.path.join(tmp, "build-info.json"), "w") as f:
             json.dump(info, f, indent=2)
     prune(f"disk-{name}", path)
@@ -534,7 +539,10 @@ def size_report(out):
     with open(os.path.join(out, "build-info.json")) as f:
         info = json.load(f)
     print(f"size report ({info['profile']} {info['version']}, recipe {info['recipe_hash']}):")
-    print(f"  raw disk      {mib(os.path.getsize(raw))} (allocated {mib(os.stat(raw).st_blocks * 512).strip()})")
+    if os.path.exists(raw):
+        print(f"  raw disk      {mib(os.path.getsize(raw))} (allocated {mib(os.stat(raw).st_blocks * 512).strip()})")
+    else:
+        print("  raw disk      not kept (--no-raw)")
     print(f"  qcow2 (-c)    {mib(os.path.getsize(qcow2))}")
     for k, label in (("root_used_mib", "root files  "), ("venv_mib", "/opt/appliance"),
                      ("modules_mib", "kernel modules")):
@@ -608,6 +616,9 @@ def parse(argv, recipe):
                    help="a newer build's version label (written to build-info.json)")
     p.add_argument("--extra-migrations", metavar="DIR",
                    help="files copied into the installed package's appliance/migrations/")
+    p.add_argument("--no-raw", action="store_true",
+                   help="keep only the compressed qcow2 (a build that is only booted through "
+                        "an overlay or served as a VM image: the raw disk is most of the space)")
     p.add_argument("--refresh-pins", action="store_true",
                    help="build the rootfs unpinned and rewrite packages/*.txt with what it got")
     args = p.parse_args(argv)
@@ -644,7 +655,8 @@ def main(argv=None):
             rootfs = rootfs_layer(recipe, name, profile)
             wheels = wheels_layer()
             _, path, _ = disk_layer(recipe, name, profile, rootfs, wheels,
-                                    args.version_suffix, args.extra_migrations)
+                                    args.version_suffix, args.extra_migrations,
+                                    keep_raw=not args.no_raw)
             out = publish(path, name, args.version_suffix)
             say(f"build done in {time.monotonic() - STARTED:.1f} s")
             size_report(out)

@@ -55,6 +55,12 @@ class Image:
             self.info = json.load(f)
 
     @property
+    def disk(self):
+        """The disk to boot (through an overlay): the raw one, or the compressed qcow2 of a
+        build that kept no raw (`build_image`'s newer builds, the trimmed previous image)."""
+        return self.raw if os.path.exists(self.raw) else self.qcow2
+
+    @property
     def profile(self):
         return self.info["profile"]
 
@@ -75,7 +81,10 @@ def build_image(profile="appliance", version_suffix=None, extra_migrations=None,
     """Build the image (or reuse the cached one: instant when nothing changed).
 
     version_suffix and extra_migrations build a newer build for upgrade tests (they
-    change only the last layer). The build's output goes to `log` (a file object),
+    change only the last layer). A newer build keeps only its compressed qcow2
+    (`--no-raw`): it is booted through an overlay or served as a VM image, never read by
+    partition, and its raw disk would be most of a gigabyte of the run's disk
+    (docs/testing.md, "Disk"). The build's output goes to `log` (a file object),
     else to this process's stderr; a failed build raises with its output's tail.
     Needs root (the build program says so clearly otherwise).
     """
@@ -87,6 +96,8 @@ def build_image(profile="appliance", version_suffix=None, extra_migrations=None,
         cmd += ["--version-suffix", version_suffix]
     if extra_migrations:
         cmd += ["--extra-migrations", str(extra_migrations)]
+    if version_suffix:
+        cmd += ["--no-raw"]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     (log or sys.stderr).write(proc.stdout)
     if proc.returncode != 0:

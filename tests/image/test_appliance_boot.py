@@ -614,10 +614,12 @@ def test_an_upgrade_keeps_the_state_and_migrates_it(box, made, workdir, state_di
     newer = build_image("appliance", version_suffix="upgrade-test",
                         extra_migrations=TEST_MIGRATIONS if migrations else None)
     assert newer.version != old_version
+    # a newer build keeps only its compressed qcow2 (build.py --no-raw), and boots from it
+    assert newer.disk == newer.qcow2 and not os.path.exists(newer.raw)
     # fw_cfg gives another password and no SSH key: the kept password must win, and the
     # kept key must reach the new root's authorized_keys. This boot takes the disk's BIOS
     # path (the shared boot took UEFI): the Debian 13 appliance boots both ways in a run
-    vm = appliance_vm(newer.raw, workdir, state_disk, {FW_PASSWORD: "not-the-kept-one"},
+    vm = appliance_vm(newer.disk, workdir, state_disk, {FW_PASSWORD: "not-the-kept-one"},
                       name="new", firmware="bios")
     with vm:
         upgraded = Box(vm, workdir, box.ssh_key, box.known_hosts)
