@@ -116,6 +116,9 @@ def test_a_newer_build_rebuilds_only_the_last_layer(node_image, tmp_path):
     assert '"version": "0.1.0+t1"' in read_from_root(newer.raw, "/etc/appliance/build-info.json")
     # the older build is still there, untouched, for an upgrade test to boot first
     assert os.path.exists(node_image.raw)
+    # this build is the test's alone: its gigabyte goes (docs/testing.md, "Disk")
+    shutil.rmtree(newer.dir)
+    shutil.rmtree(os.path.join(qemu.ROOT, "build", "cache", f"disk-node-{newer.info['recipe_hash']}"))
 
 
 def partition_table(raw):
