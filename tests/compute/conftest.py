@@ -1,3 +1,4 @@
+import shutil
 import uuid
 
 import pytest
@@ -48,8 +49,8 @@ def other(server, admin):
     return Member(server, admin)
 
 
-@pytest.fixture(scope="session")
-def tcg_env(tmp_path_factory):
+@pytest.fixture(scope="package")
+def tcg_env(tmp_path_factory, request):
     """The appliance in a test network namespace with its libvirt registered as a
     hypervisor (tests/compute/tcg.py), made once for the VM tests of a run
     (test_e2e_tcg.py, test_two_hypervisors.py): its start and libvirt's first QEMU probe
@@ -62,12 +63,18 @@ def tcg_env(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     faulthandler.cancel_dump_traceback_later()
-    with tcg.appliance_in_netns(str(tmp_path_factory.mktemp("tcg-env"))) as env:
+    workdir = tmp_path_factory.mktemp("tcg-env")
+    failed_before = request.session.testsfailed
+    with tcg.appliance_in_netns(str(workdir)) as env:
         env.hypervisor = env.register_hypervisor()
         yield env
+    # its image cache and state are half a gigabyte that the rest of the run does not
+    # need; kept for a look when one of its tests failed
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tcg_second(tcg_env):
     """A second hypervisor host for the run's appliance (tcg.second_machine: its own
     namespace, libvirtd and sshd, a veth to the appliance's), made once for the modules
@@ -85,14 +92,14 @@ def tcg_second(tcg_env):
             del tcg_env.second
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def tcg_hv2(tcg_env, tcg_second):
     """The second machine registered through the API as `qemu+ssh://` with its host key
     pinned, ACTIVE; both hypervisors on the underlay (the veth: docs/network.md, "Networks
     across hypervisors"), so a set spread over them has one network across both, and a
     node moves both ways over it (a move goes to the target's underlay address). Deleted,
-    and the first hypervisor's driver_spec put back, at the session's end (each module
-    deletes its own nodes first)."""
+    and the first hypervisor's driver_spec put back, when tests/compute/ is done (each
+    module deletes its own nodes first)."""
     env = tcg_env
     first = f"{H}/{env.hypervisor['uuid']}"
     spec = env.ok(env.admin.get(first))["driver_spec"]

@@ -1,7 +1,10 @@
-"""Fixtures of the image tests: one boot of the appliance image per session (`box`), which
+"""Fixtures of the image tests: one boot of the appliance image per run (`box`), which
 every test needing a running appliance shares (tests/image/guest.py), so that CI boots
 the image once. Tests that end that boot's life (a reboot, the upgrade's shutdown) are
-marked `ends_the_boot` and run after every other test of the session.
+marked `ends_the_boot` and run after every other test of this directory. The fixtures
+are the package's (tests/image/): the VM, its disks and the work directory go when the
+directory's last test is done, not at the run's end, so the tests after it run without
+a guest spinning under TCG beside them (docs/testing.md, "Disk").
 
 That boot is also the upgrade from Debian 12: the state disk it boots with was made by the
 Debian 12 image (tests/image/previous.py) at a first boot, which made some state through
@@ -11,6 +14,7 @@ upgraded appliance, and the upgrade costs one Debian 12 build and boot, no Debia
 import faulthandler
 import json
 import os
+import shutil
 import subprocess
 import time
 import uuid
@@ -56,18 +60,23 @@ def pytest_runtest_setup(item):
     faulthandler.cancel_dump_traceback_later()
 
 
-@pytest.fixture(scope="session")
-def workdir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("appliance-boot"))
+@pytest.fixture(scope="package")
+def workdir(tmp_path_factory, request):
+    path = tmp_path_factory.mktemp("appliance-boot")
+    failed_before = request.session.testsfailed
+    yield str(path)
+    # the boots' overlays and the state disk; kept for a look when a test here failed
+    if request.session.testsfailed == failed_before:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def image():
     require_root()
     return build_image("appliance")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def ssh_key(workdir):
     path = os.path.join(workdir, "id_ed25519")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "boot-test",
@@ -75,13 +84,13 @@ def ssh_key(workdir):
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def state_disk(workdir):
     """The state on a second disk: it outlives the root disk, as an upgrade needs."""
     return blank_disk(os.path.join(workdir, "state.qcow2"), "2G")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def previous_image():
     """The Debian 12 appliance image (main's last bookworm commit), built from git history."""
     require_root()
@@ -128,7 +137,7 @@ def make_state(b):
             "versions": {v["name"]: v["uuid"] for v in versions}}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def made(previous_image, workdir, ssh_key, state_disk):
     """The Debian 12 appliance's life before the upgrade: its image booted once under TCG
     with the blank state disk (as `box` then boots the Debian 13 one), the state of
@@ -137,7 +146,7 @@ def made(previous_image, workdir, ssh_key, state_disk):
     with open(ssh_key + ".pub") as f:
         public = f.read().strip()
     # the Debian 12 image has no EFI system partition: it boots by BIOS only
-    vm = appliance_vm(previous_image.raw, workdir, state_disk,
+    vm = appliance_vm(previous_image.disk, workdir, state_disk,
                       {FW_PASSWORD: PASSWORD, FW_SSH_KEY: public}, name="debian12",
                       firmware="bios")
     with vm:
@@ -157,7 +166,7 @@ def made(previous_image, workdir, ssh_key, state_disk):
     return state
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def box(made, image, workdir, ssh_key, state_disk):
     """The appliance image booted once under TCG, with the state on a second disk that the
     Debian 12 image made (`made`: this boot is the upgrade to Debian 13), the admin
