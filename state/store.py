@@ -105,8 +105,10 @@ class Store:
         if closes != self._closes or self._in_use is None:
             return False
         for coll, version in zip(colls, versions):
-            if not coll.unchanged_since(version):
-                return False
+            # Collection.unchanged_since, its common case inline (six kinds per request)
+            if version is not coll._probed or not coll.lock.settled_at(version[0]):
+                if coll.version() != version:
+                    return False
         return True
 
     def named_lock(self, name):

@@ -18,6 +18,7 @@ import datetime
 import math
 import re
 import threading
+import time
 import uuid as uuidlib
 
 from appliance.api.errors import Unauthorized
@@ -182,6 +183,15 @@ class Authenticator:
 
     def principal_of(self, token):
         """The caller an access token stands for; 401 for any token that does not hold."""
+        cached = self._principals.get(token)
+        if cached is not None:
+            # a token cached here verified as an access token: only its expiry moves, and
+            # it is checked first, as TokenSigner.verify does
+            stamp, principal = cached
+            if principal.claims["exp"] <= time.time():
+                raise Unauthorized("token expired")
+            if self.store.unchanged(stamp):
+                return principal
         try:
             claims = self.signer.verify(token, "access")
         except InvalidToken as e:
@@ -189,9 +199,6 @@ class Authenticator:
         for claim, principal in self.principals.items():
             if claim in claims:
                 return principal(claims)
-        cached = self._principals.get(token)
-        if cached is not None and self.store.unchanged(cached[0]):
-            return cached[1]
         # before the reads: a write during them leaves the entry stale, never wrong
         stamp = self.store.stamp(PRINCIPAL_KINDS)
         principal = self._principal(claims)
