@@ -320,13 +320,6 @@ class Collection:
         self._fresh()
         return self._probed
 
-    def unchanged_since(self, version):
-        """version() == version, in the common case with one look at the lock's counters
-        and nothing else: the check of a cache stamped with version() on every read."""
-        if version is self._probed and self.lock.settled_at(version[0]):
-            return True
-        return self.version() == version
-
     def count(self):
         self._fresh()
         return len(self._table)

@@ -99,13 +99,13 @@ class Store:
 
     def unchanged(self, stamp):
         """True when no kind of `stamp` changed since it was taken: in the common case one
-        look at each kind's lock counters (Collection.unchanged_since), no call of
-        collection() per kind."""
+        look at each kind's lock counters, no call of collection() per kind."""
         closes, colls, versions = stamp
         if closes != self._closes or self._in_use is None:
             return False
         for coll, version in zip(colls, versions):
-            # Collection.unchanged_since, its common case inline (six kinds per request)
+            # the version still applied and no writer since: Collection._fresh's own
+            # first check, without its call (six kinds per API request)
             if version is not coll._probed or not coll.lock.settled_at(version[0]):
                 if coll.version() != version:
                     return False
