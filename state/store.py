@@ -30,6 +30,7 @@ class Store:
         self._lock = threading.Lock()
         self.exclusive = exclusive
         self._in_use = None
+        self._closes = 0            # how often close() ran: a stamp() of before is void
         self._feed = None
         self._feed_settings = {}
         self._use()
@@ -89,6 +90,27 @@ class Store:
                     coll.add_unique(fields)
             return coll
 
+    def stamp(self, kinds):
+        """What moves with any change of the kinds named in `kinds`, here or in another
+        process: a cache of something worked out from their records keeps the stamp
+        taken before it read them, and asks unchanged(stamp) before each use."""
+        colls = tuple(self.collection(kind) for kind in kinds)
+        return self._closes, colls, tuple(coll.version() for coll in colls)
+
+    def unchanged(self, stamp):
+        """True when no kind of `stamp` changed since it was taken: in the common case one
+        look at each kind's lock counters, no call of collection() per kind."""
+        closes, colls, versions = stamp
+        if closes != self._closes or self._in_use is None:
+            return False
+        for coll, version in zip(colls, versions):
+            # the version still applied and no writer since: Collection._fresh's own
+            # first check, without its call (six kinds per API request)
+            if version is not coll._probed or not coll.lock.settled_at(version[0]):
+                if coll.version() != version:
+                    return False
+        return True
+
     def named_lock(self, name):
         """A cross-process lock that guards no kind: for a rule that spans several kinds.
         Take it before any kind's lock, never while holding one (else two processes
@@ -104,6 +126,7 @@ class Store:
         """Release the lock files of every opened kind (a long-lived process that opens
         many stores, like a test run, would otherwise run out of descriptors)."""
         with self._lock:
+            self._closes += 1
             for coll in self._collections.values():
                 coll.close()
             self._collections.clear()

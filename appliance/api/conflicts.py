@@ -17,7 +17,6 @@ A partial update (PUT) cannot be starved: its last attempt holds the kind's lock
 `Resource.update_record`), so a writer that never pauses delays it but cannot refuse it.
 """
 
-import contextlib
 import logging
 import random
 import time
@@ -51,8 +50,10 @@ def retry_conflicts(run, attempts=ATTEMPTS, sleep=time.sleep, last_under=None):
         written = state.writes_in_thread()
         last = attempt == attempts - 1
         try:
-            with last_under if last and last_under is not None else contextlib.nullcontext():
-                return run()
+            if last and last_under is not None:
+                with last_under:
+                    return run()
+            return run()
         except state.RevisionConflict as e:
             if state.writes_in_thread() != written:
                 log.error("conflict after a partial write, not retried: %s", e)

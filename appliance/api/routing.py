@@ -57,7 +57,10 @@ class Call:
         self.route = route
         self.request = request
         self.params = params
-        self.query = request.query
+        # no query string, nothing to parse (an item GET's common case): an empty one of
+        # the same type; bottle's own request.query would parse it into the same
+        self.query = request.query if request.environ.get("QUERY_STRING") \
+            else bottle.FormsDict()
         self.principal = None
         self.body = None
         self.content_type = None
@@ -239,7 +242,11 @@ class Api(Registry):
                 raise Unauthorized("no authentication is configured")
             call.principal = self.authenticate(call.request)
             request_context.set_actor(request_context.actor_of(call.principal))
-            if not any(call.principal.allows(p) for p in route.permissions):
+            allows = call.principal.allows
+            for permission in route.permissions:
+                if allows(permission):
+                    break
+            else:
                 if route.permission == AUTHENTICATED:
                     raise Forbidden("this route is for users only")
                 raise Forbidden(f"permission {' or '.join(route.permissions)} is required")
@@ -292,7 +299,17 @@ class Api(Registry):
         if isinstance(result, longlived.Parked):
             return longlived.reply(self.eventloop, result, response, bottle.request.method)
         if not isinstance(result, Reply):
-            result = Reply(result, route.status)
+            # a handler's plain answer (most of them): the route's status, JSON, no
+            # headers of its own; response.bind() left 200 OK in place
+            status = route.status
+            if status != 200 or response.status_line != "200 OK":
+                response.status = status
+            if result is None and status == 204:
+                return b""
+            if isinstance(result, bytes):
+                return result
+            response.content_type = "application/json"
+            return orjson.dumps(result)
         response.status = result.status
         for k, v in result.headers.items():
             response.set_header(k, v)

@@ -122,7 +122,10 @@ def is_console_path(path):
 def add_security_headers():
     """Bottle's after_request hook: every answer under /console/ carries the headers,
     errors raised before a handler ran (401, the CSRF refusal) included."""
-    if is_console_path(bottle.request.path):
+    # every request passes here: the raw path first, bottle's request.path (the same
+    # with one leading slash) only for a path that may be the console's
+    if "console" in bottle.request.environ.get("PATH_INFO", "") and \
+            is_console_path(bottle.request.path):
         for name, value in SECURITY_HEADERS.items():
             bottle.response.set_header(name, value)
 

@@ -4,12 +4,21 @@ every non-public route runs.
 A caller's permissions are the permissions of the roles bound to it globally plus, for a
 token scoped to a project, the roles bound to it in that project. They are computed once
 per (user, project) and kept until any IAM kind involved changes.
+
+The principal a user's access token stands for is kept too, per token, with the versions
+of every kind it was worked out from (PRINCIPAL_KINDS): a request whose token is cached
+checks its expiry and that none of those kinds changed since (one shared-memory read
+each, docs/server.md), instead of the revocation, the user, the project and the
+permissions. Any write to one of them (a logout, a role binding, a user disabled or
+deleted, in this process or another) works every cached principal out again at the next
+request, so each takes effect at once, as it did before the cache.
 """
 
 import datetime
 import math
 import re
 import threading
+import time
 import uuid as uuidlib
 
 from appliance.api.errors import Unauthorized
@@ -25,6 +34,9 @@ from .throttle import LoginThrottle, Throttled
 from .tokens import InvalidToken, TokenSigner
 
 KINDS = ("iam_role_bindings", "iam_permission_bindings", "iam_permissions")
+# what principal_of reads to turn a verified token into its principal
+PRINCIPAL_KINDS = ("iam_revoked_sessions", "iam_users", "iam_projects", *KINDS)
+PRINCIPAL_CACHE_SIZE = 10000
 # grant -> the field naming the user; `login+password` is the reference CLI's `-l LOGIN`
 # (our login is the username)
 PASSWORD_GRANTS = {"password": "username", "login+password": "login"}
@@ -103,6 +115,8 @@ class Authenticator:
         self._cache = {}
         self._cache_key = None
         self._lock = threading.Lock()
+        # token -> (the store's stamp of PRINCIPAL_KINDS before it was worked out, its principal)
+        self._principals = {}
         # other capabilities' additions (the node agents, appliance/agent/enroll.py):
         # grant_type -> function(body) -> Reply, and claim -> function(claims) -> principal
         # for the tokens that carry that claim
@@ -169,6 +183,15 @@ class Authenticator:
 
     def principal_of(self, token):
         """The caller an access token stands for; 401 for any token that does not hold."""
+        cached = self._principals.get(token)
+        if cached is not None:
+            # a token cached here verified as an access token: only its expiry moves, and
+            # it is checked first, as TokenSigner.verify does
+            stamp, principal = cached
+            if principal.claims["exp"] <= time.time():
+                raise Unauthorized("token expired")
+            if self.store.unchanged(stamp):
+                return principal
         try:
             claims = self.signer.verify(token, "access")
         except InvalidToken as e:
@@ -176,6 +199,16 @@ class Authenticator:
         for claim, principal in self.principals.items():
             if claim in claims:
                 return principal(claims)
+        # before the reads: a write during them leaves the entry stale, never wrong
+        stamp = self.store.stamp(PRINCIPAL_KINDS)
+        principal = self._principal(claims)
+        with self._lock:
+            if len(self._principals) >= PRINCIPAL_CACHE_SIZE:
+                self._principals.clear()
+            self._principals[token] = (stamp, principal)
+        return principal
+
+    def _principal(self, claims):
         if self.coll("iam_revoked_sessions").by("sid", claims["sid"]):
             raise Unauthorized("token revoked")
         user = self.coll("iam_users").get(claims["sub"])

@@ -304,3 +304,31 @@ def test_version_moves_with_every_change_another_process_makes_too(tmp_path):
     assert [r["n"] for r in things.records()] == [2, 3]
     writer.close()
     reader.close()
+
+
+def test_stamp_is_void_after_any_change_of_its_kinds_here_or_elsewhere_and_after_close(
+        tmp_path):
+    """What the API's cache of principals keys on (appliance/iam/auth.py): a stamp of
+    several kinds holds until a write to any of them, in this Store or in another (another
+    process's, as far as the files go), and never across close()."""
+    writer, reader = Store(tmp_path), Store(tmp_path)
+    rec = writer.collection("a").insert({"n": 0})
+    writer.collection("b").insert({"n": 0})
+    kinds = ("a", "b", "never_written")
+    for change in (lambda: writer.collection("a").update(rec["uuid"], {"n": 1}),
+                   lambda: writer.collection("b").insert({"n": 2}),
+                   lambda: writer.collection("never_written").insert({"n": 3}),
+                   lambda: reader.collection("a").delete(rec["uuid"])):
+        stamp = reader.stamp(kinds)
+        assert reader.unchanged(stamp) and reader.unchanged(stamp)
+        writer.collection("unrelated").insert({"n": 0})
+        assert reader.unchanged(stamp)              # another kind's write: still holds
+        change()
+        assert not reader.unchanged(stamp)
+        assert reader.unchanged(reader.stamp(kinds))
+    stamp = reader.stamp(kinds)
+    reader.close()
+    assert not reader.unchanged(stamp)             # reopened kinds: a new stamp is needed
+    assert reader.unchanged(reader.stamp(kinds))
+    writer.close()
+    reader.close()
