@@ -14,6 +14,7 @@ import time
 
 SAMPLE_SECONDS = 5
 GB = 1e9
+RUN_NEEDS_GB = 10       # measured: docs/testing.md, "Disk"
 
 
 class DiskWatch:
@@ -72,6 +73,12 @@ _watch = None
 def pytest_sessionstart(session):
     global _watch
     _watch = DiskWatch([str(session.config.rootpath), "/tmp"]).start()
+
+
+def pytest_report_header(config):
+    free = min(shutil.disk_usage(p).free for p in (str(config.rootpath), "/tmp"))
+    return (f"disk: {free / GB:.1f} GB free (a whole run with the image and VM tests needs "
+            f"about {RUN_NEEDS_GB} GB: docs/testing.md, \"Disk\")")
 
 
 def pytest_runtest_logstart(nodeid, location):
