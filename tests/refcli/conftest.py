@@ -7,6 +7,7 @@ is made again. The first run needs PyPI; later runs do not.
 """
 
 import contextlib
+import faulthandler
 import fcntl
 import json
 import os
@@ -49,6 +50,9 @@ def exordos_venv(version=EXORDOS_VERSION):
     with _locked(os.path.join(CACHE, f"exordos-{version}.lock")):
         if os.path.exists(stamp):
             return program
+        # a first install is a pip run from PyPI (tens of seconds on a busy machine): the
+        # per-test stack dump would print every thread's stack into the CI log meanwhile
+        faulthandler.cancel_dump_traceback_later()
         shutil.rmtree(venv, ignore_errors=True)
         subprocess.run([sys.executable, "-m", "venv", venv], check=True, timeout=120)
         install = subprocess.run(
