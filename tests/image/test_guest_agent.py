@@ -37,8 +37,10 @@ CRED_B = "/etc/appliance/agent-b.json"
 STATE_B = "/var/lib/appliance-agent-b"
 # a change through the API reaches a unit of the TCG guest and comes back as a status:
 # long poll, driver, systemctl, report, the status daemon's step (the daemon started by
-# the first write to a master kind, docs/on-demand-daemons.md), all slow here
-CONVERGE = 120
+# the first write to a master kind, docs/on-demand-daemons.md), all slow here. A bound,
+# not an expectation: 120 s ran out once (four services' units removed) with three CIs
+# and a benchmark on the machine, where the test took 362 s
+CONVERGE = 300
 # the lease (service_lease_seconds, 10 s) plus a margin: the standby asks every second,
 # one lease call and one `systemctl start` in the TCG guest on a busy 2-core machine take a
 # second or two each, and the tick that notices runs about every second

@@ -7,6 +7,7 @@ later ones reuse build/cache.
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import tempfile
 
 import pytest
 
+from tests import waiting
 from tests.image import qemu
 
 BUILD = qemu.BUILD
@@ -204,6 +206,7 @@ def test_the_disk_boots_by_bios_and_by_uefi(profile):
 # ---- boots ----------------------------------------------------------------------------------
 
 MARKER = "NODE-MARKER"
+MARKER_LINE = re.compile(MARKER + r" host=[^\n]* end")
 # cloud-init runs this at its last stage; the line on the serial console shows that the
 # seed was read and what the guest looks like from inside. List form and a write_files
 # script: cloud-init drops user-data with an unquoted ": " in a runcmd string.
@@ -216,7 +219,9 @@ NODE_USER_DATA = {
                    " agent_ran=$(systemctl show -p ConditionResult --value appliance-agent)"
                    " venv=$(/opt/appliance/venv/bin/python -c 'import appliance; print(\"ok\")')"
                    " root=$(findmnt -no SOURCE /)"
-                   " efi=$(test -d /sys/firmware/efi && echo yes || echo no)\" > /dev/ttyS0\n",
+                   " efi=$(test -d /sys/firmware/efi && echo yes || echo no) end\" > /tmp/marker\n"
+                   # three times: a kernel message on the same console may cut one line
+                   "for i in 1 2 3; do cat /tmp/marker > /dev/ttyS0; sleep 1; done\n",
     }],
     "runcmd": [["/usr/local/bin/report-marker"]],
 }
@@ -231,7 +236,10 @@ def test_node_image_boots_with_a_cloud_init_seed(node_image, tmp_path):
     # shared boot (`box`) takes the UEFI path
     with qemu.VM(node_image.raw, tmp_path, tcp=[22], seed=seed, firmware="bios") as vm:
         vm.wait_for(MARKER, timeout=1200)
-        line = next(ln for ln in vm.serial().splitlines() if ln.startswith(MARKER))
+        # the whole line, wherever on a console line it starts (after other output with
+        # no newline of its own, seen once): its last word written
+        line = waiting.eventually(lambda: (lambda m: m and m.group(0))(
+            MARKER_LINE.search(vm.serial())), 60, "the whole marker line", interval=0.5)
         # the seed's hostname; the agent's unit enabled, and skipped by its condition (this
         # seed gives no agent credential); the appliance package importable from the
         # venv; the root found by its label (partition 2, after the ESP); no EFI firmware
