@@ -49,6 +49,17 @@ class Stream(Reply):
         self.content_type = content_type
 
 
+def _encoded(response, body, status):
+    """What a reply's body is sent as: nothing for a 204 without one, bytes as they are
+    (already encoded; their type in the headers), anything else as JSON."""
+    if body is None and status == 204:
+        return b""
+    if isinstance(body, bytes):
+        return body
+    response.content_type = "application/json"
+    return orjson.dumps(body)
+
+
 class Call:
     """What a handler gets: the request, the caller, the parsed body."""
 
@@ -304,26 +315,16 @@ class Api(Registry):
             status = route.status
             if status != 200 or response.status_line != "200 OK":
                 response.status = status
-            if result is None and status == 204:
-                return b""
-            if isinstance(result, bytes):
-                return result
-            response.content_type = "application/json"
-            return orjson.dumps(result)
+            return _encoded(response, result, status)
         response.status = result.status
         for k, v in result.headers.items():
             response.set_header(k, v)
         for value in result.cookies:
             response.add_header("Set-Cookie", value)
-        if result.body is None and result.status == 204:
-            return b""
         if isinstance(result, Stream):
             response.content_type = result.content_type
             return result.body
-        if isinstance(result.body, bytes):      # already encoded; its type in the headers
-            return result.body
-        response.content_type = "application/json"
-        return orjson.dumps(result.body)
+        return _encoded(response, result.body, result.status)
 
     def _error(self, error):
         response = bottle.response
