@@ -104,11 +104,8 @@ class Store:
         if closes != self._closes or self._in_use is None:
             return False
         for coll, version in zip(colls, versions):
-            # the version still applied and no writer since: Collection._fresh's own
-            # first check, without its call (six kinds per API request)
-            if version is not coll._probed or not coll.lock.settled_at(version[0]):
-                if coll.version() != version:
-                    return False
+            if not coll.unchanged(version):
+                return False
         return True
 
     def named_lock(self, name):

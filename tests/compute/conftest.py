@@ -1,9 +1,9 @@
-import shutil
 import uuid
 
 import pytest
 
 from tests.iam.helpers import ADMIN_PROJECT, bind, make_project, make_user
+from tests.workdirs import removed_unless_failed
 
 IMAGE = "https://images.example.test/base.qcow2"
 N, S, V = "/v1/compute/nodes", "/v1/compute/sets", "/v1/compute/volumes"
@@ -63,15 +63,11 @@ def tcg_env(tmp_path_factory, request):
     if reason:
         pytest.skip(reason)
     faulthandler.cancel_dump_traceback_later()
-    workdir = tmp_path_factory.mktemp("tcg-env")
-    failed_before = request.session.testsfailed
-    with tcg.appliance_in_netns(str(workdir)) as env:
+    # its image cache and state are half a gigabyte that the rest of the run does not need
+    with removed_unless_failed(tmp_path_factory, request, "tcg-env") as workdir, \
+            tcg.appliance_in_netns(str(workdir)) as env:
         env.hypervisor = env.register_hypervisor()
         yield env
-    # its image cache and state are half a gigabyte that the rest of the run does not
-    # need; kept for a look when one of its tests failed
-    if request.session.testsfailed == failed_before:
-        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture(scope="package")

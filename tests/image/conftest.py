@@ -14,7 +14,6 @@ upgraded appliance, and the upgrade costs one Debian 12 build and boot, no Debia
 import faulthandler
 import json
 import os
-import shutil
 import subprocess
 import time
 import uuid
@@ -26,6 +25,7 @@ from tests.image.guest import (FW_PASSWORD, FW_SSH_KEY, PASSWORD, Box, appliance
                                os_release, wait_status)
 from tests.image.previous import build_previous_image
 from tests.image.qemu import blank_disk, build_image, require_root
+from tests.workdirs import removed_unless_failed
 
 CONFIG_SECONDS = 600            # a config through the agent to ACTIVE in a TCG guest, busy host
 
@@ -62,12 +62,9 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(scope="package")
 def workdir(tmp_path_factory, request):
-    path = tmp_path_factory.mktemp("appliance-boot")
-    failed_before = request.session.testsfailed
-    yield str(path)
-    # the boots' overlays and the state disk; kept for a look when a test here failed
-    if request.session.testsfailed == failed_before:
-        shutil.rmtree(path, ignore_errors=True)
+    # the boots' overlays and the state disk
+    with removed_unless_failed(tmp_path_factory, request, "appliance-boot") as path:
+        yield str(path)
 
 
 @pytest.fixture(scope="package")
