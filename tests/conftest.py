@@ -7,7 +7,7 @@ if ROOT not in sys.path:
 
 import pytest  # noqa: E402
 
-pytest_plugins = ["tests.disk_watch"]
+pytest_plugins = ["tests.disk_watch", "tests.suite_time"]
 
 from appliance.iam import passwords  # noqa: E402
 from tests.apiserver import ApiServer  # noqa: E402
