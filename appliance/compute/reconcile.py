@@ -27,7 +27,7 @@ import time
 from appliance import capabilities, kinds
 from appliance.capability import load
 
-from . import domains, migration, nodes, volumes
+from . import domains, migration, nodes, remote, volumes
 from .console import console_dir
 from .domains import Marks
 from .events import Events
@@ -35,6 +35,7 @@ from .hypervisors import Hypervisors, write_capacity
 from .images import ImageCache, ImageError
 from .migrate import Migrations
 from .nodes import NodeMemory
+from .remote_console import RemoteConsoles
 from .virt import (HYPERVISORS, NODES, POLICIES, VOLUMES, NodeFailure, libvirt, log,
                    machine_prefix, quiet_errors, reason)
 
@@ -96,8 +97,11 @@ class Reconciler:
         self.foreign = self.marks.foreign
         self.events = Events(on_change, lambda dom: self.converged.pop(
             self.marks.node_of(dom), None))
+        # remote guests' consoles copied to console_dir (remote_console.py)
+        self.consoles = RemoteConsoles(self.console_dir,
+                                       lambda: self.events.thread is not None)
         self.hypervisors = Hypervisors(store, lambda uri: self.connect(uri), self.events.watch,
-                                       self.marks.forget_hypervisor,
+                                       self._forget_hypervisor,
                                        ssh_dir=os.path.join(base, "ssh"))
         self.conns = self.hypervisors.conns     # hypervisor uuid -> (what was opened, connection)
         self.no_upload = set()  # connection URIs whose driver cannot upload to a pool
@@ -134,6 +138,10 @@ class Reconciler:
                 # its address is held until that hypervisor is back (never given twice)
                 log.debug("a hypervisor is down: ports of deleted nodes kept for now")
             write_capacity(self.store, active)
+
+    def _forget_hypervisor(self, hv_uuid):
+        self.marks.forget_hypervisor(hv_uuid)
+        self.consoles.forget_hypervisor(hv_uuid)
 
     def _nodes_of_down_hypervisors(self):
         hv_coll = self.store.collection(HYPERVISORS)
@@ -187,6 +195,16 @@ def _converge_hypervisor(rec, hv, conn, hv_nodes):
                                and migration.target_of(current) != hv["uuid"]):
             domains.teardown(rec, hv, node_uuid, dom)
     volumes.sweep_pool(rec.store, hv, conn, machine_prefix(hv))
+    if remote.is_remote_ssh(hv["driver_spec"]["connection_uri"]):
+        # its guests' consoles are ptys there (domains.py): copied here to be read; not
+        # while a node moves (its domain may be the move's incoming, paused copy)
+        settled = {}
+        for node_uuid, dom in rec.marks.ours(hv, conn).items():
+            node = node_coll.get(node_uuid)
+            if node is not None and node.get("hypervisor") == hv["uuid"] \
+                    and not moving(rec, node):
+                settled[node_uuid] = dom
+        rec.consoles.follow(hv, conn, settled)
 
 
 def moving(rec, node):

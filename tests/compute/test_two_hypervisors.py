@@ -7,13 +7,12 @@ veth), so the set spread over them has its network across both (a VXLAN, docs/ne
 
 Root only; skips with the reason where the namespaces, libvirt or sshd are missing. No OS
 is booted: a node is ACTIVE once its domain runs, which is all placement and the
-hypervisor's loss and return need, so the nodes boot a tiny empty disk (SeaBIOS finds
-nothing and waits) under TCG.
+hypervisor's loss and return need, so the set's nodes boot a boot sector under TCG that
+writes a line to its serial port every second (SERIAL), which their consoles show.
 """
 
 import faulthandler
 import struct
-import subprocess
 import xml.etree.ElementTree as ET
 
 import libvirt
@@ -49,9 +48,7 @@ def env(tmp_path_factory, request):
     # fixtures), shared with test_e2e_tcg.py and test_sqldb_on_vms.py
     env = request.getfixturevalue("tcg_env")
     request.getfixturevalue("tcg_second")
-    env.image = str(tmp_path_factory.mktemp("two-hv") / "tiny.qcow2")
-    subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", env.image, "64M"],
-                   check=True)
+    env.image = str(boot_sector(tmp_path_factory.mktemp("two-hv") / "serial.raw", SERIAL))
     env.cleanup = []
     try:
         yield env
@@ -59,6 +56,20 @@ def env(tmp_path_factory, request):
         # what this module made goes, so the shared appliance is as it was
         for path in reversed(env.cleanup):
             env.admin.delete(path)
+
+
+# sti; cld; loop: xor ax,ax; mov ds,ax; mov si,0x7c00+line; next: lodsb; test al,al;
+# jz wait; mov dx,0x3f8; out dx,al; jmp next; wait: mov ah,0x86; mov cx,0x000f;
+# mov dx,0x4240; int 0x15 (the BIOS waits 1 s); jmp loop; line: SERIAL_LINE, 0
+SERIAL_LINE = "APPLIANCE-SERIAL-LINE"
+SERIAL = bytes.fromhex("fbfc31c08ed8be207cac84c07406baf803eeebf5b486b90f00ba4042cd15ebe0") \
+    + SERIAL_LINE.encode() + b"\r\n\0"
+
+
+def boot_sector(path, code):
+    """A 1 MiB raw disk whose boot sector is `code`."""
+    path.write_bytes(code + b"\x00" * (510 - len(code)) + b"\x55\xaa" + b"\x00" * (1 << 20))
+    return path
 
 
 def hypervisor(env, hv_uuid):
@@ -143,6 +154,20 @@ def test_a_set_with_anti_affinity_puts_one_node_on_each_hypervisor(env, hv2):
     env.pair = (node_set["uuid"], first, second)
 
 
+def serial_lines(env, node_uuid):
+    return env.console(node_uuid).count(SERIAL_LINE)
+
+
+def test_each_nodes_console_shows_its_serial_port_on_either_hypervisor(env, hv2):
+    """The first node's console is libvirt's file under the appliance's state; the
+    second's is a pty on hv2, copied by the compute daemon's console stream over the
+    qemu+ssh connection (appliance/compute/remote_console.py): the same action shows both."""
+    _set, first, second = env.pair
+    for node_uuid in (first, second):
+        env.wait(f"{node_uuid}'s serial lines in its console",
+                 lambda: serial_lines(env, node_uuid) >= 3, WAIT)
+
+
 def test_the_sets_network_spans_both_hypervisors(env, hv2):
     """docs/network.md, "Networks across hypervisors": both hypervisors have an underlay
     address (the veth between them), so the set's network (the admin project's default)
@@ -216,6 +241,10 @@ def test_a_vanished_hypervisor_is_error_with_its_nodes_and_both_come_back(env, h
     assert back["status_reason"] is None and back["hypervisor"] == hv2["uuid"]
     # the same domain, running on as it was: not rebuilt, not restarted
     assert env.second.domains_of(second) == running
+    # and its console followed again (the stream went with the connection)
+    seen = serial_lines(env, second)
+    env.wait("hv2's node's console followed again", lambda: serial_lines(env, second) > seen + 1,
+             WAIT)
     wait_status(env, f"{SETS}/{set_uuid}", "ACTIVE", "the set ACTIVE again")
 
 
@@ -272,9 +301,7 @@ def test_a_running_node_moves_live_both_ways(env, hv2, tmp_path_factory):
     # host, and it has no migration_address): conftest.py's tcg_hv2
     assert "migration_address" not in hv1["driver_spec"]
     assert hv1["driver_spec"]["underlay_address"] == env.second.OWN_ADDRESS
-    image = tmp_path_factory.mktemp("counter") / "counter.raw"
-    image.write_bytes(COUNTER + b"\x00" * (510 - len(COUNTER)) + b"\x55\xaa"
-                      + b"\x00" * (1 << 20))
+    image = boot_sector(tmp_path_factory.mktemp("counter") / "counter.raw", COUNTER)
     node = env.ok(env.admin.post("/v1/compute/nodes/", {
         "project_id": tcg.ADMIN_PROJECT, "name": "mover", "cores": 1, "ram": 512,
         "disk_spec": {"kind": "root_disk", "size": 1, "image": f"file://{image}"}}), 201)
