@@ -28,9 +28,11 @@ import time
 
 from . import request_context
 
-# the largest body kept: an item's, not a list's
-MAX_BODY = 64 * 1024
-MAX_ENTRIES = 10000
+# the largest body kept (an item's, not a list's), and about how many bytes of bodies and
+# keys (a token is ~1 KB) are kept in all before every entry is dropped: a bound, as the
+# principal cache's, not an eviction policy (an expired token's entry stays until then)
+MAX_BODY = 16 * 1024
+MAX_BYTES = 16 * 1024 * 1024
 # what a route sets in the environ for `wrap` to keep its answer
 FILL = "appliance.answer"
 
@@ -48,6 +50,7 @@ class Answers:
     def __init__(self, store):
         self.store = store
         self._entries = {}
+        self._bytes = 0             # about: the request threads add without a lock
         self._replaying = threading.local()   # the entry the loop thread is answering
 
     @staticmethod
@@ -108,8 +111,10 @@ class Answers:
                     and isinstance(body, list) and len(body) == 1 \
                     and isinstance(body[0], bytes) and len(body[0]) <= MAX_BODY:
                 stamp, expires, actor = fill
-                if len(self._entries) >= MAX_ENTRIES:
+                self._bytes += len(body[0]) + len(key[0]) + len(key[1])
+                if self._bytes > MAX_BYTES:
                     self._entries.clear()
+                    self._bytes = 0
                 self._entries[key] = _Entry(stamp, expires, answered[0], tuple(answered[1]),
                                             body[0], environ.get("bottle.route"), actor)
             return body
