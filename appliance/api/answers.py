@@ -137,15 +137,27 @@ class AnsweringChannel:
         if entry is not None:
             # outside received()'s requests_lock, which service() takes; the next request
             # of a pipeline, if any, goes to a worker as before
-            self.server.answers.replaying(entry)
+            server = self.server
+            server.answers.replaying(entry)
+            server.answering = threading.get_ident()
             try:
                 self.service()
             finally:
-                self.server.answers.replaying(None)
+                server.answering = None
+                server.answers.replaying(None)
         return result
 
 
 class AnsweringServer:
+    answering = None        # the loop thread's id while it serves a request itself
+
+    def pull_trigger(self):
+        # service() wakes the loop to send what it wrote; the loop itself needs no wake-up
+        # (its next poll asks every channel whether it has something to send): one write
+        # to the trigger pipe and one read of it less per answer
+        if self.answering != threading.get_ident():
+            super().pull_trigger()
+
     def add_task(self, channel):
         # received() calls it on the loop thread for a request just completed; service()
         # on a worker for the next pipelined one. Nothing may wait for the answer's
