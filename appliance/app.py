@@ -52,4 +52,5 @@ def build_api(settings, store=None):
 
 def create_app(settings, store=None):
     api = build_api(settings, store)
-    return Middleware(metrics.instrument(api.app, api.store), api.trail), api
+    return Middleware(metrics.instrument(api.answers.wrap(api.app), api.store),
+                      api.trail), api

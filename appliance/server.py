@@ -13,7 +13,7 @@ import waitress
 
 from appliance import config, logs, metrics
 from appliance.app import create_app, preload
-from appliance.api import longlived
+from appliance.api import answers, longlived
 from appliance.api.connection_guard import guard
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap, require_bootstrapped
@@ -157,6 +157,7 @@ def serve(settings):
     json_errors(server)
     guard_connections(server, settings)
     longlived.install(server)
+    answers.install(server, api.answers)
     signal.signal(signal.SIGTERM, lambda *_: stop_streams_then_exit(api, server))
     signal.signal(signal.SIGUSR1, lambda *_: server.close() or sys.exit(0))
     log.info("serving on http://%s:%s", settings["api_host"], server.effective_port)

@@ -108,6 +108,20 @@ class Store:
                 return False
         return True
 
+    def settled(self, stamp):
+        """unchanged(stamp) where it can be told from memory alone: True only when each
+        kind's version is still the one applied and its lock's counters (shared memory)
+        show no writer since. False where unchanged() would have to look at the files or
+        take a kind's lock: for a caller that must never wait (the event loop's answers,
+        appliance/api/answers.py), which then leaves the request to the ordinary path."""
+        closes, colls, versions = stamp
+        if closes != self._closes or self._in_use is None:
+            return False
+        for coll, version in zip(colls, versions):
+            if version is not coll._probed or not coll.lock.settled_at(version[0]):
+                return False
+        return True
+
     def named_lock(self, name):
         """A cross-process lock that guards no kind: for a rule that spans several kinds.
         Take it before any kind's lock, never while holding one (else two processes

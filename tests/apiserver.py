@@ -7,7 +7,7 @@ import urllib.parse
 
 from appliance import config
 from appliance.app import create_app
-from appliance.api import longlived
+from appliance.api import answers, longlived
 from appliance.api.server_errors import body_limit, json_errors
 from appliance.bootstrap import bootstrap
 from tests.wsgiserver import LoopbackServer
@@ -121,6 +121,8 @@ class ApiServer:
         # long polls and event streams on the event loop, as in appliance/server.py
         if self.handover:
             longlived.install(self.loop.server)
+        # kept item GETs answered on the loop thread, as in appliance/server.py
+        answers.install(self.loop.server, self.api.answers)
         self.loop.start()
         self.port = self.loop.port
         return self

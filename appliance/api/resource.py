@@ -161,7 +161,7 @@ class Resource:
         if "get" in ops:
             api.route("GET", item, self._admitted(self.get_handler),
                       permission=self.permission("read"),
-                      summary=f"Get a {ref}",
+                      summary=f"Get a {ref}", answer_kinds=self.answer_kinds(),
                       response_schema={"$ref": f"#/components/schemas/{ref}"}, **common)
         if "update" in ops:
             api.route("PUT", item, self._admitted(self.update_handler),
@@ -184,6 +184,20 @@ class Resource:
                       response_schema=action.response_schema, max_body=action.max_body,
                       accepts=action.accepts or ("application/json",),
                       status=action.status, parameters=action.parameters, **common)
+
+    # what an item GET runs: where all of them are Resource's own, its answer is the
+    # record's (its kind) and the caller's principal's alone
+    _ITEM_GET = ("get_handler", "load_visible", "visible_projects", "admit", "render",
+                 "projection", "collection", "_admitted")
+
+    def answer_kinds(self):
+        """The kinds an item GET's answer is worked out from, for the event loop to answer
+        it again while they do not change (appliance/api/answers.py); None where a
+        subclass changes what goes into it, or a parent's record does."""
+        if self.parent or any(getattr(type(self), name) is not getattr(Resource, name)
+                              for name in self._ITEM_GET):
+            return None
+        return (self.kind,)
 
     def query_parameters(self):
         return [f for f in self.filterable_fields()]

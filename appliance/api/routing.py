@@ -15,7 +15,7 @@ import orjson
 
 import state
 from .conflicts import retry_conflicts
-from . import audit, bodies, longlived, request_context
+from . import answers, audit, bodies, longlived, request_context
 from .registry import Registry
 from .errors import (ApiError, BadRequest, Conflict, Forbidden, NotFound, PayloadTooLarge,
                      Unauthorized, UnsupportedMediaType)
@@ -101,7 +101,8 @@ class SystemCall:
 class Route:
     def __init__(self, method, path, handler, permission, summary, request_schema,
                  response_schema, status, max_body, accepts, tag, query_params, resource,
-                 error_schemas=None, parameters=None, media_type="application/json"):
+                 error_schemas=None, parameters=None, media_type="application/json",
+                 answer_kinds=None):
         self.method = method
         self.path = path
         self.handler = handler
@@ -122,6 +123,9 @@ class Route:
         self.parameters = list(parameters or ())
         # what a success answer is (the console's files are not JSON)
         self.media_type = media_type
+        # the kinds a 200 answer is worked out from, besides the caller's principal, when
+        # nothing else goes into it: the event loop may answer it again (answers.py)
+        self.answer_kinds = tuple(answer_kinds) if answer_kinds else None
 
     @property
     def public(self):
@@ -189,20 +193,23 @@ class Api(Registry):
         self.routes = []
         # long polls and event streams wait here, not in a Waitress thread (longlived.py)
         self.eventloop = longlived.EventLoop()
+        # item GETs the event loop may answer again (answers.py)
+        self.answers = answers.Answers(store)
 
     # ---- registration ------------------------------------------------------------
 
     def route(self, method, path, handler, *, permission, summary="", request_schema=None,
               response_schema=None, status=200, max_body=None, accepts=(JSON,), tag=None,
               query_params=None, resource=None, error_schemas=None, parameters=None,
-              media_type="application/json"):
+              media_type="application/json", answer_kinds=None):
         if not permission:
             raise ValueError(f"route {method} {path} declares no permission")
         route = Route(method, path.rstrip("/") or "/", handler, permission, summary,
                       request_schema, response_schema, status,
                       self._body_limit(max_body), accepts,
                       tag or path.strip("/").split("/")[1 if path.startswith("/v1/") else 0],
-                      query_params, resource, error_schemas, parameters, media_type)
+                      query_params, resource, error_schemas, parameters, media_type,
+                      answer_kinds)
         self.routes.append(route)
         self.app.route(route.path, method, self._wrap(route))
         return route
@@ -225,6 +232,8 @@ class Api(Registry):
 
         def endpoint(**params):
             call = Call(self, route, bottle.request, params)
+            # before any read, as every cache of the store's records takes its stamp
+            stamp = self._answer_stamp(route, call) if route.answer_kinds else None
             if audited:
                 audit.note(call.request.environ, route=route.path, kind=kind,
                            resource_uuid=params.get("uuid"))
@@ -243,6 +252,8 @@ class Api(Registry):
                 return self._error(ApiError("internal error; see the API log"))
             if audited:
                 _note_result(call, result)
+            if stamp is not None:
+                self._keep_answer(call, stamp)
             return self._reply(route, result)
         endpoint.__name__ = f"{route.method} {route.path}"
         return endpoint
@@ -264,6 +275,26 @@ class Api(Registry):
         if route.method in _BODY_METHODS:
             self._read_body(route, call)
         return retry_conflicts(lambda: route.handler(call))
+
+    def _answer_stamp(self, route, call):
+        """The stamp an answer of `route` to this request is kept with (answers.py): the
+        route's kinds and those a token's principal is read from; None where it is not
+        to be kept (not a bearer token's GET without a query)."""
+        principal_kinds = getattr(self.authenticate, "principal_kinds", None)
+        if principal_kinds is None or answers.Answers.key(call.request.environ) is None:
+            return None
+        return self.store.stamp(principal_kinds + route.answer_kinds)
+
+    @staticmethod
+    def _keep_answer(call, stamp):
+        """Mark the answer to be kept: a user's access token (its principal is the token's
+        and the principal kinds' alone; an agent's is its claim's), until it expires."""
+        principal = call.principal
+        claims = getattr(principal, "claims", None)
+        if principal is None or getattr(principal, "node", None) is not None \
+                or not isinstance(claims, dict) or "exp" not in claims:
+            return
+        call.request.environ[answers.FILL] = (stamp, claims["exp"], request_context.actor())
 
     def _read_body(self, route, call):
         request = call.request

@@ -108,6 +108,9 @@ def _lifetime(body, name, maximum):
 
 
 class Authenticator:
+    # a kept answer's stamp covers them (appliance/api/answers.py)
+    principal_kinds = PRINCIPAL_KINDS
+
     def __init__(self, api):
         self.api = api
         self.store = api.store

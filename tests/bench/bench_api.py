@@ -17,7 +17,9 @@ The same generator (wrk -t2, or the Python fallback when wrk is unavailable) loa
 alternating slices (bare, app, bare, app, ...), so that bursts of other load on the machine
 hit both alike; each pair gives one ratio app/bare. Printed: min / median / max of those
 ratios at -c16 and at -c32, the p99 latency of both sides at -c32, and server CPU per
-request. Goals (issue 11): ratio >= 0.6 at -c16; app p99 at -c32 <= 2x bare's.
+request. Goals (issue 32): ratio >= 0.8 at -c16 (the run's median, in every run); app
+p99 at -c32 <= 1.3x bare's. The app answers a repeated item GET of one token from its
+event-loop thread while nothing it depends on changed (appliance/api/answers.py).
 
 Then the filtered list (issue 32), with the same pairing: 1,000 projects in 10
 organizations (written through the store by this process, as the API writes them), and
@@ -37,8 +39,9 @@ from . import (PAIR_HEADERS, Child, api_service, http_get, login, median, note, 
                pair_ratios, pair_rows, pairs, remove, settings_for, spread, table, temp_dir,
                title, tool_name)
 
-GOAL = 0.6
-P99_GOAL = 2.0
+GOAL = 0.6                          # the filtered list's
+ITEM_GOAL = 0.8
+P99_GOAL = 1.3
 PAIRS = int(os.environ.get("BENCH_API_PAIRS", "9"))
 SECONDS = int(os.environ.get("BENCH_API_SECONDS", "5"))
 CONNECTIONS = (16, 32)
@@ -247,9 +250,9 @@ def main():
     p99_bare = median([r["p99_ms"] for r in results[32]["bare"]])
     note(f"p99 at -c32 (median of slices): app {p99_app:.1f} ms, bare {p99_bare:.1f} ms, "
          f"{p99_app / p99_bare:.2f}x")
-    note(f"goal ratio >= {GOAL} at -c16 (median): "
-         f"{'met' if median(c16) >= GOAL else 'NOT met'}; goal p99 at -c32 <= "
-         f"{P99_GOAL:.0f}x bare: {'met' if p99_app <= P99_GOAL * p99_bare else 'NOT met'}")
+    note(f"goal ratio >= {ITEM_GOAL} at -c16 (median): "
+         f"{'met' if median(c16) >= ITEM_GOAL else 'NOT met'}; goal p99 at -c32 <= "
+         f"{P99_GOAL}x bare: {'met' if p99_app <= P99_GOAL * p99_bare else 'NOT met'}")
     note(f"access log: {logged} lines for >= {served} requests measured (warm-ups add more)")
     if listed is not None:
         report_list(listed)

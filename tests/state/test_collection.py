@@ -332,3 +332,32 @@ def test_stamp_is_void_after_any_change_of_its_kinds_here_or_elsewhere_and_after
     assert reader.unchanged(reader.stamp(kinds))
     writer.close()
     reader.close()
+
+
+def test_settled_is_unchanged_told_from_memory_and_never_true_where_unchanged_is_not(
+        tmp_path):
+    """What the API's event loop asks before it answers a kept item GET
+    (appliance/api/answers.py): it must never wait, so it may say False where unchanged()
+    would have looked at the files; it never says True where unchanged() says False."""
+    writer, reader = Store(tmp_path), Store(tmp_path)
+    rec = writer.collection("a").insert({"n": 0})
+    kinds = ("a", "never_written")
+    for change in (lambda: writer.collection("a").update(rec["uuid"], {"n": 1}),
+                   lambda: writer.collection("never_written").insert({"n": 3}),
+                   lambda: reader.collection("a").update(rec["uuid"], {"n": 2})):
+        stamp = reader.stamp(kinds)
+        assert reader.settled(stamp) and reader.unchanged(stamp)
+        writer.collection("unrelated").insert({"n": 0})
+        assert reader.settled(stamp)                # another kind's write: still holds
+        change()
+        assert not reader.settled(stamp) and not reader.unchanged(stamp)
+        # after a read brought the kind up to date, still not: the stamp is of before
+        reader.collection("a").records()
+        reader.collection("never_written").records()
+        assert not reader.settled(stamp)
+        assert reader.settled(reader.stamp(kinds))
+    stamp = reader.stamp(kinds)
+    reader.close()
+    assert not reader.settled(stamp)
+    writer.close()
+    reader.close()
