@@ -324,11 +324,12 @@ class Collection:
         """Whether `version` (an earlier version()) is still the kind's: while it is the one
         applied and no writer came since, without a look at the journal (_fresh's own
         first check); else by the whole version."""
-        return self._settled(version) or self.version() == version
+        return self.settled(version) or self.version() == version
 
-    def _settled(self, version):
+    def settled(self, version):
         """The one cheap freshness rule: `version` is the one applied and no writer came
-        since (one look at the lock's counters, no look at the journal)."""
+        since (one look at the lock's counters in shared memory: no system call, no lock,
+        no look at the journal)."""
         return version is not None and version is self._probed \
             and self.lock.settled_at(version[0])
 
@@ -536,7 +537,7 @@ class Collection:
         return generation, (st.st_ino, st.st_size)
 
     def _fresh(self):
-        if self._settled(self._probed):
+        if self.settled(self._probed):
             return
         probe = self._probe()
         if probe != self._probed:

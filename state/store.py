@@ -100,13 +100,7 @@ class Store:
     def unchanged(self, stamp):
         """True when no kind of `stamp` changed since it was taken: in the common case one
         look at each kind's lock counters, no call of collection() per kind."""
-        closes, colls, versions = stamp
-        if closes != self._closes or self._in_use is None:
-            return False
-        for coll, version in zip(colls, versions):
-            if not coll.unchanged(version):
-                return False
-        return True
+        return self._each_kind(stamp, Collection.unchanged)
 
     def settled(self, stamp):
         """unchanged(stamp) where it can be told from memory alone: True only when each
@@ -114,11 +108,14 @@ class Store:
         show no writer since. False where unchanged() would have to look at the files or
         take a kind's lock: for a caller that must never wait (the event loop's answers,
         appliance/api/answers.py), which then leaves the request to the ordinary path."""
+        return self._each_kind(stamp, Collection.settled)
+
+    def _each_kind(self, stamp, still):
         closes, colls, versions = stamp
         if closes != self._closes or self._in_use is None:
             return False
         for coll, version in zip(colls, versions):
-            if version is not coll._probed or not coll.lock.settled_at(version[0]):
+            if not still(coll, version):
                 return False
         return True
 
