@@ -127,6 +127,7 @@ class Daemon:
         self._next_idle_check = 0.0
         self.idle_record = None
         self._work_seen = None
+        self._kept_for = None    # why it last could not stop (said once, _kept)
 
     def reconcile(self, kind):
         """Bring the world in line with the records of `kind`. Daemons override this; the
@@ -387,7 +388,8 @@ class Daemon:
         """(wake lock held, nothing ready) The idle record when the daemon may stop now,
         else None: see the module docstring."""
         if any(due - now < self.idle_stop_seconds for due in self._due.values()):
-            return self._kept("a retry or timer of its own is due within the idle time")
+            return self._kept("due", "a retry or timer of its own is due within the idle "
+                                     "time")
         current = self._generations(self.kinds)
         behind = [kind for kind, gen in current.items() if self._handled.get(kind) != gen]
         if behind:
@@ -400,24 +402,25 @@ class Daemon:
             return None
         wake_at = self.idle_wake_at()
         if wake_at == STAY:
-            return self._kept("it has timed work that no write announces (idle_wake_at)")
+            return self._kept("stay", "it has timed work that no write announces "
+                                      "(idle_wake_at)")
         timers = [time.time() + (due - now) for due in self._due.values()]
         if timers:
             wake_at = min(timers + ([wake_at] if wake_at is not None else []))
         if wake_at is not None and self.idle_wake == MARKS:
             # no timer that systemd would fire for it: it stays while one is set
-            return self._kept(f"a timer of its own is due in {wake_at - time.time():.0f} s "
-                              "and nothing would start it then")
+            return self._kept("timer", f"a timer of its own is due in "
+                              f"{wake_at - time.time():.0f} s and nothing would start it then")
         self._kept_for = None
         return {"kinds": {kind: current[kind] for kind in self.wake_kinds(work)},
                 "wake_at": wake_at, "work": work}
 
-    def _kept(self, reason):
-        """Idle, but it may not stop: said once per reason (its log is where one reads why
-        an on-demand daemon still runs, tests/bench/bench_boot.py)."""
-        if reason != getattr(self, "_kept_for", None):
-            self._kept_for = reason
-            self.log.info("idle, kept running: %s", reason)
+    def _kept(self, why, text):
+        """Idle, but it may not stop: said once per reason `why` until it stops (its log is
+        where one reads why an on-demand daemon still runs, tests/bench/bench_boot.py)."""
+        if why != self._kept_for:
+            self._kept_for = why
+            self.log.info("idle, kept running: %s", text)
         return None
 
     def _sleep(self, record):
