@@ -112,6 +112,13 @@ def record_idle(state_dir, name, idle):
                              "reason": "stopped while idle", "clean": True, "idle": idle})
 
 
+def idle_this_boot(record):
+    """Whether `record` is the idle record of this boot's last instance: every start
+    replaces the record (record_started), so an idle record is the last end's."""
+    return bool(record) and record.get("boot_id") == boot_id() \
+        and isinstance(record.get("idle"), dict) and record.get("ended_at") is not None
+
+
 def read_record(state_dir, name):
     try:
         with open(os.path.join(directory(state_dir), f"{name}.json")) as f:
@@ -221,7 +228,12 @@ def main(argv=None):
     clean = result == "success"
     reason = "stopped" if clean else f"{result}: {code} {status}".strip()
     try:
-        record_ended(config.load()["state_dir"], argv[1], reason, clean=clean)
+        state_dir = config.load()["state_dir"]
+        if clean and idle_this_boot(read_record(state_dir, argv[1])):
+            # it stopped because it was idle (it wrote so at its exit): it waits for its
+            # path unit, which is not "stopped"
+            return 0
+        record_ended(state_dir, argv[1], reason, clean=clean)
     except config.ConfigError as e:
         # the state shown stays the last one; the unit's own result is systemd's
         print(f"daemon_state: {e}", file=sys.stderr)

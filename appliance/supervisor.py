@@ -37,6 +37,7 @@ import traceback
 from appliance import config, daemon_state, devnode, logs, metrics
 from appliance.processes import start_time
 from daemons import DAEMONS, ON_DEMAND, module_of
+from daemons.base import IDLE_STOP_SECONDS, idle_stop_seconds  # noqa: F401 (tests read them)
 from state.collection import LOCK_DIR
 
 PR_SET_PDEATHSIG = 1
@@ -49,11 +50,6 @@ BACKOFF_FIRST_SECONDS = 0.5    # wait before the 2nd quick restart in a row; dou
 BACKOFF_MAX_SECONDS = 30.0
 STOP_GRACE_SECONDS = 5.0
 HEALTH_PROBE_SECONDS = 0.5
-
-# the on-demand daemons stop after this long with nothing to do (APPLIANCE_IDLE_STOP_SECONDS;
-# 0: never): longer than the daemons' longest retry back-off (60 s), so that a daemon whose
-# work keeps failing keeps running; far shorter than the 10 idle minutes of issue 32's goal
-IDLE_STOP_SECONDS = 60.0
 
 # besides daemons.ON_DEMAND: the backup daemon, which without a backup_schedule only idles
 # (with one it stays: daemons/backup.py)
@@ -121,18 +117,6 @@ def preload():
     metrics.client()            # what every child writes its metrics with
     gc.collect()
     gc.freeze()
-
-
-def idle_stop_seconds(environ=None):
-    """APPLIANCE_IDLE_STOP_SECONDS, else IDLE_STOP_SECONDS; None when 0 (never stop)."""
-    raw = (os.environ if environ is None else environ).get("APPLIANCE_IDLE_STOP_SECONDS")
-    try:
-        seconds = float(raw) if raw not in (None, "") else IDLE_STOP_SECONDS
-    except ValueError:
-        log.warning("APPLIANCE_IDLE_STOP_SECONDS=%r is not a number: %.0f s", raw,
-                    IDLE_STOP_SECONDS)
-        seconds = IDLE_STOP_SECONDS
-    return seconds if seconds > 0 else None
 
 
 class Generations:

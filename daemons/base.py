@@ -30,6 +30,13 @@ idle record (appliance/daemon_state.py) naming the generation of each kind whose
 must start it again, and when a timer of its own is due; whoever started it compares
 those generations once the process is gone, so a write that lands while it stops is
 never lost.
+
+In the image (systemd, no supervisor to compare), the unit sets APPLIANCE_IDLE_WAKE=marks:
+a daemon that may stop first sleeps on the record's kinds (state/wake.py: a writer of
+one of them from then on leaves `<state>/.wake/appliance-<name>`, which the daemon's path
+unit watches with `PathExists=`), re-reading their generations; one that moved keeps it
+running. A timer of its own (wake_at) keeps it running there: systemd offers the
+appliance user no timer it could arm (docs/on-demand-daemons.md, "In the image").
 """
 
 import logging
@@ -43,7 +50,7 @@ import schedule
 
 from appliance import config, daemon_state, logs, metrics
 from appliance.backoff import Backoff
-from state import ChangeWatch, Store
+from state import ChangeWatch, Store, wake
 from state.feed import set_process_actor
 
 # not a store kind: the one name every change of a whole-pass daemon is coalesced under
@@ -51,6 +58,29 @@ PASS = "pass"
 # idle_wake_at(): the daemon has timed work that no write announces: it must not stop
 STAY = "stay"
 IDLE_CHECK_SECONDS = 1.0       # how often an idle daemon asks whether it may stop
+# the on-demand daemons stop after this long with nothing to do (APPLIANCE_IDLE_STOP_SECONDS;
+# 0: never): longer than the daemons' longest retry back-off (60 s), so that a daemon whose
+# work keeps failing keeps running; far shorter than the 10 idle minutes of issue 32's goal
+IDLE_STOP_SECONDS = 60.0
+# APPLIANCE_IDLE_WAKE=marks (the image's units): how a stopped daemon is started again
+MARKS = "marks"
+
+
+def idle_stop_seconds(environ=None):
+    """APPLIANCE_IDLE_STOP_SECONDS, else IDLE_STOP_SECONDS; None when 0 (never stop)."""
+    raw = (os.environ if environ is None else environ).get("APPLIANCE_IDLE_STOP_SECONDS")
+    try:
+        seconds = float(raw) if raw not in (None, "") else IDLE_STOP_SECONDS
+    except ValueError:
+        logging.getLogger("daemons").warning(
+            "APPLIANCE_IDLE_STOP_SECONDS=%r is not a number: %.0f s", raw, IDLE_STOP_SECONDS)
+        seconds = IDLE_STOP_SECONDS
+    return seconds if seconds > 0 else None
+
+
+def wake_name(name):
+    """The daemon's mark in `<state>/.wake/` (and its sleep entries' name): its unit's."""
+    return f"appliance-{name}"
 
 
 class Daemon:
@@ -64,6 +94,9 @@ class Daemon:
     whole_pass = False
     # stop when idle this long (None: never); `appliance up` sets it for on-demand daemons
     idle_stop_seconds = None
+    # None: whoever started it compares the generations (`appliance up`); MARKS: it sleeps
+    # on its kinds (state/wake.py) and its path unit starts it again (the image)
+    idle_wake = None
 
     def __init__(self, settings=None, store=None):
         self.settings = config.load() if settings is None else settings
@@ -94,6 +127,7 @@ class Daemon:
         self._next_idle_check = 0.0
         self.idle_record = None
         self._work_seen = None
+        self._kept_for = None    # why it last could not stop (said once, _kept)
 
     def reconcile(self, kind):
         """Bring the world in line with the records of `kind`. Daemons override this; the
@@ -162,6 +196,10 @@ class Daemon:
     # -- lifecycle ---------------------------------------------------------------------
 
     def start(self):
+        if self.idle_wake == MARKS:
+            # before the first look at any generation: a write that left the mark is seen
+            # by that look (state/wake.py)
+            wake.forget(self.store.directory, wake_name(self.name))
         # the back-off's waits as set on the instance (a test shortens them)
         self._backoff.first, self._backoff.cap = self.retry_first_seconds, \
             self.retry_max_seconds
@@ -273,8 +311,10 @@ class Daemon:
                     return kind
                 if self.idle_stop_seconds is not None and now >= self._next_idle_check:
                     self._next_idle_check = now + IDLE_CHECK_SECONDS
-                    self.idle_record = self._idle_record(now)
-                    if self.idle_record is not None:
+                    record = self._idle_record(now)
+                    if record is not None and (self.idle_wake != MARKS
+                                               or self._sleep(record)):
+                        self.idle_record = record
                         return None
                 waits = [due - now for due in self._due.values()]
                 idle = self._scheduler.idle_seconds
@@ -348,7 +388,8 @@ class Daemon:
         """(wake lock held, nothing ready) The idle record when the daemon may stop now,
         else None: see the module docstring."""
         if any(due - now < self.idle_stop_seconds for due in self._due.values()):
-            return None
+            return self._kept("due", "a retry or timer of its own is due within the idle "
+                                     "time")
         current = self._generations(self.kinds)
         behind = [kind for kind, gen in current.items() if self._handled.get(kind) != gen]
         if behind:
@@ -361,12 +402,38 @@ class Daemon:
             return None
         wake_at = self.idle_wake_at()
         if wake_at == STAY:
-            return None
+            return self._kept("stay", "it has timed work that no write announces "
+                                      "(idle_wake_at)")
         timers = [time.time() + (due - now) for due in self._due.values()]
         if timers:
             wake_at = min(timers + ([wake_at] if wake_at is not None else []))
+        if wake_at is not None and self.idle_wake == MARKS:
+            # no timer that systemd would fire for it: it stays while one is set
+            return self._kept("timer", f"a timer of its own is due in "
+                              f"{wake_at - time.time():.0f} s and nothing would start it then")
+        self._kept_for = None
         return {"kinds": {kind: current[kind] for kind in self.wake_kinds(work)},
                 "wake_at": wake_at, "work": work}
+
+    def _kept(self, why, text):
+        """Idle, but it may not stop: said once per reason `why` until it stops (its log is
+        where one reads why an on-demand daemon still runs, tests/bench/bench_boot.py)."""
+        if why != self._kept_for:
+            self._kept_for = why
+            self.log.info("idle, kept running: %s", text)
+        return None
+
+    def _sleep(self, record):
+        """(wake lock held) MARKS: sleep on the record's kinds; False when one moved since
+        (it is requested, and the daemon goes on)."""
+        kinds = record["kinds"]
+        if wake.sleep(self.store.directory, wake_name(self.name), list(kinds), kinds,
+                      lambda kind: self.store.collection(kind).lock.settled_generation()[0]):
+            return True
+        for kind, generation in kinds.items():
+            if self.store.collection(kind).lock.state()[0] != generation:
+                self.request(kind)
+        return False
 
     def _measured(self, kind, started, ok):
         if self._metrics is not None:
@@ -388,6 +455,10 @@ def run(daemon_cls):
     daemon_state.record_started(settings["state_dir"], daemon_cls.name)
     try:
         daemon = daemon_cls(settings)
+        if os.environ.get("APPLIANCE_IDLE_WAKE") == MARKS:
+            # the image's units: stop when idle, started again by the path unit
+            daemon.idle_wake = MARKS
+            daemon.idle_stop_seconds = idle_stop_seconds()
         daemon.run_forever()
     finally:
         metrics.process_dead(os.getpid())

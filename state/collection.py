@@ -26,6 +26,7 @@ import orjson
 from .errors import DuplicateKey, NotFound, RevisionConflict, StoreError
 from .feed import describe, origin
 from .lock import KindLock
+from .wake import sleepers_dir
 from .storage import AtomicJSONStorage
 
 BOOKKEEPING = ("uuid", "created_at", "updated_at", "revision")
@@ -189,7 +190,8 @@ class Collection:
         self.unique = [("uuid",)] + [tuple(u) for u in unique if tuple(u) != ("uuid",)]
         self.storage = AtomicJSONStorage(os.path.join(directory, f"{kind}.json"), mode)
         self.journal = AtomicJSONStorage(os.path.join(directory, kind + JOURNAL_SUFFIX), mode)
-        self.lock = KindLock(os.path.join(directory, LOCK_DIR, f"{kind}.lock"))
+        self.lock = KindLock(os.path.join(directory, LOCK_DIR, f"{kind}.lock"),
+                             sleepers=sleepers_dir(directory, kind))
         # guards the in-memory state; taken after self.lock, never before it
         self._mutex = threading.Lock()
         self._fd = None             # the journal this state follows (kept open: see _follow)

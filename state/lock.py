@@ -12,14 +12,19 @@ import os
 import struct
 import threading
 
+from .wake import wake_sleepers
+
 _GEN = struct.Struct("<Q")
 _PENDING = _GEN.size        # offset of the second counter: non-zero while a writer is inside
 _HEADER = _GEN.size * 2
 
 
 class KindLock:
-    def __init__(self, path):
+    def __init__(self, path, sleepers=None):
         self.path = path
+        # `<state>/.sleep/<kind>`: the processes that stopped and must be woken by a write
+        # to this kind (state/wake.py); None for the locks that guard no kind
+        self._sleepers = sleepers
         # read-only until this process first changes something under the lock: closing a
         # descriptor open for writing is an IN_CLOSE_WRITE on the file even if nothing was
         # written, which the image's path units take for a write (docs/on-demand-daemons.md)
@@ -64,6 +69,10 @@ class KindLock:
             try:
                 # before any change: readers that see it look at the journal itself
                 os.pwrite(self._writable(), _GEN.pack(1), _PENDING)
+                if self._sleepers is not None:
+                    # inside the exclusive flock, before the change: a writer killed
+                    # half-way still leaves the mark (state/wake.py, why nothing is lost)
+                    wake_sleepers(self._sleepers)
             except BaseException:
                 if outermost:
                     self._release()

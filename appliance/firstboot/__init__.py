@@ -16,7 +16,7 @@ from appliance.files import write_file
 from appliance.agent.credentials import API_CA_FILE
 from appliance.bootstrap import ADMIN_PASSWORD_FILE, bootstrap
 from appliance.capabilities import descriptors
-from state import Store
+from state import Store, wake
 
 from . import backup_timer, banner, nginx, ondemand, register, sources, ssh, tls
 from .paths import Paths
@@ -122,6 +122,9 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     # this unit: nothing of this boot is there yet (docs/metrics.md)
     metrics.clear(state_dir)
     daemon_state.clear(state_dir)       # the daemons' states are this boot's
+    # before this boot's first write: no daemon sleeps yet, and a wake mark of the last
+    # boot would start its daemon for nothing once its path unit watches (state/wake.py)
+    wake.clear(state_dir)
     given = sources.read(paths)
     store = Store(state_dir)
     try:

@@ -8,6 +8,11 @@ units are ordered after first boot), so: the check for work runs after first boo
 write, the path units watch from before the mark, and a write is either seen by the check
 or by a path unit. The path units start only once the lock files they watch exist and are
 the appliance user's: their creation and chown would otherwise look like writes.
+
+Once started, a daemon stops again when idle, asleep on its kinds (state/wake.py): its
+path unit's `PathExists=<state>/.wake/appliance-<name>` starts it at the mark a write
+leaves. First boot empties `.sleep/` and `.wake/` before its first write (run()), so a
+mark of the last boot starts nothing.
 """
 
 import logging

@@ -15,6 +15,13 @@ docs/on-demand-daemons.md). Last, what first use costs: a secret's POST to ACTIV
 delivery daemon is not running (its path unit starts it), then a second one's. The load average is printed beside: on this shared
 2-core machine it moves the figures more than any change. Needs root (the build).
 Goals (issue 12): boot to a healthy API < 30 s, idle memory < 150 MB RSS in total.
+
+After use (issue 32): then one use of every capability, the very list bench_memory makes
+(`bench_memory.uses`: secrets, a domain and record, a certificate, a repository, a config
+on the appliance's own node, a project), BENCH_BOOT_AFTER_USE_IDLE seconds idle (600 by
+default, the issue's 10 minutes; 0 skips this part), and the RSS and PSS of the appliance's
+processes per unit and in total, with which on-demand daemons still run and why (their
+journal's "idle, kept running: ..." line, daemons/base.py). Goal: <= 150 MB RSS in total.
 """
 
 import http.client
@@ -23,7 +30,7 @@ import ssl
 import subprocess
 import time
 
-from . import cpu_seconds, note, remove, table, temp_dir, title
+from . import bench_memory, cpu_seconds, note, remove, table, temp_dir, title
 from appliance.iam.builtin import ADMIN_PROJECT
 from tests.apiserver import TOKEN_PATH, Client
 from tests.image import qemu
@@ -31,6 +38,7 @@ from tests.image import qemu
 RUNS = int(os.environ.get("BENCH_BOOT_RUNS", "2"))
 FIRMWARES = os.environ.get("BENCH_BOOT_FIRMWARE", "uefi,bios").split(",")
 IDLE_SECONDS = float(os.environ.get("BENCH_BOOT_IDLE", "60"))
+AFTER_USE_IDLE_SECONDS = float(os.environ.get("BENCH_BOOT_AFTER_USE_IDLE", "600"))
 HEALTHY_TIMEOUT = 900
 UNITS = qemu.APPLIANCE_UNITS
 GOAL_BOOT_SECONDS, GOAL_RSS_MB = 30, 150
@@ -87,11 +95,39 @@ def boot_once(image, work, key, n, firmware):
                    if run(f"systemctl is-active {u} || true").strip() == "active"]
         memory = qemu.unit_memory(run, running)
         first_use = secrets_to_active(vm)
+        after_use = used_then_idle(vm, run) if AFTER_USE_IDLE_SECONDS > 0 else None
         vm.shutdown(120)
     return {"firmware": firmware, "healthy": healthy, "cpu": cpu, "analyze": analyze,
-            "memory": memory,
+            "memory": memory, "after_use": after_use,
             "chain": chain, "idle": sorted(set(UNITS) - set(running)),
             "first_use": first_use, "load": (load_start, os.getloadavg()[0])}
+
+
+def used_then_idle(vm, run):
+    """One use of every capability (bench_memory's), AFTER_USE_IDLE_SECONDS idle, then the
+    memory of the running units, and each on-demand daemon's state and why it runs."""
+    from daemons import ON_DEMAND  # noqa: PLC0415
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    outcome = bench_memory.use_every_capability(
+        None, connect=lambda: http.client.HTTPSConnection("127.0.0.1", vm.port(443),
+                                                          context=ctx, timeout=60),
+        password=PASSWORD, node_name=None)
+    load_start = os.getloadavg()[0]
+    time.sleep(AFTER_USE_IDLE_SECONDS)
+    running = [u for u in UNITS if run(f"systemctl is-active {u} || true").strip() == "active"]
+    memory = qemu.unit_memory(run, running)
+    daemons = {}
+    for name in ON_DEMAND:
+        unit = f"appliance-{name}"
+        kept = run(f"journalctl -b -o cat -u {unit} | grep 'idle, kept running' | tail -n 1 "
+                   "|| true").strip()
+        starts = run(f"journalctl -b -o cat -u {unit} | grep -c 'started; watching' "
+                     "|| true").strip()
+        daemons[name] = {"active": unit in running, "starts": starts,
+                         "why": kept.split("idle, kept running: ", 1)[-1] if kept else ""}
+    return {"uses": outcome, "memory": memory, "daemons": daemons,
+            "load": (load_start, os.getloadavg()[0])}
 
 
 def secrets_to_active(vm, count=2, timeout=300):
@@ -146,6 +182,23 @@ def main():
     last = runs[-1]["memory"]
     table(["unit (last run)", "RSS MB", "PSS MB"],
           [[unit, f"{rss / 1024:.1f}", f"{pss / 1024:.1f}"] for unit, (rss, pss) in last.items()])
+    after = [r["after_use"] for r in runs if r["after_use"]]
+    if after:
+        note(f"\nafter one use of every capability and {AFTER_USE_IDLE_SECONDS:.0f} s idle "
+             f"(uses: " + ", ".join(f"{k} {v}" for k, v in after[-1]["uses"].items()) + ")")
+        table(["run", "RSS MB", "PSS MB", "units running", "load 1-min"],
+              [[n + 1, f"{sum(v[0] for v in a['memory'].values()) / 1024:.1f}",
+                f"{sum(v[1] for v in a['memory'].values()) / 1024:.1f}", len(a["memory"]),
+                f"{a['load'][0]:.1f} -> {a['load'][1]:.1f}"] for n, a in enumerate(after)])
+        table(["unit (last run, after use)", "RSS MB", "PSS MB"],
+              [[unit, f"{rss / 1024:.1f}", f"{pss / 1024:.1f}"]
+               for unit, (rss, pss) in after[-1]["memory"].items()])
+        table(["on-demand daemon", "now", "starts this boot", "why it still runs"],
+              [[name, "running" if d["active"] else "asleep", d["starts"],
+                d["why"] if d["active"] else ""]
+               for name, d in after[-1]["daemons"].items()])
+        rss_after = min(sum(v[0] for v in a["memory"].values()) for a in after) / 1024
+        note(f"goal after use: <= {GOAL_RSS_MB} MB RSS: best {rss_after:.1f} MB")
     best = min(r["healthy"] for r in runs)
     rss = min(sum(v[0] for v in r["memory"].values()) for r in runs) / 1024
     note(f"goals: boot to healthy < {GOAL_BOOT_SECONDS} s: best {best:.1f} s; "

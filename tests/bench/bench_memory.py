@@ -176,10 +176,10 @@ def request(conn, method, path, body=None, token=None):
     return response.status, response.read()
 
 
-def get_token(conn):
+def get_token(conn, password=PASSWORD):
     status, raw = request(conn, "POST", "/v1/iam/clients/default/actions/get_token/invoke",
                           {"grant_type": "password", "username": "admin",
-                           "password": PASSWORD})
+                           "password": password})
     if status != 200:
         raise RuntimeError(f"login failed: {status} {raw[:200]!r}")
     return json.loads(raw)["access_token"]
@@ -292,17 +292,19 @@ def wait_settled(conn, token, path, timeout=120):
     return status
 
 
-def use_every_capability(port):
-    """One use of each (uses()); {what: the status it settled in}."""
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+def use_every_capability(port, connect=None, password=PASSWORD, node_name="dev-node"):
+    """One use of each (uses()); {what: the status it settled in}. `connect()`: another
+    connection than plain HTTP to `port` (bench_boot's HTTPS to the image); `node_name`
+    None: the first node (the image's own, which first boot registers)."""
+    conn = connect() if connect else http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     try:
-        token = get_token(conn)
+        token = get_token(conn, password)
         deadline = time.monotonic() + 120
         node = None
         while node is None and time.monotonic() < deadline:
             _, raw = request(conn, "GET", "/v1/compute/nodes", token=token)
-            node = next((n["uuid"] for n in json.loads(raw) if n.get("name") == "dev-node"),
-                        None)
+            node = next((n["uuid"] for n in json.loads(raw)
+                         if node_name is None or n.get("name") == node_name), None)
             if node is None:
                 time.sleep(0.5)
         outcome = {}

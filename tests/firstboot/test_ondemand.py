@@ -129,6 +129,34 @@ def test_the_path_units_start_after_their_lock_files_exist_and_before_the_mark(t
     assert os.path.exists(paths.done_mark)
 
 
+def test_first_boot_makes_the_sleep_and_wake_folders_for_the_appliance_user_and_empties_them(
+        tmp_path):
+    """state/wake.py: the daemons (the appliance user) sleep in `.sleep/<kind>/` and are
+    woken by `.wake/<name>`; a mark or an entry left by the last boot is gone before the
+    path units watch, so it starts nothing and no writer of this boot wakes a process that
+    is not there."""
+    from state import wake
+    paths = make_paths(tmp_path)
+    state = tmp_path / "state"
+    owner = (os.getuid() + 1000, os.getgid() + 1000) if os.geteuid() == 0 else None
+    boot(tmp_path, paths, owner=owner)
+    (state / ".sleep" / "secret_secrets").mkdir()
+    (state / ".sleep" / "secret_secrets" / "appliance-delivery").touch()
+    (state / ".wake" / "appliance-delivery").touch()
+    seen = {}
+
+    def systemctl(*args):
+        if args[0] == "start":       # the path units: from here on a mark starts a daemon
+            seen["wake"] = os.listdir(state / ".wake")
+            seen["sleep"] = os.listdir(state / ".sleep" / "secret_secrets")
+    boot(tmp_path, paths, owner=owner, systemctl=systemctl)
+    assert seen == {"wake": [], "sleep": []}
+    for folder in (wake.SLEEP_DIR, wake.WAKE_DIR):
+        st = os.stat(state / folder)
+        if owner is not None:
+            assert (st.st_uid, st.st_gid) == owner, folder
+
+
 def test_without_path_units_first_boot_starts_every_on_demand_daemon(tmp_path, caplog):
     calls = []
 

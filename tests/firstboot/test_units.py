@@ -10,7 +10,9 @@ import pytest
 from appliance import config
 from appliance.firstboot import Paths
 from daemons import DAEMONS, ON_DEMAND, module_of
+from daemons.base import MARKS, wake_name
 from state.collection import LOCK_DIR
+from state.wake import WAKE_DIR
 
 SYSTEMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "systemd")
@@ -85,6 +87,12 @@ def test_an_on_demand_daemon_s_path_unit_watches_its_kinds_and_first_boot_starts
                    if line.startswith("PathModified=")]
     assert watched == [os.path.join("/var/lib/appliance", LOCK_DIR, f"{kind}.lock")
                        for kind in ON_DEMAND[name]]
+    # and its wake mark, level-triggered: checked again whenever the daemon stopped when
+    # idle (state/wake.py, daemons/base.py wake_name)
+    with open(os.path.join(SYSTEMD, f"appliance-{name}.path")) as f:
+        exists = [line.split("=", 1)[1].strip() for line in f
+                  if line.startswith("PathExists=")]
+    assert exists == [os.path.join("/var/lib/appliance", WAKE_DIR, wake_name(name))]
     assert u["Path"]["Unit"] == f"appliance-{name}.service"
     assert u["Unit"]["RequiresMountsFor"] == "/var/lib/appliance"
     assert u["Unit"]["PartOf"] == "appliance.target"
@@ -92,6 +100,29 @@ def test_an_on_demand_daemon_s_path_unit_watches_its_kinds_and_first_boot_starts
     # wanted by the target nor ordered after first boot, which would wait forever
     assert "Install" not in u
     assert "appliance-firstboot.service" not in words(u, "Unit", "After")
+
+
+@pytest.mark.parametrize("name", sorted(ON_DEMAND))
+def test_an_on_demand_daemon_stops_when_idle_asleep_on_its_marks(name):
+    """The unit's environment (daemons/base.py run): the marks mode and its idle time,
+    before /etc/appliance/environment, which may change them; a clean exit (an idle stop)
+    leaves the unit inactive, for its path unit to start again."""
+    with open(os.path.join(SYSTEMD, f"appliance-{name}.service")) as f:
+        lines = [line.strip() for line in f]
+    environment = [word for line in lines if line.startswith("Environment=")
+                   for word in line.split("=", 1)[1].split()]
+    assert {"APPLIANCE_IDLE_WAKE=" + MARKS, "APPLIANCE_IDLE_STOP_SECONDS=60"} \
+        <= set(environment)
+    assert lines.index("EnvironmentFile=-/etc/appliance/environment") > max(
+        i for i, line in enumerate(lines) if line.startswith("Environment="))
+    assert unit(f"appliance-{name}.service")["Service"]["Restart"] == "on-failure"
+
+
+def test_no_always_on_unit_stops_when_idle():
+    for name, _ in PROCESSES:
+        if name not in ON_DEMAND:
+            with open(os.path.join(SYSTEMD, f"appliance-{name}.service")) as f:
+                assert "APPLIANCE_IDLE_WAKE" not in f.read(), name
 
 
 def test_only_on_demand_daemons_have_path_units():

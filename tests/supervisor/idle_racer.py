@@ -7,6 +7,12 @@ was reconciled), writes a record to its own kind, as the API would while it stop
 instance reconciles that record unless the supervisor starts the daemon again. Each
 reconcile appends the uuids it saw to STATE_DIR/handled, one line each; each start appends
 its pid to STATE_DIR/starts.
+
+In the image's mode (APPLIANCE_IDLE_WAKE=marks: no supervisor, systemd's path unit starts it
+again at its wake mark, state/wake.py), `python -m tests.supervisor.idle_racer marks
+before|after` runs the daemon alone, as its unit does: `before` writes right after it
+decided to stop and before it sleeps on its kind (it must see the write and stay),
+`after` right after it slept (it stops, and the write leaves its mark).
 """
 
 import os
@@ -43,6 +49,22 @@ class Racer(Daemon):
         return record
 
 
+class SleptRacer(Racer):
+    """Writes right after it went to sleep on its kind, as the API would while it exits."""
+
+    def _idle_record(self, now):
+        return Daemon._idle_record(self, now)
+
+    def _sleep(self, record):
+        asleep = super()._sleep(record)
+        marker = os.path.join(self.settings["state_dir"], "raced")
+        if asleep and not os.path.exists(marker):
+            written = self.store.collection(KIND).insert({"name": "written while asleep"})
+            with open(marker, "w") as f:
+                f.write(written["uuid"])
+        return asleep
+
+
 def main():
     return run(Racer)
 
@@ -60,4 +82,8 @@ def supervise(state_dir):
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "marks":
+        import daemons
+        daemons.ON_DEMAND["racer"] = (KIND,)
+        sys.exit(run({"before": Racer, "after": SleptRacer}[sys.argv[2]]))
     sys.exit(supervise(sys.argv[1]))

@@ -15,7 +15,7 @@ import pytest
 import daemons
 from appliance import daemon_state
 from appliance.supervisor import Generations, idle_stop_seconds
-from daemons.base import STAY
+from daemons.base import MARKS, STAY
 from state import Store
 from tests import processes
 
@@ -218,6 +218,121 @@ def test_a_write_that_lands_while_the_daemon_stops_starts_it_again(tmp_path):
         log.close()
     text = (tmp_path / "racer.log").read_text()
     assert "race_items moved since: starting it again" in text, text
+
+
+# ---- in the image's mode: sleep and wake marks (state/wake.py) -------------------------------
+
+def run_alone(state, race):
+    """The racer as its systemd unit runs it (APPLIANCE_IDLE_WAKE=marks), to its exit."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("APPLIANCE_")}
+    env.update(APPLIANCE_STATE_DIR=str(state), APPLIANCE_IDLE_WAKE="marks",
+               APPLIANCE_IDLE_STOP_SECONDS="0.3", PYTHONPATH=ROOT)
+    done = subprocess.run([sys.executable, "-P", "-m", "tests.supervisor.idle_racer", "marks",
+                           race], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    return done.stderr
+
+
+def handled(state):
+    path = state / "handled"
+    return path.read_text().split() if path.exists() else []
+
+
+@pytest.mark.timeout(120)
+def test_with_marks_a_write_after_it_slept_leaves_its_mark_and_the_next_start_sees_it(
+        tmp_path):
+    """The race made to happen every time: the daemon slept on its kind and, before its
+    process ends, the kind is written. It stops all the same (it cannot see that write),
+    and the writer left `.wake/appliance-racer`, which its path unit's PathExists= starts
+    it at; the next start consumes the mark and reconciles the record."""
+    state = tmp_path
+    run_alone(state, "after")
+    written = (state / "raced").read_text()
+    assert written not in handled(state)
+    mark = state / ".wake" / "appliance-racer"
+    assert mark.exists()
+    assert os.listdir(state / ".sleep" / "race_items") == []     # the writer took the entry
+    assert (daemon_state.read_record(str(state), "racer") or {}).get("idle")
+    # what the path unit does at the mark: start it again
+    run_alone(state, "after")
+    assert written in handled(state)
+    assert not mark.exists()                                     # consumed at its start
+    # asleep again, on its kind, with nothing written since: no mark
+    assert os.listdir(state / ".sleep" / "race_items") == ["appliance-racer"]
+    assert len((state / "starts").read_text().split()) == 2
+
+
+@pytest.mark.timeout(120)
+def test_with_marks_a_write_before_it_slept_keeps_it_running_until_reconciled(tmp_path):
+    """The other side of the race: the write lands after the daemon decided to stop but
+    before its look at the generations, so it sees the moved generation, takes its sleep
+    entries back, reconciles the record, and only then stops (one start, no mark)."""
+    state = tmp_path
+    run_alone(state, "before")
+    written = (state / "raced").read_text()
+    assert written in handled(state)
+    assert len((state / "starts").read_text().split()) == 1
+    assert not (state / ".wake" / "appliance-racer").exists()
+    assert os.listdir(state / ".sleep" / "race_items") == ["appliance-racer"]
+    assert (daemon_state.read_record(str(state), "racer") or {}).get("idle")
+
+
+def test_systemd_s_stop_post_keeps_an_idle_record_as_waiting(tmp_path, monkeypatch):
+    """ExecStopPost= (`python -m appliance.daemon_state ended NAME`) after a clean idle
+    exit: the daemon shows as waiting, not stopped; after a crash it shows the failure."""
+    state = str(tmp_path)
+    daemon_state.clear(state)
+    monkeypatch.setenv("APPLIANCE_STATE_DIR", state)
+    monkeypatch.setenv("SERVICE_RESULT", "success")
+    monkeypatch.setenv("EXIT_CODE", "exited")
+    monkeypatch.setenv("EXIT_STATUS", "0")
+    daemon_state.record_started(state, "delivery")
+    daemon_state.record_idle(state, "delivery", {"kinds": {"secret_secrets": 3},
+                                                 "wake_at": None, "work": True})
+    assert daemon_state.main(["ended", "delivery"]) == 0
+    [shown] = daemon_state.states(state, ["delivery"], {"delivery"})
+    assert shown["state"] == "waiting" and shown["since"], shown
+    # a plain clean stop (systemctl stop) is still "stopped"
+    daemon_state.record_started(state, "delivery")
+    assert daemon_state.main(["ended", "delivery"]) == 0
+    [shown] = daemon_state.states(state, ["delivery"], {"delivery"})
+    assert shown["state"] == "stopped", shown
+    # and a failure after an idle record is a failure
+    daemon_state.record_idle(state, "delivery", {"kinds": {}, "wake_at": None})
+    monkeypatch.setenv("SERVICE_RESULT", "exit-code")
+    monkeypatch.setenv("EXIT_STATUS", "1")
+    assert daemon_state.main(["ended", "delivery"]) == 0
+    [shown] = daemon_state.states(state, ["delivery"], {"delivery"})
+    assert shown["state"] == "restarting", shown
+
+
+@pytest.mark.timeout(30)
+def test_with_marks_a_timer_of_its_own_keeps_it_running(store, on_demand):
+    """No timer systemd would fire for the appliance user: a daemon with a wake time
+    stays up in the image (docs/on-demand-daemons.md, "In the image")."""
+    store.collection("widgets").insert({"n": 1})
+    daemon = running(Timed, store, idle_stop_seconds=0.3, wake=time.time() + 3600,
+                     idle_wake=MARKS)
+    try:
+        time.sleep(2)
+        assert daemon.idle_record is None
+        daemon.wake = None
+        record = wait_for(lambda: daemon.idle_record, 10, "the idle stop")
+    finally:
+        daemon.stop()
+    assert record["wake_at"] is None
+    assert os.listdir(os.path.join(store.directory, ".sleep", "widgets")) == \
+        ["appliance-recorder"]
+
+
+def test_under_appliance_up_a_daemon_makes_no_sleep_entry(store, on_demand):
+    daemon = running(Recorder, store, idle_stop_seconds=0.2)
+    try:
+        wait_for(lambda: daemon.idle_record, 10, "the idle stop")
+    finally:
+        daemon.stop()
+    assert not os.path.exists(os.path.join(store.directory, ".sleep"))
 
 
 # ---- through `appliance up` -----------------------------------------------------------------

@@ -1,0 +1,171 @@
+"""Sleep and wake marks (state/wake.py): a write to a kind leaves `.wake/<name>` for each
+process asleep on it, and a process going to sleep either is seen by every later writer or
+sees their write itself (docs/store.md, "Sleep and wake marks")."""
+
+import os
+import threading
+
+import pytest
+
+from state import Store, wake
+
+
+@pytest.fixture
+def store(tmp_path):
+    store = Store(str(tmp_path))
+    yield store
+    store.close()
+
+
+def generation_of(store):
+    return lambda kind: store.collection(kind).lock.settled_generation()[0]
+
+
+def entries(store, kind):
+    folder = wake.sleepers_dir(store.directory, kind)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def marks(store):
+    folder = os.path.join(store.directory, wake.WAKE_DIR)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def asleep(store, name, kinds):
+    expected = {kind: store.collection(kind).lock.state()[0] for kind in kinds}
+    return wake.sleep(store.directory, name, kinds, expected, generation_of(store))
+
+
+def test_a_write_leaves_a_mark_for_each_sleeper_and_takes_its_entry(store):
+    widgets = store.collection("widgets")
+    assert asleep(store, "appliance-one", ["widgets", "gadgets"])
+    assert asleep(store, "appliance-two", ["widgets"])
+    assert entries(store, "widgets") == ["appliance-one", "appliance-two"]
+    assert marks(store) == []
+    widgets.insert({"n": 1})
+    assert marks(store) == ["appliance-one", "appliance-two"]
+    assert entries(store, "widgets") == []
+    # its entry on the other kind stays until the process starts and forgets it
+    assert entries(store, "gadgets") == ["appliance-one"]
+    widgets.insert({"n": 2})                  # a mark is made once: nothing else moves
+    assert marks(store) == ["appliance-one", "appliance-two"]
+    wake.forget(store.directory, "appliance-one")
+    assert marks(store) == ["appliance-two"] and entries(store, "gadgets") == []
+
+
+def test_without_a_sleeper_a_write_leaves_nothing(store):
+    store.collection("widgets").insert({"n": 1})
+    assert marks(store) == [] and entries(store, "widgets") == []
+    assert not os.path.exists(os.path.join(store.directory, wake.SLEEP_DIR))
+    # nor does a write to another kind wake a sleeper
+    assert asleep(store, "appliance-one", ["widgets"])
+    store.collection("gadgets").insert({"n": 1})
+    assert marks(store) == [] and entries(store, "widgets") == ["appliance-one"]
+
+
+def test_a_read_wakes_nobody(store):
+    widgets = store.collection("widgets")
+    widgets.insert({"n": 1})
+    assert asleep(store, "appliance-one", ["widgets"])
+    other = Store(store.directory)
+    try:
+        assert len(other.collection("widgets").records()) == 1
+    finally:
+        other.close()
+    assert marks(store) == []
+
+
+def test_the_sleeper_that_loses_the_race_sees_the_moved_generation_and_stays(store):
+    widgets = store.collection("widgets")
+    expected = {"widgets": widgets.lock.state()[0]}
+    writer = Store(store.directory)
+    try:
+        def written_meanwhile(kind):
+            # between its entry and its look: the write the sleeper must not miss
+            writer.collection("widgets").insert({"n": 1})
+            return generation_of(store)(kind)
+        assert not wake.sleep(store.directory, "appliance-one", ["widgets"], expected,
+                              written_meanwhile)
+    finally:
+        writer.close()
+    # it stays up: its entry and the mark the writer made are gone
+    assert entries(store, "widgets") == [] and marks(store) == []
+
+
+def test_a_sleeper_racing_a_writer_200_times_never_misses_a_write(store):
+    """A thread writes without pause while the sleeper goes to sleep 200 times: each time
+    it either sees a moved generation or, once the generation moves, finds its mark."""
+    stop = threading.Event()
+    written = []
+
+    def hammer():
+        writer = Store(store.directory)
+        try:
+            things = writer.collection("widgets")
+            while not stop.is_set():
+                written.append(things.insert({"n": len(written)})["uuid"])
+        finally:
+            writer.close()
+
+    thread = threading.Thread(target=hammer)
+    thread.start()
+    outcomes = {"saw the write": 0, "woken": 0}
+    try:
+        lock = store.collection("widgets").lock
+        for _ in range(200):
+            expected = {"widgets": lock.settled_generation()[0]}
+            if not wake.sleep(store.directory, "appliance-racer", ["widgets"], expected,
+                              generation_of(store)):
+                outcomes["saw the write"] += 1
+                continue
+            # asleep: some write moves the generation; then the mark must be there
+            while lock.settled_generation()[0] == expected["widgets"]:
+                assert thread.is_alive()
+            assert wake.woken(store.directory, "appliance-racer"), expected
+            outcomes["woken"] += 1
+            wake.forget(store.directory, "appliance-racer", ["widgets"])
+    finally:
+        stop.set()
+        thread.join()
+    assert sum(outcomes.values()) == 200 and written, outcomes
+
+
+def test_first_boot_s_clear_makes_both_folders_and_drops_what_the_last_boot_left(store):
+    assert asleep(store, "appliance-one", ["widgets"])
+    store.collection("widgets").insert({"n": 1})
+    assert asleep(store, "appliance-two", ["gadgets"])
+    assert marks(store) == ["appliance-one"]
+    wake.clear(store.directory)
+    assert marks(store) == [] and entries(store, "gadgets") == []
+    for folder in (wake.SLEEP_DIR, wake.WAKE_DIR):
+        assert os.path.isdir(os.path.join(store.directory, folder))
+
+
+def test_a_mark_a_root_writer_made_is_removed_by_the_appliance_user(store):
+    """The node agent's writes go through the API (the appliance user), but first boot and
+    an admin's command run as root: a mark root made is root's file in the appliance user's
+    `.wake/`, which that user may still remove (a folder's permission, no sticky bit)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to write as root and then act as another user")
+    nobody = 65534
+    assert asleep(store, "appliance-one", ["widgets"])
+    for folder in (wake.WAKE_DIR, wake.SLEEP_DIR, os.path.join(wake.SLEEP_DIR, "widgets")):
+        os.chown(os.path.join(store.directory, folder), nobody, nobody)
+    store.collection("widgets").insert({"n": 1})          # as root
+    mark = wake.mark_path(store.directory, "appliance-one")
+    assert os.stat(mark).st_uid == 0
+    os.chmod(store.directory, 0o711)                      # as first boot leaves it
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # from inside the state: pytest's folders above it are root's alone
+            os.chdir(store.directory)
+            os.setgid(nobody)
+            os.setuid(nobody)
+            wake.forget(".", "appliance-one", ["widgets"])
+            os._exit(0 if not os.path.exists(wake.mark_path(".", "appliance-one")) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert marks(store) == []
