@@ -37,7 +37,7 @@ import traceback
 from appliance import config, daemon_state, devnode, logs, metrics
 from appliance.processes import start_time
 from daemons import DAEMONS, ON_DEMAND, module_of
-from daemons.base import IDLE_STOP_SECONDS, idle_stop_seconds  # noqa: F401 (tests read them)
+from daemons.base import idle_stop_seconds
 from state.collection import LOCK_DIR
 
 PR_SET_PDEATHSIG = 1

@@ -14,7 +14,8 @@ import pytest
 
 import daemons
 from appliance import daemon_state
-from appliance.supervisor import Generations, idle_stop_seconds
+from appliance.supervisor import Generations
+from daemons.base import idle_stop_seconds
 from daemons.base import MARKS, STAY
 from state import Store
 from tests import processes
