@@ -62,14 +62,21 @@ def healthy_after(vm):
     raise RuntimeError(f"no healthy API after {HEALTHY_TIMEOUT} s:\n{vm.tail()}")
 
 
-def ssh_runner(vm, key):
+def ssh_runner(vm, key, connect_seconds=60):
     def run(command):
-        return subprocess.run(
-            ["ssh", "-i", key, "-p", str(vm.port(22)), "-o", "BatchMode=yes",
-             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-             "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
-            capture_output=True, text=True, timeout=120, check=True,
-            stdin=subprocess.DEVNULL).stdout
+        # the API can answer before sshd accepts (both wait only for first boot): ssh's
+        # own failure to connect (exit 255) is tried again for a while
+        deadline = time.monotonic() + connect_seconds
+        while True:
+            done = subprocess.run(
+                ["ssh", "-i", key, "-p", str(vm.port(22)), "-o", "BatchMode=yes",
+                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+                 "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
+                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+            if done.returncode != 255 or time.monotonic() > deadline:
+                done.check_returncode()
+                return done.stdout
+            time.sleep(1)
     return run
 
 

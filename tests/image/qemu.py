@@ -222,9 +222,16 @@ class VM:
                     "-drive", f"if=pflash,format=raw,unit=1,file={self.efi_vars}"]
         cmd += ["-chardev", f"file,id=s0,path={self.serial_log}", "-serial", "chardev:s0",
                 "-qmp", f"unix:{self.qmp_path},server=on,wait=off",
-                "-drive", f"file={self.disk},if=virtio,format={_format(self.disk)},cache=unsafe",
+                # the boot disk first in the firmware's boot order (bootindex): OVMF then
+                # connects only the devices that order names, and not every device it
+                # finds (the NIC's network stack included); SeaBIOS tries it first too
+                "-drive", f"file={self.disk},if=none,id=boot,format={_format(self.disk)},"
+                          "cache=unsafe",
+                "-device", "virtio-blk-pci,drive=boot,bootindex=0",
                 "-netdev", ",".join(["user,id=n0,restrict=on"] + fwds),
-                "-device", "virtio-net-pci,netdev=n0",
+                # no option ROM (iPXE) on the NIC: nothing here boots from the network, and
+                # loading the ROM's driver takes the firmware seconds under TCG
+                "-device", "virtio-net-pci,netdev=n0,romfile=",
                 "-device", "virtio-rng-pci"]
         for d in self.extra_disks:
             cmd += ["-drive", f"file={d},if=virtio,format={_format(d)},cache=unsafe"]
