@@ -380,16 +380,25 @@ class VM:
 def unit_memory(run, units):
     """{unit: (RSS kB, PSS kB)} summed over the processes of each systemd unit of a booted
     guest; `run(command)` runs a shell command there and returns its stdout. PSS shares
-    each shared page (the interpreter, libraries) among the processes that map it."""
+    each shared page (the interpreter, libraries) among the processes that map it.
+    A unit or a process that ended meanwhile is left out: an on-demand daemon stops by
+    itself once idle (docs/on-demand-daemons.md), between any two of these reads."""
     out = {}
     for unit in units:
-        pids = run(f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs").split()
+        pids = run(f"cat /sys/fs/cgroup/system.slice/{unit}.service/cgroup.procs "
+                   "2>/dev/null || true").split()
         rss = pss = 0
+        measured = False
         for pid in pids:
-            fields = run(f"grep -E '^(Rss|Pss):' /proc/{pid}/smaps_rollup").split()
+            fields = run(f"grep -E '^(Rss|Pss):' /proc/{pid}/smaps_rollup "
+                         "2>/dev/null || true").split()
+            if len(fields) < 5:
+                continue
             rss += int(fields[1])
             pss += int(fields[4])
-        out[unit] = (rss, pss)
+            measured = True
+        if measured:
+            out[unit] = (rss, pss)
     return out
 
 

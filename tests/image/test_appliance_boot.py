@@ -542,7 +542,7 @@ def test_idle_memory_of_the_appliance_processes(box):
         f"  {unit}: RSS {rss / 1024:.1f} MB, PSS {pss / 1024:.1f} MB"
         for unit, (rss, pss) in memory.items())
         + f"\n  total: RSS {total_rss / 1024:.1f} MB, PSS {total_pss / 1024:.1f} MB"
-        + f"\n  not running: {', '.join(sorted(set(APPLIANCE_UNITS) - set(running))) or '-'}")
+        + f"\n  not running: {', '.join(sorted(set(APPLIANCE_UNITS) - set(memory))) or '-'}")
 
 
 def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
