@@ -27,6 +27,7 @@ import threading
 import time
 
 from . import request_context
+from .waitress_mixins import mix_into
 
 # the largest body kept (an item's, not a list's), and about how many bytes of bodies and
 # keys (a token is ~1 KB) are kept in all before every entry is dropped: a bound, as the
@@ -172,10 +173,6 @@ class AnsweringServer:
 
 def install(server, answers):
     """Let a Waitress server answer kept item GETs on its loop thread."""
-    channel_class = server.channel_class
-    server.channel_class = type(f"Answering{channel_class.__name__}",
-                                (AnsweringChannel, channel_class), {})
-    server.__class__ = type(f"Answering{type(server).__name__}",
-                            (AnsweringServer, type(server)), {})
+    mix_into(server, "Answering", AnsweringChannel, AnsweringServer)
     server.answers = answers
     return server

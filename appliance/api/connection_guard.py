@@ -32,6 +32,8 @@ import json
 import threading
 import time
 
+from .waitress_mixins import mix_into
+
 # the answer to a connection refused by the per-address cap: the request is not read, so
 # the connection closes after it
 _REFUSAL_BODY = json.dumps({
@@ -49,11 +51,7 @@ REFUSAL = (b"HTTP/1.1 429 Too Many Requests\r\n"
 def guard(server, per_address, header_timeout, idle_timeout):
     """Apply the rules to a Waitress server (after json_errors, before run). `per_address`
     0 turns the per-address cap off (the image: nginx in front is the only address)."""
-    channel_class = server.channel_class
-    server.channel_class = type(f"Guarded{channel_class.__name__}",
-                                (GuardedChannel, channel_class), {})
-    server.__class__ = type(f"Guarded{type(server).__name__}",
-                            (GuardedServer, type(server)), {})
+    mix_into(server, "Guarded", GuardedChannel, GuardedServer)
     server.guard_per_address = per_address
     server.guard_header_timeout = header_timeout
     server.guard_idle_timeout = idle_timeout

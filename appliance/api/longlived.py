@@ -23,6 +23,7 @@ import queue
 import threading
 
 from .errors import ApiError
+from .waitress_mixins import mix_into
 
 log = logging.getLogger("appliance.longlived")
 
@@ -323,8 +324,4 @@ def _log_failure(future):
 
 def install(server):
     """Let the routes of a Waitress server hand long-lived connections to the loop."""
-    channel_class = server.channel_class
-    if not issubclass(channel_class, HandoverChannel):
-        server.channel_class = type(f"Handover{channel_class.__name__}",
-                                    (HandoverChannel, channel_class), {})
-    return server
+    return mix_into(server, "Handover", HandoverChannel)
