@@ -114,6 +114,8 @@ def run_logs():
 
 def pytest_collection_finish(session):
     from tests.image import prebuild
+    if session.config.option.collectonly:
+        return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # only slow tests boot or build images: a run of the quick ones starts no build
     prebuild.start([item.nodeid.split("::")[0] for item in session.items

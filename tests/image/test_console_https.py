@@ -23,6 +23,10 @@ from tests.console.helpers import parse_set_cookie
 from tests.console.pages import stream_live
 from tests.image.guest import PASSWORD, served_fingerprint
 
+# on the shared boot: slow like the other tests of `box` (a quick run, -m "not slow",
+# builds and boots nothing)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+
 WAIT_MS = 120_000           # a TCG guest answers slowly; every wait is bounded anyway
 STATIC = "/opt/appliance/venv/lib/python3*/site-packages/appliance/console/static"
 

@@ -1,0 +1,89 @@
+"""`make test`: the slow tests and the quick ones as two pytest runs side by side.
+
+Why two runs: the slow tests (image builds, QEMU boots under TCG, VMs in namespaces) leave
+part of the second core idle while they wait on a guest, and the quick ones use one core;
+one pytest ran them one after the other, and the suite took 51.7 min in the project's CI
+(docs/testing.md, "Time"). Split by the `slow` mark, each run keeps its own fixtures,
+temporary directories and ports (tests/ports.py retries what another process took), as
+two whole CIs beside each other already did.
+
+Each run's lines are relayed as they come, behind its name, so the CI log shows both
+progressing; each ends with its own failures, `--durations` and time by directory. The
+suite passes when both pass (pytest's 5, "no tests collected", counts as passing: a
+selection can be empty). Stopping `make` stops both runs.
+
+    python -m tests.run_suite [PYTEST-ARGS...]    # extra arguments go to both runs
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+RUNS = (("slow", "slow"), ("quick", "not slow"))
+PASSING = (0, 5)
+
+
+def command(marker, extra):
+    return [sys.executable, "-m", "pytest", "-q", "--durations=40", "-m", marker, *extra]
+
+
+def relay(name, proc, out, lock, started, ended):
+    """Copy one run's lines to `out` behind its name; at its end, note its status and time."""
+    prefix = f"{name:>5}| ".encode()
+    for line in iter(proc.stdout.readline, b""):
+        with lock:
+            out.write(prefix + line)
+            out.flush()
+    code = proc.wait()
+    ended[name] = (code, (time.monotonic() - started) / 60)
+
+
+def verdict(codes):
+    """The suite's exit status from each run's: the first failing one's, else 0."""
+    for code in codes:
+        if code not in PASSING:
+            return code
+    return 0
+
+
+def program(extra, out):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    lock = threading.Lock()
+    started = time.monotonic()
+    procs, relays, ended = [], [], {}
+    for name, marker in RUNS:
+        proc = subprocess.Popen(command(marker, extra), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        procs.append((name, proc))
+        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, ended),
+                             daemon=True)
+        t.start()
+        relays.append(t)
+
+    def stop(signum, frame):
+        for _, proc in procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        raise SystemExit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+
+    for t in relays:
+        t.join()
+    out.write(("suite: " + "; ".join(f"{name} exit {code} after {minutes:.1f} min"
+                                      for name, (code, minutes) in ended.items()) + "\n").encode())
+    out.flush()
+    return verdict(code for code, _ in ended.values())
+
+
+def main():
+    sys.exit(program(sys.argv[1:], sys.stdout.buffer))
+
+
+if __name__ == "__main__":
+    main()
