@@ -22,12 +22,14 @@ import sys
 import threading
 import time
 
-RUNS = (("slow", "slow"), ("quick", "not slow"))
+# (name, mark expression, verbosity): the slow run's few tests take minutes each, so it
+# prints a line per file (pytest's default) where -q would print nothing until 72 had ended
+RUNS = (("slow", "slow", ()), ("quick", "not slow", ("-q",)))
 PASSING = (0, 5)
 
 
-def command(marker, extra):
-    return [sys.executable, "-m", "pytest", "-q", "--durations=40", "-m", marker, *extra]
+def command(marker, verbosity, extra):
+    return [sys.executable, "-m", "pytest", *verbosity, "--durations=40", "-m", marker, *extra]
 
 
 def relay(name, proc, out, lock, started, ended):
@@ -54,8 +56,8 @@ def program(extra, out):
     lock = threading.Lock()
     started = time.monotonic()
     procs, relays, ended = [], [], {}
-    for name, marker in RUNS:
-        proc = subprocess.Popen(command(marker, extra), stdout=subprocess.PIPE,
+    for name, marker, verbosity in RUNS:
+        proc = subprocess.Popen(command(marker, verbosity, extra), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         procs.append((name, proc))
         t = threading.Thread(target=relay, args=(name, proc, out, lock, started, ended),

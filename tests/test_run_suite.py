@@ -15,7 +15,7 @@ def test_the_verdict_is_the_first_failing_runs_status():
 
 
 def test_both_runs_are_relayed_and_a_failing_one_fails_the_suite(monkeypatch):
-    def command(marker, extra):
+    def command(marker, verbosity, extra):
         code = 1 if marker == "slow" else 0
         return [sys.executable, "-c",
                 f"print('first of {marker}'); print('second of {marker}'); raise SystemExit({code})"]
