@@ -80,7 +80,13 @@ export function Overview({ doc, cols, session }) {
     get("/v1/health").then(setHealth, setError);
     (metricsAllowed ? loadMetrics() : loadCountsFromLists()).catch(setError);
     loadHypervisors();
-    request("GET", "/v1/events?follow=false").then((r) => setEvents(parseEventStream(String(r.data)).reverse().slice(0, 20)), () => {});
+    // merged with what the stream brought meanwhile: under load this answer can come after
+    // a live event, and replacing the list with it dropped that event
+    request("GET", "/v1/events?follow=false").then((r) => setEvents((live) => {
+      const seen = new Set(live.map((e) => e.revision));
+      return [...live, ...parseEventStream(String(r.data)).filter((e) => !seen.has(e.revision))]
+        .sort((a, b) => b.revision - a.revision).slice(0, 20);
+    }), () => {});
   }, []);
 
   useEffect(() => subscribe((event) => {
