@@ -409,6 +409,11 @@ class Daemon:
         timers = [time.time() + (due - now) for due in self._due.values()]
         if timers:
             wake_at = min(timers + ([wake_at] if wake_at is not None else []))
+        if (wake_at is not None and self.idle_wake == MARKS
+                and wake_at - time.time() < self.idle_stop_seconds):
+            # woken that soon by its timed entry, it would pay a Python start for nothing
+            # (a fork under `appliance up`, where it stops)
+            return self._kept("soon", "its own timer is due within the idle time")
         self._kept_for = None
         return {"kinds": {kind: current[kind] for kind in self.wake_kinds(work)},
                 "wake_at": wake_at, "work": work}
