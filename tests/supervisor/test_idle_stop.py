@@ -339,6 +339,22 @@ def test_with_marks_a_timer_of_its_own_stops_it_with_a_timed_entry(store, on_dem
 
 
 @pytest.mark.timeout(30)
+def test_with_marks_a_timer_due_within_the_idle_time_keeps_it_running(store, on_demand):
+    """Woken that soon by its timed entry, it would pay a Python start for nothing."""
+    daemon = running(Timed, store, idle_stop_seconds=7200, wake=time.time() + 3600,
+                     idle_wake=MARKS)
+    try:
+        time.sleep(2)                   # no work: without the timer it stops at once
+        assert daemon.idle_record is None
+        daemon.wake = None
+        wait_for(lambda: daemon.idle_record, 10, "the idle stop")
+    finally:
+        daemon.stop()
+    assert not os.path.exists(os.path.join(store.directory, ".sleep", ".at",
+                                           "appliance-recorder"))
+
+
+@pytest.mark.timeout(30)
 def test_with_marks_the_dbaas_rule_still_keeps_it_running(store, on_demand):
     """STAY (the DBaaS daemon while an instance exists) is not a timer: it stays."""
     store.collection("widgets").insert({"n": 1})
