@@ -265,3 +265,18 @@ def test_the_waker_started_with_nothing_timed_exits_at_once(store):
     done = subprocess.run([WAKE_DUE, store.directory], capture_output=True, text=True,
                           timeout=20)
     assert done.returncode == 0 and done.stdout == "" and marks(store) == []
+
+
+def test_the_waker_removes_what_is_no_timed_entry_so_that_the_folder_empties(store):
+    """appliance-wake.path starts the loop while the folder is not empty: anything left in
+    it that is no entry (a dot name, a folder) would start it again and again."""
+    wake.clear(store.directory)
+    folder = os.path.join(store.directory, wake.SLEEP_DIR, wake.TIMED_DIR)
+    open(os.path.join(folder, ".stray"), "w").close()
+    os.mkdir(os.path.join(folder, "appliance-folder"))
+    done = subprocess.run([WAKE_DUE, store.directory], capture_output=True, text=True,
+                          timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(folder) == [] and marks(store) == []
+    assert sorted(done.stdout.splitlines()) == [
+        "removed .stray: not a timed entry", "removed appliance-folder: not a timed entry"]
