@@ -23,6 +23,14 @@ class Backoff:
         self._until[key] = self.clock() + delay
         return delay
 
+    def resume(self, key, delay):
+        """Go on from a wait that an earlier process (which forgot it: a daemon started
+        again) used after `key`'s last failure: its next failure waits twice as long (up
+        to `cap`). A wait shorter than `first` is no back-off to go on from (it was cut
+        short: the next failure waits `first`)."""
+        if delay >= self.first:
+            self._delay[key] = min(delay, self.cap)
+
     def succeeded(self, key):
         self._delay.pop(key, None)
         self._until.pop(key, None)

@@ -35,8 +35,10 @@ In the image (systemd, no supervisor to compare), the unit sets APPLIANCE_IDLE_W
 a daemon that may stop first sleeps on the record's kinds (state/wake.py: a writer of
 one of them from then on leaves `<state>/.wake/appliance-<name>`, which the daemon's path
 unit watches with `PathExists=`), re-reading their generations; one that moved keeps it
-running. A timer of its own (wake_at) keeps it running there: systemd offers the
-appliance user no timer it could arm (docs/on-demand-daemons.md, "In the image").
+running. A timer of its own (wake_at) does not keep it: it also leaves a timed entry
+(`<state>/.sleep/.at/appliance-<name>`, its mtime the wake time), which the image's
+`appliance-wake` units turn into its mark once the time passed (docs/on-demand-daemons.md,
+"In the image").
 """
 
 import logging
@@ -407,10 +409,11 @@ class Daemon:
         timers = [time.time() + (due - now) for due in self._due.values()]
         if timers:
             wake_at = min(timers + ([wake_at] if wake_at is not None else []))
-        if wake_at is not None and self.idle_wake == MARKS:
-            # no timer that systemd would fire for it: it stays while one is set
-            return self._kept("timer", f"a timer of its own is due in "
-                              f"{wake_at - time.time():.0f} s and nothing would start it then")
+        if (wake_at is not None and self.idle_wake == MARKS
+                and wake_at - time.time() < self.idle_stop_seconds):
+            # woken that soon by its timed entry, it would pay a Python start for nothing
+            # (a fork under `appliance up`, where it stops)
+            return self._kept("soon", "its own timer is due within the idle time")
         self._kept_for = None
         return {"kinds": {kind: current[kind] for kind in self.wake_kinds(work)},
                 "wake_at": wake_at, "work": work}
@@ -426,9 +429,15 @@ class Daemon:
     def _sleep(self, record):
         """(wake lock held) MARKS: sleep on the record's kinds; False when one moved since
         (it is requested, and the daemon goes on)."""
-        kinds = record["kinds"]
+        kinds, wake_at = record["kinds"], record["wake_at"]
         if wake.sleep(self.store.directory, wake_name(self.name), list(kinds), kinds,
-                      lambda kind: self.store.collection(kind).lock.settled_generation()[0]):
+                      lambda kind: self.store.collection(kind).lock.settled_generation()[0],
+                      wake_at=wake_at):
+            if wake_at is not None:
+                # where one reads when a sleeping daemon runs again (tests/bench/bench_boot.py)
+                self.log.info("asleep on its kinds; its timer wakes it at %s (in %.0f s)",
+                              time.strftime("%H:%M:%S %Z", time.localtime(wake_at)),
+                              wake_at - time.time())
             return True
         for kind, generation in kinds.items():
             if self.store.collection(kind).lock.state()[0] != generation:

@@ -34,22 +34,45 @@ exclusive section the order does not matter to the argument above, and a writer 
 between its change and its bump still leaves the mark (a needless start at worst, never a
 missed one).
 
-Owners: first boot makes `.sleep/` and `.wake/` and hands them to the appliance user; the
+A timed sleep (a process that must run again at a time of its own, with no write to say
+so): `sleep(..., wake_at=T)` also leaves `<state>/.sleep/.at/<name>` whose mtime is T
+(rounded up to the second). Something outside the process (in the image, the
+root-installed `appliance-wake.path` and its small shell loop, docs/on-demand-daemons.md)
+turns each entry whose time passed into `<state>/.wake/<name>` and removes it. The entry is
+written under a dot name in `.sleep/` and renamed into place, so that it is never seen with
+the mtime of its creation (due at once). It changes nothing in the argument above: the kind
+entries are made and read as before, and a write wakes the process through them whatever
+its timer. `forget` takes the timed entry back too.
+
+Owners: first boot makes `.sleep/`, `.sleep/.at/` and `.wake/` and hands them to the appliance user; the
 sleeper (the appliance user) makes each `.sleep/<kind>/` itself. A writer never makes a
 folder, only a mark file in `.wake/`, and unlinks entries: a writer running as root leaves
 at most a root-owned mark, which the appliance user may still remove (removal is the
 folder's permission, and `.wake/` is the appliance user's, without the sticky bit).
 """
 
+import math
 import os
 
 SLEEP_DIR = ".sleep"
 WAKE_DIR = ".wake"
+# in SLEEP_DIR: the timed entries (never a kind: a kind's name does not start with a dot)
+TIMED_DIR = ".at"
 
 
 def sleepers_dir(state_dir, kind):
     """The folder a writer of `kind` looks at (state/lock.py gets it from Collection)."""
     return os.path.join(state_dir, SLEEP_DIR, kind)
+
+
+def timed_path(state_dir, name):
+    """The timed entry of `name`: its mtime is when it must be woken."""
+    return os.path.join(state_dir, SLEEP_DIR, TIMED_DIR, name)
+
+
+def _timed_staging(state_dir, name):
+    # beside TIMED_DIR, not in it: its watcher must never see an entry without its time
+    return os.path.join(state_dir, SLEEP_DIR, f".at-new-{name}")
 
 
 def mark_path(state_dir, name):
@@ -85,11 +108,12 @@ def wake_sleepers(sleepers):
                 pass
 
 
-def sleep(state_dir, name, kinds, expected, generation_of):
+def sleep(state_dir, name, kinds, expected, generation_of, wake_at=None):
     """Sleep on `kinds` under `name`: True when the process may stop (every writer from now
     on leaves `.wake/<name>`), False when a kind moved from `expected[kind]` (its entries
     are taken back: the caller goes on). `generation_of(kind)` reads a kind's generation
-    under a shared flock of its lock (KindLock.settled_generation)."""
+    under a shared flock of its lock (KindLock.settled_generation). `wake_at` (Unix time):
+    also a timed entry, for whoever wakes timed sleepers (module docstring)."""
     os.makedirs(os.path.join(state_dir, WAKE_DIR), mode=0o755, exist_ok=True)
     for kind in kinds:
         folder = sleepers_dir(state_dir, kind)
@@ -100,7 +124,22 @@ def sleep(state_dir, name, kinds, expected, generation_of):
     if moved:
         forget(state_dir, name, kinds)
         return False
+    if wake_at is not None:
+        sleep_until(state_dir, name, wake_at)
     return True
+
+
+def sleep_until(state_dir, name, wake_at):
+    """The timed entry of `name`, due at `wake_at` (rounded up to the whole second: its
+    waker compares whole seconds, and a process woken early would find its timer not yet
+    due). Made under another name and renamed, so that it appears with its time."""
+    folder = os.path.join(state_dir, SLEEP_DIR, TIMED_DIR)
+    os.makedirs(folder, mode=0o755, exist_ok=True)
+    staging = _timed_staging(state_dir, name)
+    os.close(os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644))
+    when = math.ceil(wake_at)
+    os.utime(staging, (when, when))
+    os.replace(staging, timed_path(state_dir, name))
 
 
 def forget(state_dir, name, kinds=None):
@@ -111,15 +150,13 @@ def forget(state_dir, name, kinds=None):
             kinds = os.listdir(os.path.join(state_dir, SLEEP_DIR))
         except OSError:
             kinds = ()
-    for kind in kinds:
+    for path in [os.path.join(sleepers_dir(state_dir, kind), name) for kind in kinds] + [
+            timed_path(state_dir, name), _timed_staging(state_dir, name),
+            mark_path(state_dir, name)]:
         try:
-            os.unlink(os.path.join(sleepers_dir(state_dir, kind), name))
+            os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):
             pass
-    try:
-        os.unlink(mark_path(state_dir, name))
-    except FileNotFoundError:
-        pass
 
 
 def woken(state_dir, name):
@@ -129,8 +166,9 @@ def woken(state_dir, name):
 def clear(state_dir):
     """First boot, before anything of this boot writes: no process sleeps yet, and a mark
     left by the last boot would start its daemon for nothing when its path unit starts.
-    Makes both folders (the caller hands them to the appliance user)."""
-    for folder in (SLEEP_DIR, WAKE_DIR):
+    Makes the folders (the caller hands them to the appliance user); the timed entries
+    go too (a daemon with work is started by first boot, and sleeps again with its timer)."""
+    for folder in (SLEEP_DIR, os.path.join(SLEEP_DIR, TIMED_DIR), WAKE_DIR):
         os.makedirs(os.path.join(state_dir, folder), mode=0o755, exist_ok=True)
     top = os.path.join(state_dir, SLEEP_DIR)
     for kind in os.listdir(top):
@@ -138,6 +176,8 @@ def clear(state_dir):
         if os.path.isdir(path) and not os.path.islink(path):
             for entry in os.listdir(path):
                 _unlink(os.path.join(path, entry))
+        elif kind.startswith(".at-new-"):
+            _unlink(path)
     wake = os.path.join(state_dir, WAKE_DIR)
     for entry in os.listdir(wake):
         _unlink(os.path.join(wake, entry))

@@ -121,9 +121,10 @@ def test_the_daemons_are_the_declared_ones_each_with_its_units():
     # unit exactly for those started on demand (their contents: tests/firstboot/test_units.py)
     units = os.listdir(os.path.join(ROOT, "systemd"))
     services = {u[len("appliance-"):-len(".service")] for u in units if u.endswith(".service")}
-    assert services == set(daemons.DAEMONS) | {"api", "firstboot"}
+    # and the waker of the daemons asleep with a timer (appliance-wake, state/wake.py)
+    assert services == set(daemons.DAEMONS) | {"api", "firstboot", "wake"}
     paths = {u[len("appliance-"):-len(".path")] for u in units if u.endswith(".path")}
-    assert paths == set(daemons.ON_DEMAND)
+    assert paths == set(daemons.ON_DEMAND) | {"wake"}
 
 
 def _core_settings():

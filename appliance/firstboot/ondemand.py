@@ -12,7 +12,9 @@ the appliance user's: their creation and chown would otherwise look like writes.
 Once started, a daemon stops again when idle, asleep on its kinds (state/wake.py): its
 path unit's `PathExists=<state>/.wake/appliance-<name>` starts it at the mark a write
 leaves. First boot empties `.sleep/` and `.wake/` before its first write (run()), so a
-mark of the last boot starts nothing.
+mark of the last boot starts nothing. A daemon that stops with a timer of its own also
+leaves a timed entry in `.sleep/.at/`; `appliance-wake.path` (WAKE_PATH_UNIT), started here
+with the others once that folder was emptied, wakes it when the time passed.
 """
 
 import logging
@@ -22,6 +24,10 @@ from appliance.capability import load
 from daemons import IS_WORK, ON_DEMAND
 
 log = logging.getLogger("appliance.firstboot")
+
+
+# wakes the daemons asleep with a timer (systemd/appliance-wake.path, state/wake.py)
+WAKE_PATH_UNIT = "appliance-wake.path"
 
 
 def unit_of(name, suffix="service"):
@@ -46,10 +52,11 @@ def wanted(store):
 
 
 def watch(systemctl):
-    """Start every path unit and wait until they watch. False when that failed: then the
-    caller starts every on-demand daemon, so that no work waits for a write nobody sees."""
+    """Start every path unit (and the timed sleepers' waker) and wait until they watch.
+    False when that failed: then the caller starts every on-demand daemon, so that no work
+    waits for a write nobody sees."""
     try:
-        systemctl("start", *[unit_of(name, "path") for name in ON_DEMAND])
+        systemctl("start", *[unit_of(name, "path") for name in ON_DEMAND], WAKE_PATH_UNIT)
         return True
     except (OSError, subprocess.SubprocessError):
         log.exception("could not start the path units of the daemons started on first use; "

@@ -6,7 +6,11 @@ all repositories are checked for a passed `next_refresh`. A read stores new elem
 (copy: full data; lazy: name and version), removes stale ones but never an installed or
 linked one, then ACTIVE with `next_refresh` scheduled (refresh_rate 0: never). An
 unreachable or invalid repository goes to ERROR with the reason and is retried with a
-back-off that doubles up to the refresh rate (or an hour).
+back-off that doubles up to the refresh rate (or an hour). The back-off outlives the
+builder's process: an on-demand daemon stops when idle and is started again by its timer
+(docs/on-demand-daemons.md), and a back-off started over at each start would retry every
+few seconds for the minute it runs, every time. So a repository already in ERROR goes on
+from the wait its record shows (`next_refresh` - `updated_at`: the last failure's).
 """
 
 import datetime
@@ -62,6 +66,13 @@ class RepositorySync:
         try:
             added, removed = self._read(repo)
         except (DriverError, ValueError) as e:
+            if not self._backoff.failing(repo["uuid"]) and repo["status"] == "ERROR" \
+                    and repo.get("next_refresh"):
+                # this process's first failure of it: go on from the last process's wait
+                # (whole seconds: the record's times have a resolution of their own)
+                self._backoff.resume(repo["uuid"], round((
+                    parse_time(repo["next_refresh"]) - parse_time(repo["updated_at"])
+                ).total_seconds()))
             # never longer than the repository's own refresh rate
             delay = min(self._backoff.failed(repo["uuid"]), repo["refresh_rate"] or MAX_RETRY)
             self.log.warning("repository %s: %s; retrying in %d s", repo["name"], e, delay)

@@ -93,7 +93,9 @@ def test_through_the_api_a_secret_is_delivery_s_work_and_a_domain_the_mirror_s_o
 
 # in ON_DEMAND's order, the capabilities' (appliance/capabilities.py)
 PATH_UNITS = ("appliance-delivery.path", "appliance-certificates.path", "appliance-mirror.path",
-              "appliance-builder.path", "appliance-status.path", "appliance-sqldb.path")
+              "appliance-builder.path", "appliance-status.path", "appliance-sqldb.path",
+              # the timed sleepers' waker (state/wake.py), after its folder was emptied
+              "appliance-wake.path")
 
 
 def test_first_boot_starts_the_path_units_then_the_daemons_with_work(tmp_path):
@@ -143,15 +145,18 @@ def test_first_boot_makes_the_sleep_and_wake_folders_for_the_appliance_user_and_
     (state / ".sleep" / "secret_secrets").mkdir()
     (state / ".sleep" / "secret_secrets" / "appliance-delivery").touch()
     (state / ".wake" / "appliance-delivery").touch()
+    (state / ".sleep" / ".at" / "appliance-builder").touch()        # a timed sleep
     seen = {}
 
     def systemctl(*args):
         if args[0] == "start":       # the path units: from here on a mark starts a daemon
             seen["wake"] = os.listdir(state / ".wake")
             seen["sleep"] = os.listdir(state / ".sleep" / "secret_secrets")
+            seen["timed"] = os.listdir(state / ".sleep" / ".at")
     boot(tmp_path, paths, owner=owner, systemctl=systemctl)
-    assert seen == {"wake": [], "sleep": []}
-    for folder in (wake.SLEEP_DIR, wake.WAKE_DIR):
+    assert seen == {"wake": [], "sleep": [], "timed": []}
+    for folder in (wake.SLEEP_DIR, os.path.join(wake.SLEEP_DIR, wake.TIMED_DIR),
+                   wake.WAKE_DIR):
         st = os.stat(state / folder)
         if owner is not None:
             assert (st.st_uid, st.st_gid) == owner, folder

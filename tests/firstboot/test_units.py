@@ -8,11 +8,11 @@ import os
 import pytest
 
 from appliance import config
-from appliance.firstboot import Paths
+from appliance.firstboot import Paths, ondemand
 from daemons import DAEMONS, ON_DEMAND, module_of
 from daemons.base import MARKS, wake_name
 from state.collection import LOCK_DIR
-from state.wake import WAKE_DIR
+from state.wake import SLEEP_DIR, TIMED_DIR, WAKE_DIR
 
 SYSTEMD = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "systemd")
@@ -125,10 +125,42 @@ def test_no_always_on_unit_stops_when_idle():
                 assert "APPLIANCE_IDLE_WAKE" not in f.read(), name
 
 
-def test_only_on_demand_daemons_have_path_units():
+def test_only_on_demand_daemons_and_their_timed_waker_have_path_units():
     paths = {f[len("appliance-"):-len(".path")] for f in os.listdir(SYSTEMD)
              if f.endswith(".path")}
-    assert paths == set(ON_DEMAND)
+    assert paths == set(ON_DEMAND) | {"wake"}
+
+
+def test_the_timed_waker_runs_only_while_an_entry_is_timed_as_a_hardened_appliance_user():
+    """appliance-wake (docs/on-demand-daemons.md, "A timer of its own"): its path unit
+    watches the timed entries' folder (state/wake.py), level-triggered, started by first
+    boot (ondemand.WAKE_PATH_UNIT), not by the target; its service is the shell loop the
+    image installs, as the appliance user, hardened like the daemons, and quiet."""
+    path = unit("appliance-wake.path")
+    assert path["Path"]["DirectoryNotEmpty"] == os.path.join(
+        "/var/lib/appliance", SLEEP_DIR, TIMED_DIR)
+    assert path["Path"]["Unit"] == "appliance-wake.service"
+    assert "Install" not in path and path["Unit"]["PartOf"] == "appliance.target"
+    assert "appliance-firstboot.service" not in words(path, "Unit", "After")
+    assert ondemand.WAKE_PATH_UNIT == "appliance-wake.path"
+    u = unit("appliance-wake.service")
+    service = u["Service"]
+    script = "/usr/lib/appliance/wake-due"
+    assert service["ExecStart"] == f"{script} /var/lib/appliance"
+    installed = os.path.join(os.path.dirname(SYSTEMD), "image-build", "files", "appliance",
+                             script.lstrip("/"))
+    assert os.access(installed, os.X_OK)
+    with open(installed) as f:
+        assert f.readline() == "#!/bin/sh\n"
+    assert service["User"] == service["Group"] == "appliance"
+    assert service["ProtectSystem"] == "strict"
+    assert service["ReadWritePaths"].split() == ["/var/lib/appliance"]
+    for key in ("PrivateTmp", "NoNewPrivileges", "ProtectHome", "PrivateDevices"):
+        assert service[key] == "yes", key
+    assert service["CapabilityBoundingSet"] == ""
+    # the manager's Started/Deactivated lines (info) dropped, its own lines (notice) kept
+    assert service["LogLevelMax"] == service["SyslogLevel"] == "notice"
+    assert "Install" not in u
 
 
 def test_the_agent_runs_as_root_on_enrolled_nodes_only():
@@ -173,4 +205,5 @@ def test_first_boot_runs_before_what_reads_its_files():
 def test_no_unit_is_left_without_a_process():
     processes = {f"appliance-{name}.service" for name, _ in PROCESSES}
     files = {f for f in os.listdir(SYSTEMD) if f.endswith(".service")}
-    assert files - processes == {"appliance-firstboot.service"}
+    # a shell loop, not a Python process of its own (the test above)
+    assert files - processes == {"appliance-firstboot.service", "appliance-wake.service"}

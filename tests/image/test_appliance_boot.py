@@ -442,6 +442,56 @@ def test_an_idle_on_demand_daemon_stops_and_the_next_write_starts_it_again(box, 
         box.ssh(f"rm -rf {drop_in} && systemctl daemon-reload", check=False)
 
 
+def test_the_builder_asleep_with_a_retry_due_is_started_again_by_its_timer(box, made):
+    """docs/on-demand-daemons.md, "A timer of its own": with a short idle time (a runtime
+    drop-in, gone at the reboot), the builder, its repository in ERROR (nothing listens on
+    the discard port; retried after 5 s, then 10 s, ...), stops with the retry's time as a
+    timed entry (inactive, shown as waiting). No write comes: appliance-wake.path sees
+    the entry, its shell loop turns it into the builder's mark once the time passed, and the
+    builder's path unit starts it again; the loop then exits (no process while nothing is
+    timed)."""
+    drop_in = "/run/systemd/system/appliance-builder.service.d"
+    unit = "appliance-builder"
+    box.ssh(f"mkdir -p {drop_in} && printf '[Service]\\nEnvironment="
+            f"APPLIANCE_IDLE_STOP_SECONDS={IDLE_TEST_SECONDS}\\n' > {drop_in}/idle.conf "
+            f"&& systemctl daemon-reload && systemctl restart {unit}")
+    admin = box.admin()
+    try:
+        assert is_active(box, "appliance-wake.path") == "active"
+        repo = admin.post("/v1/repo/repositories", {
+            "name": f"timed-{uuid.uuid4().hex[:8]}", "project_id": ADMIN_PROJECT,
+            "sync_mode": "lazy", "driver_spec": {"kind": "nginx", "url": "http://127.0.0.1:9/"}})
+        assert repo.status == 201, repo
+        wait_status(admin, f"/v1/repo/repositories/{repo.json['uuid']}", "ERROR",
+                    timeout=FIRST_USE_SECONDS)
+        deadline = time.monotonic() + FIRST_USE_SECONDS + 60
+        while is_active(box, unit) != "inactive":
+            assert time.monotonic() < deadline, "the builder never went to sleep"
+            time.sleep(1)
+        asleep_at = time.monotonic()
+        starts = starts_of(box, unit)
+        state = daemon_state(box, unit, admin)
+        assert state["state"] == "waiting" and state["since"], state
+        # it said when its timer wakes it (the entry may be consumed already: a short retry)
+        said = box.ssh(f"journalctl -b -o cat -u {unit} | grep 'its timer wakes it at' "
+                       "| tail -n 1").stdout.strip()
+        assert said, "no timed sleep in the builder's journal"
+        # no write since: its timer, through appliance-wake, starts it again
+        while starts_of(box, unit) == starts:
+            assert time.monotonic() < asleep_at + FIRST_USE_SECONDS + 60, \
+                f"its timer never started it again ({said})"
+            time.sleep(1)
+        print(f"\nbuilder: asleep with its retry's timer ({said}); started again by it "
+              f"{time.monotonic() - asleep_at:.1f} s after it stopped")
+        woke = box.ssh("journalctl -b -o cat -u appliance-wake.service").stdout
+        assert "woke appliance-builder" in woke, woke
+        # the manager's start and end lines of the loop are filtered (LogLevelMax=notice)
+        assert "Deactivated successfully" not in woke, woke
+        assert box.ssh(f"systemctl show -p NRestarts --value {unit}").stdout.strip() == "0"
+    finally:
+        box.ssh(f"rm -rf {drop_in} && systemctl daemon-reload", check=False)
+
+
 def test_libvirt_answers_the_appliance_user(box):
     """issue 12: libvirtd works in the image and the appliance user (group libvirt, as the
     compute daemon runs) reaches qemu:///system; nothing of libvirt listens on the network

@@ -2,8 +2,11 @@
 process asleep on it, and a process going to sleep either is seen by every later writer or
 sees their write itself (docs/store.md, "Sleep and wake marks")."""
 
+import math
 import os
+import subprocess
 import threading
+import time
 
 import pytest
 
@@ -169,3 +172,111 @@ def test_a_mark_a_root_writer_made_is_removed_by_the_appliance_user(store):
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert marks(store) == []
+
+
+# ---- timed sleeps: `.sleep/.at/<name>`, its mtime the wake time -----------------------------
+
+def timed(store):
+    folder = os.path.join(store.directory, wake.SLEEP_DIR, wake.TIMED_DIR)
+    return sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+
+
+def test_a_timed_sleep_leaves_an_entry_due_at_its_time_and_a_write_still_wakes_it(store):
+    wake_at = time.time() + 600.2
+    expected = {"widgets": store.collection("widgets").lock.state()[0]}
+    assert wake.sleep(store.directory, "appliance-one", ["widgets"], expected,
+                      generation_of(store), wake_at=wake_at)
+    entry = wake.timed_path(store.directory, "appliance-one")
+    # whole seconds, rounded up: its waker must not wake it before its time
+    assert os.stat(entry).st_mtime == math.ceil(wake_at)
+    assert timed(store) == ["appliance-one"] and entries(store, "widgets") == ["appliance-one"]
+    # made under another name and renamed: nothing of it is left beside it
+    assert sorted(os.listdir(os.path.join(store.directory, wake.SLEEP_DIR))) == \
+        [wake.TIMED_DIR, "widgets"]
+    # a write wakes it through its kind entry as before, timer or not
+    store.collection("widgets").insert({"n": 1})
+    assert marks(store) == ["appliance-one"]
+    # its start forgets the timed entry with the rest
+    wake.forget(store.directory, "appliance-one")
+    assert timed(store) == [] and marks(store) == []
+
+
+def test_a_timed_sleep_that_loses_the_race_leaves_no_timed_entry(store):
+    expected = {"widgets": store.collection("widgets").lock.state()[0]}
+    store.collection("widgets").insert({"n": 1})
+    assert not wake.sleep(store.directory, "appliance-one", ["widgets"], expected,
+                          generation_of(store), wake_at=time.time() + 60)
+    assert timed(store) == [] and entries(store, "widgets") == []
+
+
+def test_first_boot_s_clear_drops_the_timed_entries_of_the_last_boot(store):
+    wake.sleep_until(store.directory, "appliance-one", time.time() + 60)
+    wake.clear(store.directory)
+    assert timed(store) == []
+    assert os.path.isdir(os.path.join(store.directory, wake.SLEEP_DIR, wake.TIMED_DIR))
+
+
+# the image's waker of timed sleepers, run here as it runs there (appliance-wake.service)
+WAKE_DUE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "image-build", "files", "appliance", "usr", "lib",
+    "appliance", "wake-due")
+
+
+def wait_until(condition, seconds, what):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.timeout(60)
+def test_the_waker_marks_each_due_entry_leaves_a_future_one_and_exits_once_none_is_left(
+        store):
+    """The shell loop (no Python), a real process against a state folder: a due entry
+    becomes its mark and goes; a future one stays, and the loop waits for it (its sleep cut
+    to 1 s here, APPLIANCE_WAKE_CHECK_SECONDS); once nothing is timed it exits."""
+    wake.clear(store.directory)
+    wake.sleep_until(store.directory, "appliance-due", time.time() - 10)
+    wake.sleep_until(store.directory, "appliance-later", time.time() + 3600)
+    env = dict(os.environ, APPLIANCE_WAKE_CHECK_SECONDS="1")
+    loop = subprocess.Popen([WAKE_DUE, store.directory], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: marks(store) == ["appliance-due"], 20, "the due entry's mark")
+        assert timed(store) == ["appliance-later"]
+        time.sleep(1.5)                                   # a round more: still waiting
+        assert loop.poll() is None and marks(store) == ["appliance-due"]
+        # its time passes (as a sleeper's entry made now for the past would be)
+        past = time.time() - 1
+        os.utime(wake.timed_path(store.directory, "appliance-later"), (past, past))
+        out, err = loop.communicate(timeout=20)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.communicate()
+    assert loop.returncode == 0, err
+    assert marks(store) == ["appliance-due", "appliance-later"] and timed(store) == []
+    assert [line.split(" (")[0] for line in out.splitlines()] == \
+        ["woke appliance-due", "woke appliance-later"]
+
+
+def test_the_waker_started_with_nothing_timed_exits_at_once(store):
+    wake.clear(store.directory)
+    done = subprocess.run([WAKE_DUE, store.directory], capture_output=True, text=True,
+                          timeout=20)
+    assert done.returncode == 0 and done.stdout == "" and marks(store) == []
+
+
+def test_the_waker_removes_what_is_no_timed_entry_so_that_the_folder_empties(store):
+    """appliance-wake.path starts the loop while the folder is not empty: anything left in
+    it that is no entry (a dot name, a folder) would start it again and again."""
+    wake.clear(store.directory)
+    folder = os.path.join(store.directory, wake.SLEEP_DIR, wake.TIMED_DIR)
+    open(os.path.join(folder, ".stray"), "w").close()
+    os.mkdir(os.path.join(folder, "appliance-folder"))
+    done = subprocess.run([WAKE_DUE, store.directory], capture_output=True, text=True,
+                          timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert os.listdir(folder) == [] and marks(store) == []
+    assert sorted(done.stdout.splitlines()) == [
+        "removed .stray: not a timed entry", "removed appliance-folder: not a timed entry"]

@@ -4,7 +4,9 @@ idle"): when a daemon may stop, what its idle record names, the stop race, and t
 secret of an idle appliance through `appliance up`."""
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -309,22 +311,60 @@ def test_systemd_s_stop_post_keeps_an_idle_record_as_waiting(tmp_path, monkeypat
 
 
 @pytest.mark.timeout(30)
-def test_with_marks_a_timer_of_its_own_keeps_it_running(store, on_demand):
-    """No timer systemd would fire for the appliance user: a daemon with a wake time
-    stays up in the image (docs/on-demand-daemons.md, "In the image")."""
+def test_with_marks_a_timer_of_its_own_stops_it_with_a_timed_entry(store, on_demand, caplog):
+    """In the image a daemon whose only reason to stay is a wake time stops all the same:
+    asleep on its kinds as any other, and with a timed entry whose mtime is that time, which
+    the image's appliance-wake units turn into its mark (docs/on-demand-daemons.md); its
+    log says when. A start takes the entry back."""
     store.collection("widgets").insert({"n": 1})
-    daemon = running(Timed, store, idle_stop_seconds=0.3, wake=time.time() + 3600,
-                     idle_wake=MARKS)
+    wake_at = time.time() + 3600.4
+    caplog.set_level("INFO", logger="daemons")
+    daemon = running(Timed, store, idle_stop_seconds=0.3, wake=wake_at, idle_wake=MARKS)
     try:
-        time.sleep(2)
-        assert daemon.idle_record is None
-        daemon.wake = None
         record = wait_for(lambda: daemon.idle_record, 10, "the idle stop")
     finally:
         daemon.stop()
-    assert record["wake_at"] is None
+    assert record["wake_at"] == wake_at
     assert os.listdir(os.path.join(store.directory, ".sleep", "widgets")) == \
         ["appliance-recorder"]
+    timed = os.path.join(store.directory, ".sleep", ".at", "appliance-recorder")
+    # rounded up: its waker compares whole seconds, and must not wake it early
+    assert os.stat(timed).st_mtime == math.ceil(wake_at)
+    assert re.search(r"its timer wakes it at \S+ \S+ \(in 3(599|600) s\)", caplog.text), \
+        caplog.text
+    # the next start (its timer's mark, or a write's) forgets it before its first look
+    again = running(Timed, store, idle_stop_seconds=3600, idle_wake=MARKS)
+    again.stop()
+    assert not os.path.exists(timed)
+
+
+@pytest.mark.timeout(30)
+def test_with_marks_a_timer_due_within_the_idle_time_keeps_it_running(store, on_demand):
+    """Woken that soon by its timed entry, it would pay a Python start for nothing."""
+    daemon = running(Timed, store, idle_stop_seconds=7200, wake=time.time() + 3600,
+                     idle_wake=MARKS)
+    try:
+        time.sleep(2)                   # no work: without the timer it stops at once
+        assert daemon.idle_record is None
+        daemon.wake = None
+        wait_for(lambda: daemon.idle_record, 10, "the idle stop")
+    finally:
+        daemon.stop()
+    assert not os.path.exists(os.path.join(store.directory, ".sleep", ".at",
+                                           "appliance-recorder"))
+
+
+@pytest.mark.timeout(30)
+def test_with_marks_the_dbaas_rule_still_keeps_it_running(store, on_demand):
+    """STAY (the DBaaS daemon while an instance exists) is not a timer: it stays."""
+    store.collection("widgets").insert({"n": 1})
+    daemon = running(Timed, store, idle_stop_seconds=0.3, wake=STAY, idle_wake=MARKS)
+    try:
+        time.sleep(2)
+        assert daemon.idle_record is None
+        assert not os.path.exists(os.path.join(store.directory, ".sleep"))
+    finally:
+        daemon.stop()
 
 
 def test_under_appliance_up_a_daemon_makes_no_sleep_entry(store, on_demand):
