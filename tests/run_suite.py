@@ -32,15 +32,15 @@ def command(marker, verbosity, extra):
     return [sys.executable, "-m", "pytest", *verbosity, "--durations=40", "-m", marker, *extra]
 
 
-def relay(name, proc, out, lock, started, ended):
-    """Copy one run's lines to `out` behind its name; at its end, note its status and time."""
+def relay(name, proc, out, lock, started, minutes):
+    """Copy one run's lines to `out` behind its name; at its end, note how long it took."""
     prefix = f"{name:>5}| ".encode()
     for line in iter(proc.stdout.readline, b""):
         with lock:
             out.write(prefix + line)
             out.flush()
-    code = proc.wait()
-    ended[name] = (code, (time.monotonic() - started) / 60)
+    proc.wait()
+    minutes[name] = (time.monotonic() - started) / 60
 
 
 def verdict(codes):
@@ -55,20 +55,22 @@ def program(extra, out):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     lock = threading.Lock()
     started = time.monotonic()
-    procs, relays, ended = [], [], {}
+    procs, relays, minutes = [], [], {}
     for name, marker, verbosity in RUNS:
         proc = subprocess.Popen(command(marker, verbosity, extra), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, env=env, start_new_session=True)
         procs.append((name, proc))
-        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, ended),
+        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes),
                              daemon=True)
         t.start()
         relays.append(t)
 
     def stop(signum, frame):
+        # pytest itself, as a Ctrl-C: it tears its fixtures down (their QEMUs, namespaces
+        # and servers); a SIGTERM to its group killed it without that and left its QEMUs
         for _, proc in procs:
             try:
-                os.killpg(proc.pid, signal.SIGTERM)
+                proc.send_signal(signal.SIGINT)
             except ProcessLookupError:
                 pass
         raise SystemExit(128 + signum)
@@ -77,10 +79,11 @@ def program(extra, out):
 
     for t in relays:
         t.join()
-    out.write(("suite: " + "; ".join(f"{name} exit {code} after {minutes:.1f} min"
-                                      for name, (code, minutes) in ended.items()) + "\n").encode())
+    codes = [proc.wait() for _, proc in procs]
+    out.write(("suite: " + "; ".join(f"{name} exit {code} after {minutes[name]:.1f} min"
+                                      for (name, _), code in zip(procs, codes)) + "\n").encode())
     out.flush()
-    return verdict(code for code, _ in ended.values())
+    return verdict(codes)
 
 
 def main():
