@@ -58,6 +58,8 @@ SLEEP_DIR = ".sleep"
 WAKE_DIR = ".wake"
 # in SLEEP_DIR: the timed entries (never a kind: a kind's name does not start with a dot)
 TIMED_DIR = ".at"
+# in SLEEP_DIR: a timed entry being made, before its rename into TIMED_DIR
+TIMED_STAGING = ".at-new-"
 
 
 def sleepers_dir(state_dir, kind):
@@ -72,7 +74,7 @@ def timed_path(state_dir, name):
 
 def _timed_staging(state_dir, name):
     # beside TIMED_DIR, not in it: its watcher must never see an entry without its time
-    return os.path.join(state_dir, SLEEP_DIR, f".at-new-{name}")
+    return os.path.join(state_dir, SLEEP_DIR, TIMED_STAGING + name)
 
 
 def mark_path(state_dir, name):
@@ -176,7 +178,7 @@ def clear(state_dir):
         if os.path.isdir(path) and not os.path.islink(path):
             for entry in os.listdir(path):
                 _unlink(os.path.join(path, entry))
-        elif kind.startswith(".at-new-"):
+        elif kind.startswith(TIMED_STAGING):
             _unlink(path)
     wake = os.path.join(state_dir, WAKE_DIR)
     for entry in os.listdir(wake):
