@@ -3,7 +3,7 @@
 import { html, useState, useEffect, useRef } from "./html.js";
 import { request, get, post, del } from "./api.js";
 import { allows, plain, titleOf } from "./openapi.js";
-import { subscribe, parseEventStream } from "./events.js";
+import { subscribe, withPastEvents } from "./events.js";
 import { Alert, Status, Value, hashFor, shortTime } from "./view.js";
 import { Breadcrumbs, Heading, titleOfItem, useTitle } from "./page.js";
 import { Field, readForm, fieldOfMessage } from "./form.js";
@@ -33,10 +33,7 @@ export function DetailPage({ doc, cols, session, collection, apiPath }) {
     // this resource's past events still in the feed's window, then the live ones below
     if (!createdAt) return;
     const query = new URLSearchParams({ follow: "false", uuid, since: createdAt });
-    request("GET", "/v1/events?" + query).then((r) => setHistory((live) => {
-      const seen = new Set(live.map((e) => e.revision));
-      return [...live, ...parseEventStream(String(r.data)).reverse().filter((e) => !seen.has(e.revision))].slice(0, 50);
-    }), () => {});
+    request("GET", "/v1/events?" + query).then((r) => setHistory((live) => withPastEvents(live, String(r.data), 50)), () => {});
   }, [createdAt]);
   useEffect(() => subscribe((event) => {
     if (event.type === "resync" || event.uuid === uuid) {

@@ -78,3 +78,12 @@ export function parseEventStream(text) {
   }
   return events;
 }
+
+/** The events a page shows, newest first: those the stream brought (`live`) with those of a
+ * follow=false answer (`text`), each once. The answer can arrive after a live event (under
+ * load): replacing the list with it would drop that event. */
+export function withPastEvents(live, text, limit) {
+  const seen = new Set(live.map((e) => e.revision));
+  return [...live, ...parseEventStream(text).filter((e) => !seen.has(e.revision))]
+    .sort((a, b) => b.revision - a.revision).slice(0, limit);
+}

@@ -5,7 +5,7 @@
 import { html, useState, useEffect } from "./html.js";
 import { get, request } from "./api.js";
 import { allows } from "./openapi.js";
-import { subscribe, parseEventStream } from "./events.js";
+import { subscribe, withPastEvents } from "./events.js";
 import { Alert, Status, shortTime, hashFor } from "./view.js";
 
 const METRIC = /^([a-zA-Z_:][a-zA-Z0-9_:]*)\{([^}]*)\}\s+(\S+)/;
@@ -80,13 +80,7 @@ export function Overview({ doc, cols, session }) {
     get("/v1/health").then(setHealth, setError);
     (metricsAllowed ? loadMetrics() : loadCountsFromLists()).catch(setError);
     loadHypervisors();
-    // merged with what the stream brought meanwhile: under load this answer can come after
-    // a live event, and replacing the list with it dropped that event
-    request("GET", "/v1/events?follow=false").then((r) => setEvents((live) => {
-      const seen = new Set(live.map((e) => e.revision));
-      return [...live, ...parseEventStream(String(r.data)).filter((e) => !seen.has(e.revision))]
-        .sort((a, b) => b.revision - a.revision).slice(0, 20);
-    }), () => {});
+    request("GET", "/v1/events?follow=false").then((r) => setEvents((live) => withPastEvents(live, String(r.data), 20)), () => {});
   }, []);
 
   useEffect(() => subscribe((event) => {
