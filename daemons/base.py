@@ -383,6 +383,23 @@ class Daemon:
         timers it asked for (request_in) are counted apart."""
         return None
 
+    def started_by_its_timer(self, record):
+        """(MARKS, before start) Whether this start is its timer's: `record`, the daemon
+        state its last instance left (daemon_state.read_record), is this boot's idle record
+        with a wake time now passed, and no kind whose write starts it moved since. Then
+        its work done, it stops at once rather than after idle_stop_seconds: no write
+        brought it, so none is expected (the builder's timed retry of a failing repository
+        kept it, 60 MB, up a minute per retry: docs/on-demand-daemons.md)."""
+        idle = record.get("idle") if daemon_state.idle_this_boot(record) else None
+        if not idle or not isinstance(idle.get("wake_at"), (int, float)) \
+                or idle["wake_at"] > time.time() + 1 or not isinstance(idle.get("kinds"), dict):
+            return False
+        kinds = idle["kinds"]
+        if not set(kinds) <= set(self.kinds) or self._generations(kinds) != kinds:
+            return False
+        self._last_change = float("-inf")
+        return True
+
     def _generations(self, kinds):
         return {kind: self.store.collection(kind).lock.state()[0] for kind in kinds}
 
@@ -461,6 +478,8 @@ def run(daemon_cls):
     # before the daemon makes any metric: its values go to the files the API reads
     metrics.enable(settings["state_dir"])
     set_process_actor(daemon_cls.name)     # its writes' actor in the change feed
+    # what the last instance left: read before this start replaces it
+    last = daemon_state.read_record(settings["state_dir"], daemon_cls.name) or {}
     daemon_state.record_started(settings["state_dir"], daemon_cls.name)
     try:
         daemon = daemon_cls(settings)
@@ -468,6 +487,8 @@ def run(daemon_cls):
             # the image's units: stop when idle, started again by the path unit
             daemon.idle_wake = MARKS
             daemon.idle_stop_seconds = idle_stop_seconds()
+            if daemon.idle_stop_seconds is not None and daemon.started_by_its_timer(last):
+                daemon.log.info("started by its timer: it stops once its work is done")
         daemon.run_forever()
     finally:
         metrics.process_dead(os.getpid())

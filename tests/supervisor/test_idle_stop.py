@@ -338,6 +338,61 @@ def test_with_marks_a_timer_of_its_own_stops_it_with_a_timed_entry(store, on_dem
     assert not os.path.exists(timed)
 
 
+def idle_record_left(store, wake_at, widgets_generation):
+    """The daemon state a `recorder` that stopped idle this boot leaves (daemon_state)."""
+    from appliance.processes import boot_id
+    return {"name": "recorder", "boot_id": boot_id(), "ended_at": time.time() - 5,
+            "idle": {"kinds": {"widgets": widgets_generation}, "wake_at": wake_at,
+                     "work": True}}
+
+
+@pytest.mark.timeout(30)
+def test_with_marks_a_start_by_its_timer_stops_once_its_work_is_done(store, on_demand):
+    """Its timer passed and nothing it sleeps on was written: the start is the timer's, and
+    it stops after its pass, not after the idle time a write's start waits for more."""
+    widgets = store.collection("widgets")
+    widgets.insert({"n": 1})
+    last = idle_record_left(store, time.time() - 1, widgets.lock.state()[0])
+    daemon = Recorder(settings_for(store.directory), store=store)
+    daemon.idle_stop_seconds, daemon.idle_wake = 3600, MARKS
+    assert daemon.started_by_its_timer(last)
+    daemon.start()
+    try:
+        record = wait_for(lambda: daemon.idle_record, 10, "the stop after its pass")
+        assert daemon.calls
+    finally:
+        daemon.stop()
+    assert record["work"] is True
+
+
+@pytest.mark.parametrize("case", ["written since", "timer not due", "no timer",
+                                  "another boot", "not idle"])
+def test_a_start_that_is_not_its_timers_waits_the_idle_time(store, on_demand, case):
+    widgets = store.collection("widgets")
+    widgets.insert({"n": 1})
+    last = idle_record_left(store, time.time() - 1, widgets.lock.state()[0])
+    if case == "written since":
+        widgets.insert({"n": 2})
+    elif case == "timer not due":
+        last["idle"]["wake_at"] = time.time() + 600
+    elif case == "no timer":
+        last["idle"]["wake_at"] = None
+    elif case == "another boot":
+        last["boot_id"] = "another"
+    else:
+        del last["idle"]
+    daemon = Recorder(settings_for(store.directory), store=store)
+    daemon.idle_stop_seconds, daemon.idle_wake = 3600, MARKS
+    assert not daemon.started_by_its_timer(last)
+    daemon.start()
+    try:
+        wait_for(lambda: daemon.calls, 10, "its first pass")
+        time.sleep(1.5)
+        assert daemon.idle_record is None, "it stopped at once: a write's start waits"
+    finally:
+        daemon.stop()
+
+
 @pytest.mark.timeout(30)
 def test_with_marks_a_timer_due_within_the_idle_time_keeps_it_running(store, on_demand):
     """Woken that soon by its timed entry, it would pay a Python start for nothing."""
