@@ -365,6 +365,28 @@ def configure(recipe, name, profile, root, info):
     for junk in ("var/cache/apt", "var/lib/apt/lists", "tmp", "var/tmp", "root/.cache"):
         for p in glob.glob(os.path.join(root, junk, "*")):
             remove(p)
+    chroot(root, "ldconfig")
+    mark_updated(root)
+
+
+UPDATED = ("# This file was created by systemd-update-done. Its only\n"
+           "# purpose is to hold a timestamp of the time this directory\n"
+           "# was updated. See man:systemd-update-done.service(8).\n"
+           "TIMESTAMP_NSEC={}\n")
+
+
+def mark_updated(root):
+    """/etc/.updated and /var/.updated as systemd-update-done writes them: the root is
+    up to date with its /usr. Without them every first boot of a new root ran the
+    `ConditionNeedsUpdate=` units (ldconfig.service, 3.4 s on the boot's critical chain
+    under TCG, then systemd-update-done), to remake what the build just made (the
+    ld.so cache above; the rest, dpkg's triggers made in the rootfs layer)."""
+    usr = os.lstat(os.path.join(root, "usr"))
+    for folder in ("etc", "var"):
+        path = os.path.join(root, folder, ".updated")
+        with open(path, "w") as f:
+            f.write(UPDATED.format(usr.st_mtime_ns))
+        os.utime(path, ns=(usr.st_mtime_ns, usr.st_mtime_ns))
 
 
 def partitions(profile):
