@@ -56,8 +56,9 @@ $(STAMP): pyproject.toml
 run: setup
 	$(VENV)/bin/appliance up
 
-# the slow tests and the quick ones as two pytest runs side by side (tests/run_suite.py); each
-# ends with its 40 slowest tests (--durations) and its time by directory
+# the image tests, the other slow tests and the quick ones as three pytest runs side by side
+# (tests/run_suite.py); each ends with its 40 slowest tests (--durations) and its time by
+# directory
 test: setup
 	$(PY) -m tests.run_suite
 

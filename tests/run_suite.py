@@ -1,18 +1,24 @@
-"""`make test`: the slow tests and the quick ones as two pytest runs side by side.
+"""`make test`: the suite as three pytest runs side by side: the slow tests of
+tests/image, the other slow tests, and the quick ones.
 
-Why two runs: the slow tests (image builds, QEMU boots under TCG, VMs in namespaces) leave
-part of the second core idle while they wait on a guest, and the quick ones use one core;
-one pytest ran them one after the other, and the suite took 51.7 min in the project's CI
-(docs/testing.md, "Time"). Split by the `slow` mark, each run keeps its own fixtures,
-temporary directories and ports (tests/ports.py retries what another process took), as
-two whole CIs beside each other already did.
+Why: in one pytest the slow tests (image builds, QEMU boots under TCG, VMs in namespaces)
+came after the quick ones and left part of the second core idle while they waited on a
+guest; the suite took 51.7 min in the project's CI (docs/testing.md, "Three runs side by
+side"). Split in two by the `slow` mark, the slow run was the critical path: the VM
+tests (tests/compute, tests/network: 27 min) then the image tests (29 min), one after
+the other at 1.6-1.8 cores, 50.4 min in the project's CI. The image tests share nothing
+with the VM tests but the image builds (serialised by the build's own lock, and made
+once), so they are a run of their own, which waits for its builds while the VM tests run.
+Each run keeps its own fixtures, temporary directories and ports (tests/ports.py retries
+what another process took), and its own background builds' marks (tests/image/prebuild.py,
+by APPLIANCE_SUITE_RUN), as two whole CIs beside each other already did.
 
-Each run's lines are relayed as they come, behind its name, so the CI log shows both
+Each run's lines are relayed as they come, behind its name, so the CI log shows all of them
 progressing; each ends with its own failures, `--durations` and time by directory. The
-suite passes when both pass (pytest's 5, "no tests collected", counts as passing: a
-selection can be empty). Stopping `make` stops both runs.
+suite passes when all pass (pytest's 5, "no tests collected", counts as passing: a
+selection can be empty). Stopping `make` stops every run.
 
-    python -m tests.run_suite [PYTEST-ARGS...]    # extra arguments go to both runs
+    python -m tests.run_suite [PYTEST-ARGS...]    # extra arguments go to every run
 """
 
 import os
@@ -22,14 +28,17 @@ import sys
 import threading
 import time
 
-# (name, mark expression, verbosity): the slow run's few tests take minutes each, so it
-# prints a line per file (pytest's default) where -q would print nothing until 72 had ended
-RUNS = (("slow", "slow", ()), ("quick", "not slow", ("-q",)))
+IMAGE_TESTS = "tests/image"
+# (name, selection, verbosity): the slow runs' few tests take minutes each, so they print
+# a line per file (pytest's default) where -q would print nothing until 72 had ended
+RUNS = (("vms", ("-m", "slow", f"--ignore={IMAGE_TESTS}"), ()),
+        ("image", ("-m", "slow", IMAGE_TESTS), ()),
+        ("quick", ("-m", "not slow"), ("-q",)))
 PASSING = (0, 5)
 
 
-def command(marker, verbosity, extra):
-    return [sys.executable, "-m", "pytest", *verbosity, "--durations=40", "-m", marker, *extra]
+def command(selection, verbosity, extra):
+    return [sys.executable, "-m", "pytest", *verbosity, "--durations=40", *selection, *extra]
 
 
 def relay(name, proc, out, lock, started, minutes):
@@ -56,9 +65,10 @@ def program(extra, out):
     lock = threading.Lock()
     started = time.monotonic()
     procs, relays, minutes = [], [], {}
-    for name, marker, verbosity in RUNS:
-        proc = subprocess.Popen(command(marker, verbosity, extra), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    for name, selection, verbosity in RUNS:
+        proc = subprocess.Popen(command(selection, verbosity, extra), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=dict(env, APPLIANCE_SUITE_RUN=name),
+                                start_new_session=True)
         procs.append((name, proc))
         t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes),
                              daemon=True)

@@ -71,7 +71,53 @@ def test_a_failed_build_is_marked_and_the_next_goes_on(tmp_path, monkeypatch):
         if key == NODE:
             raise RuntimeError("no network")
     monkeypatch.setattr(prebuild, "build", build)
-    assert prebuild.main([str(tmp_path), "node", "previous"]) == 0
-    assert built == [NODE, PREVIOUS]
+    assert prebuild.main([str(tmp_path), "node", "previous", "node-e2e2"]) == 0
+    # the Debian 12 build runs beside the others (its own checkout): their order is kept
+    assert set(built) == {NODE, PREVIOUS, NODE_E2E2} and len(built) == 3
+    assert [k for k in built if k != PREVIOUS] == [NODE, NODE_E2E2]
     assert (tmp_path / "node").read_text().startswith("failed: no network")
     assert (tmp_path / "previous").read_text() == "built\n"
+    assert (tmp_path / "node-e2e2").read_text() == "built\n"
+
+
+def test_the_debian_12_build_runs_beside_the_others(tmp_path, monkeypatch):
+    import threading
+    both = threading.Barrier(2, timeout=10)
+
+    def build(key):
+        if key in (NODE, PREVIOUS):
+            both.wait()         # returns only when the other build is under way too
+    monkeypatch.setattr(prebuild, "build", build)
+    assert prebuild.main([str(tmp_path), "node", "previous"]) == 0
+    assert (tmp_path / "node").read_text() == "built\n"
+    assert (tmp_path / "previous").read_text() == "built\n"
+
+
+def test_each_run_of_the_suite_has_its_own_marks(tmp_path, monkeypatch):
+    monkeypatch.setattr(prebuild, "_running", None)
+    started = []
+    monkeypatch.setattr(prebuild.subprocess, "Popen",
+                        lambda cmd, **kw: started.append(cmd) or FakeProc())
+    monkeypatch.setattr(prebuild.os, "geteuid", lambda: 0)
+    for run in ("vms", "image"):
+        (tmp_path / "build" / "prebuild" / run).mkdir(parents=True, exist_ok=True)
+        (tmp_path / "build" / "prebuild" / run / "node").write_text("built\n")
+    try:
+        prebuild.start(["tests/image/test_image.py"], str(tmp_path),
+                       environ={"APPLIANCE_SUITE_RUN": "image"})
+    finally:
+        monkeypatch.setattr(prebuild, "_running", None)
+    assert started[0][3] == str(tmp_path / "build" / "prebuild" / "image")
+    # the image run's start cleared its own marks, not the VM run's
+    assert not (tmp_path / "build" / "prebuild" / "image" / "node").exists()
+    assert (tmp_path / "build" / "prebuild" / "vms" / "node").exists()
+    assert (tmp_path / "build" / "prebuild-image.log").exists()
+
+
+class FakeProc:
+    """Stands for the background build process: this test checks where its marks go,
+    not a build (a build is minutes)."""
+    pid = 0
+
+    def poll(self):
+        return 0
