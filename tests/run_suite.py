@@ -65,15 +65,6 @@ def program(extra, out):
     lock = threading.Lock()
     started = time.monotonic()
     procs, relays, minutes = [], [], {}
-    for name, selection, verbosity in RUNS:
-        proc = subprocess.Popen(command(selection, verbosity, extra), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, env=dict(env, APPLIANCE_SUITE_RUN=name),
-                                start_new_session=True)
-        procs.append((name, proc))
-        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes),
-                             daemon=True)
-        t.start()
-        relays.append(t)
 
     def stop(signum, frame):
         # pytest itself, as a Ctrl-C: it tears its fixtures down (their QEMUs, namespaces
@@ -84,8 +75,22 @@ def program(extra, out):
             except ProcessLookupError:
                 pass
         raise SystemExit(128 + signum)
+    # set before the runs start: a caught signal is reset to its default in the child at
+    # exec, an ignored one stays ignored. Started in the background by a shell (`make test
+    # &`, nohup), this process inherits SIGINT ignored, and a pytest that inherits it never
+    # gets its KeyboardInterrupt: stopped, it went on with its tests
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+
+    for name, selection, verbosity in RUNS:
+        proc = subprocess.Popen(command(selection, verbosity, extra), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=dict(env, APPLIANCE_SUITE_RUN=name),
+                                start_new_session=True)
+        procs.append((name, proc))
+        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes),
+                             daemon=True)
+        t.start()
+        relays.append(t)
 
     for t in relays:
         t.join()

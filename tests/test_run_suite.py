@@ -2,10 +2,14 @@
 passes only when every run does."""
 
 import io
+import os
+import subprocess
 import sys
 
 from tests import run_suite
 from tests.run_suite import IMAGE_TESTS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_verdict_is_the_first_failing_runs_status():
@@ -37,3 +41,21 @@ def test_every_run_is_relayed_and_a_failing_one_fails_the_suite(monkeypatch):
     assert "image exit 1 after" in lines[-1] and "vms exit 0 after" in lines[-1] \
         and "quick exit 0 after" in lines[-1]
 
+
+
+def test_a_run_started_with_sigint_ignored_still_gets_its_keyboardinterrupt(tmp_path):
+    """Started in the background by a shell, the suite inherits SIGINT ignored; its pytest
+    runs must not (stopped, such a run went on with its tests), so each run here reports
+    whether SIGINT raises KeyboardInterrupt in it."""
+    script = (
+        "import signal, sys\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "from tests import run_suite\n"
+        "run_suite.command = lambda *a: [sys.executable, '-c', 'import signal; "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)']\n"
+        "sys.exit(run_suite.program([], sys.stdout.buffer))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
+    answers = [line.split("| ")[1] for line in done.stdout.splitlines() if "| " in line]
+    assert answers == ["True"] * len(run_suite.RUNS), done.stdout
