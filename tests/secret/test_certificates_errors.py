@@ -6,6 +6,7 @@ import time
 import pytest
 
 from tests.apiserver import free_port
+from tests.waiting import eventually
 
 from .pebble import CERTS, AcmeWorld
 
@@ -30,7 +31,9 @@ def fails(world, domains, words):
     time.sleep(3.5)
     assert world.daemon.proc.poll() is None
     assert admin.get(f"{CERTS}/{cert['uuid']}").json["status"] in ("ERROR", "IN_PROGRESS")
-    assert world.challenge_records() == []
+    # a retry presents its challenge again and takes it back when it fails: on a busy
+    # machine the check above fell inside one; none may stay (each attempt removes its own)
+    eventually(lambda: world.challenge_records() == [], 30, "no challenge record left")
     return admin, cert
 
 

@@ -59,7 +59,11 @@ def test_a_replica_ahead_of_the_new_primary_is_rewound(three, caplog):
     # n3 holds WAL of timeline 1 past where n2's timeline 2 forked off: rewound onto n2
     result = inst.apply(n3)
     assert result["status"] == "ACTIVE", result
-    assert result["value"]["streaming_from"] == n2.address
+    if result["value"]["streaming_from"] != n2.address:
+        # apply's wait for streaming is bounded (STREAM_WAIT_SECONDS, 15 s), and a rewind
+        # and start on a busy machine took longer: the tick reports it once it streams
+        eventually(lambda: (n3.tick().get(inst.item(n3)["uuid"]) or {}).get(
+            "value", {}).get("streaming_from") == n2.address, 90, "n3 streaming from n2")
     assert "rejoined by pg_rewind onto 127.0.0.22" in caplog.text
     assert psql(n2.address, inst.port, "writer", PASSWORD,
                 "INSERT INTO rows VALUES (4)", db="app")[0] == 0
