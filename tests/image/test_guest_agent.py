@@ -43,8 +43,10 @@ STATE_B = "/var/lib/appliance-agent-b"
 CONVERGE = 300
 # the lease (service_lease_seconds, 10 s) plus a margin: the standby asks every second,
 # one lease call and one `systemctl start` in the TCG guest on a busy 2-core machine take a
-# second or two each, and the tick that notices runs about every second
-LEASE, MARGIN = 10, 10
+# second or two each, and the tick that notices runs about every second; with two CIs
+# and a benchmark on the machine (load 15-18) the take-over came 28.9 s after the kill.
+# The order (fenced before taken) is asserted exactly; this bounds only how late
+LEASE, MARGIN = 10, 30
 
 
 def eventually(check, seconds=CONVERGE, what=""):
