@@ -112,15 +112,6 @@ def run_logs():
 
 # ---- the image builds of the run, in the background (tests/image/prebuild.py) -------------
 
-@pytest.hookimpl(trylast=True)     # after `-m`'s deselection: only the run's tests count
-def pytest_collection_modifyitems(session, config, items):
-    """The slow tests in the order their builds are ready (prebuild.run_order)."""
-    from tests.image import prebuild
-    order = prebuild.run_order([(item.nodeid.split("::")[0],
-                                 bool(item.get_closest_marker("slow"))) for item in items])
-    items[:] = [items[i] for i in order]
-
-
 def pytest_collection_finish(session):
     from tests.image import prebuild
     if session.config.option.collectonly:

@@ -54,31 +54,6 @@ def needed(paths):
     return [k for k in ORDER if k in wanted]
 
 
-def wait_rank(path):
-    """Where a test file's wait ends: the place in ORDER of the last build it needs, -1
-    for none. The slow run sorts its files by it (tests/conftest.py), so that the tests
-    needing no build run while the builds are made, where the first test needing one
-    used to wait for them at the run's start."""
-    keys = needed([path])
-    return ORDER.index(keys[-1]) if keys else -1
-
-
-def run_order(tests):
-    """The order to run `tests` in, [(file path, slow?)] in collection order, as indices:
-    the slow tests by wait_rank, a directory at a time, since its package-scoped fixtures
-    (tests/compute's appliance in a namespace, tests/image's shared boot) are made once
-    only if its tests stay together. A directory goes where its first test that can run
-    goes, its files by their own rank; stable, so tests keep their order otherwise."""
-    ranks = [wait_rank(path) if slow else -1 for path, slow in tests]
-    directory = [os.path.dirname(path) for path, _ in tests]
-    first, place = {}, {}
-    for i, (d, r) in enumerate(zip(directory, ranks)):
-        first[d] = min(r, first.get(d, r))
-        place.setdefault(d, i)
-    return sorted(range(len(tests)),
-                  key=lambda i: (first[directory[i]], place[directory[i]], ranks[i]))
-
-
 def start(paths, root, environ=os.environ):
     """Start the background builds for the session's tests, where builds can run here."""
     global _running

@@ -20,26 +20,6 @@ def test_the_builds_follow_the_tests_collected():
                                                               APPLIANCE_UPGRADE]
 
 
-def test_the_slow_tests_needing_no_build_run_first_a_directory_at_a_time():
-    tests = [("tests/api/test_flood.py", True),
-             ("tests/compute/test_e2e_tcg.py", True),          # waits for NODE_E2E2
-             ("tests/compute/test_e2e_tcg.py", True),
-             ("tests/compute/test_netns.py", True),             # needs no build
-             ("tests/compute/test_sqldb_on_vms.py", True),      # waits for NODE
-             ("tests/compute/test_nodes.py", False),
-             ("tests/image/test_appliance_boot.py", True),
-             ("tests/image/test_image.py", False),
-             ("tests/network/test_vxlan_netns.py", True)]
-    order = [tests[i][0].split("/", 1)[1] for i in prebuild.run_order(tests)]
-    assert order == ["api/test_flood.py", "compute/test_netns.py", "compute/test_nodes.py",
-                     "compute/test_sqldb_on_vms.py", "compute/test_e2e_tcg.py",
-                     "compute/test_e2e_tcg.py", "image/test_image.py",
-                     "image/test_appliance_boot.py", "network/test_vxlan_netns.py"]
-    # the quick run's tests keep the order they were collected in
-    quick = [(path, False) for path, _ in tests]
-    assert prebuild.run_order(quick) == list(range(len(tests)))
-
-
 def test_nothing_starts_when_turned_off_and_nothing_waits_when_none_runs(tmp_path,
                                                                         monkeypatch):
     # this session's own background build (a run with the slow tests) is not this test's
