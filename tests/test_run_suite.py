@@ -35,15 +35,14 @@ def test_every_run_is_relayed_and_a_failing_one_fails_the_suite(monkeypatch):
     assert f"image| first of image -m slow {IMAGE_TESTS}" in lines
     assert f"  vms| first of vms -m slow --ignore={IMAGE_TESTS}" in lines
     assert "quick| first of quick -m not slow" in lines
-    assert lines.index("image| first of image -m slow tests/image") < \
+    assert lines.index(f"image| first of image -m slow {IMAGE_TESTS}") < \
         lines.index("image| second of image")
     assert lines[-1].startswith("suite: ")
     assert "image exit 1 after" in lines[-1] and "vms exit 0 after" in lines[-1] \
         and "quick exit 0 after" in lines[-1]
 
 
-
-def test_a_run_started_with_sigint_ignored_still_gets_its_keyboardinterrupt(tmp_path):
+def test_a_run_started_with_sigint_ignored_still_gets_its_keyboardinterrupt():
     """Started in the background by a shell, the suite inherits SIGINT ignored; its pytest
     runs must not (stopped, such a run went on with its tests), so each run here reports
     whether SIGINT raises KeyboardInterrupt in it."""

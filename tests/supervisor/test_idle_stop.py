@@ -338,7 +338,7 @@ def test_with_marks_a_timer_of_its_own_stops_it_with_a_timed_entry(store, on_dem
     assert not os.path.exists(timed)
 
 
-def idle_record_left(store, wake_at, widgets_generation):
+def idle_record_left(wake_at, widgets_generation):
     """The daemon state a `recorder` that stopped idle this boot leaves (daemon_state)."""
     from appliance.processes import boot_id
     return {"name": "recorder", "boot_id": boot_id(), "ended_at": time.time() - 5,
@@ -352,7 +352,7 @@ def test_with_marks_a_start_by_its_timer_stops_once_its_work_is_done(store, on_d
     it stops after its pass, not after the idle time a write's start waits for more."""
     widgets = store.collection("widgets")
     widgets.insert({"n": 1})
-    last = idle_record_left(store, time.time() - 1, widgets.lock.state()[0])
+    last = idle_record_left(time.time() - 1, widgets.lock.state()[0])
     daemon = Recorder(settings_for(store.directory), store=store)
     daemon.idle_stop_seconds, daemon.idle_wake = 3600, MARKS
     assert daemon.started_by_its_timer(last)
@@ -365,12 +365,13 @@ def test_with_marks_a_start_by_its_timer_stops_once_its_work_is_done(store, on_d
     assert record["work"] is True
 
 
+@pytest.mark.timeout(30)
 @pytest.mark.parametrize("case", ["written since", "timer not due", "no timer",
                                   "another boot", "not idle"])
 def test_a_start_that_is_not_its_timers_waits_the_idle_time(store, on_demand, case):
     widgets = store.collection("widgets")
     widgets.insert({"n": 1})
-    last = idle_record_left(store, time.time() - 1, widgets.lock.state()[0])
+    last = idle_record_left(time.time() - 1, widgets.lock.state()[0])
     if case == "written since":
         widgets.insert({"n": 2})
     elif case == "timer not due":
