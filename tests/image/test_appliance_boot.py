@@ -393,10 +393,15 @@ def ran_this_boot(box, unit, admin=None):
 IDLE_TEST_SECONDS = 5
 
 
+def journal_count(box, unit, text):
+    """How many lines of the unit's journal this boot hold `text` (a fixed string)."""
+    return int(box.ssh(f"journalctl -b -o cat -u {unit} | grep -cF '{text}' "
+                       "|| true").stdout.strip())
+
+
 def starts_of(box, unit):
     """How many times the unit's daemon started this boot (its log's start line)."""
-    return int(box.ssh(f"journalctl -b -o cat -u {unit} | grep -c 'started; watching' "
-                       "|| true").stdout.strip())
+    return journal_count(box, unit, "started; watching")
 
 
 def test_an_idle_on_demand_daemon_stops_and_the_next_write_starts_it_again(box, made):
@@ -454,6 +459,9 @@ def test_an_idle_on_demand_daemon_stops_and_the_next_write_starts_it_again(box, 
         box.ssh(f"rm -rf {drop_in} && systemctl daemon-reload", check=False)
 
 
+TIMER_START = "started by its timer"      # daemons/base.py, run()
+
+
 def test_the_builder_asleep_with_a_retry_due_is_started_again_by_its_timer(box, made):
     """docs/on-demand-daemons.md, "A timer of its own": with a short idle time (a runtime
     drop-in, gone at the reboot), the builder, its repository in ERROR (nothing listens on
@@ -482,6 +490,7 @@ def test_the_builder_asleep_with_a_retry_due_is_started_again_by_its_timer(box, 
             time.sleep(1)
         asleep_at = time.monotonic()
         starts = starts_of(box, unit)
+        timer_starts = journal_count(box, unit, TIMER_START)
         state = daemon_state(box, unit, admin)
         assert state["state"] == "waiting" and state["since"], state
         # it said when its timer wakes it (the entry may be consumed already: a short retry)
@@ -498,8 +507,8 @@ def test_the_builder_asleep_with_a_retry_due_is_started_again_by_its_timer(box, 
         woke = box.ssh("journalctl -b -o cat -u appliance-wake.service").stdout
         assert "woke appliance-builder" in woke, woke
         # no write brought it: it knows, and stops once its pass is done (daemons/base.py)
-        while "started by its timer" not in box.ssh(
-                f"journalctl -b -o cat -u {unit} | tail -n 20").stdout:
+        # (counted: the lines after it, a failed retry's among them, are not bounded)
+        while journal_count(box, unit, TIMER_START) == timer_starts:
             assert time.monotonic() < asleep_at + FIRST_USE_SECONDS + 120, \
                 "the builder's start by its timer was taken for a write's"
             time.sleep(1)
