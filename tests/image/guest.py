@@ -29,6 +29,11 @@ FINGERPRINT = re.compile(r"TLS certificate:\s+(SHA256:(?:[0-9A-F]{2}:){31}[0-9A-
 BANNER_SECONDS = 900            # a cold first boot on a busy 2-core machine under TCG
 HEALTHY_SECONDS = 300
 SSH_ATTEMPTS, SSH_RETRY_SECONDS = 6, 5
+# One SSH connection per boot, reused by every command (OpenSSH's connection sharing):
+# a new connection's key exchange and login cost ~3 s of the TCG guest's emulated CPU,
+# and the image tests run hundreds of commands. The shared connection ends by itself
+# after CONTROL_PERSIST idle seconds, or when the guest stops answering its keep-alives.
+CONTROL_PERSIST, SERVER_ALIVE = 300, 30
 # ssh's words for a connection that failed before the key exchange (nothing ran)
 PRE_LOGIN = ("kex_exchange_identification", "Connection refused", "Connection timed out",
              "timed out during banner exchange")
@@ -74,12 +79,18 @@ class Box:
 
     def __init__(self, vm, workdir, ssh_key, known_hosts, since=0):
         self.vm, self.workdir, self.ssh_key, self.known_hosts = vm, workdir, ssh_key, known_hosts
+        # by the forwarded port: each VM of the workdir has its own. Short: ssh binds the
+        # path plus 17 characters, and a socket's path holds at most 107
+        self.control_path = os.path.join(workdir, f"ssh-{vm.port(22)}")
         self.banner_seconds = vm.wait_for("TLS certificate:", BANNER_SECONDS,
                                           since=since)
         time.sleep(1)       # the banner's line may still be on its way to the log
         self.fingerprint = FINGERPRINT.search(vm.serial(since)).group(1)
         self.healthy_seconds = self.wait_healthy()
         self.client = pinned_client(vm, workdir, self.fingerprint)
+        # a new boot of the same VM (a reboot) must not reuse the last boot's connection
+        subprocess.run(self._ssh_argv("-O", "exit"), capture_output=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
 
     def wait_healthy(self):
         """Seconds from QEMU's start to the first 200 of /v1/health over HTTPS."""
@@ -117,14 +128,18 @@ class Box:
         return res
 
     def _ssh(self, command, timeout):
-        return subprocess.run(
-            ["ssh", "-i", self.ssh_key, "-p", str(self.vm.port(22)),
-             "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
-             "-o", "HostKeyAlias=appliance-under-test",
-             "-o", f"UserKnownHostsFile={self.known_hosts}",
-             "-o", "StrictHostKeyChecking=accept-new",
-             "root@127.0.0.1", command],
-            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(self._ssh_argv() + [command], capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def _ssh_argv(self, *options):
+        return ["ssh", *options, "-i", self.ssh_key, "-p", str(self.vm.port(22)),
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
+                "-o", "HostKeyAlias=appliance-under-test",
+                "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-o", "StrictHostKeyChecking=accept-new",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
+                "-o", f"ControlPersist={CONTROL_PERSIST}",
+                "-o", f"ServerAliveInterval={SERVER_ALIVE}", "root@127.0.0.1"]
 
     def admin(self, password=PASSWORD):
         resp = self.client.post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
