@@ -524,7 +524,10 @@ def disk_layer(recipe, name, profile, rootfs, wheels, suffix, migrations, keep_r
         finally:
             remove(root)
         with step("disk: compressed qcow2"):
-            run(["qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2",
+            # zstd rather than qcow2's default zlib: 5.7 s against 27.6 s of CPU for the
+            # appliance's disk, 2% smaller, and faster to read back (docs/image.md)
+            run(["qemu-img", "convert", "-c", "-o", "compression_type=zstd",
+                 "-f", "raw", "-O", "qcow2",
                  os.path.join(tmp, "disk.raw"), os.path.join(tmp, "disk.qcow2")])
         if not keep_raw:
             os.remove(os.path.join(tmp, "disk.raw"))
