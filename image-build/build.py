@@ -166,6 +166,18 @@ def fresh(path):
         remove(tmp)
 
 
+@contextlib.contextmanager
+def locked(name):
+    """build/.lock-<name>, held for the block. A profile's builds (its suffixes too) share
+    its work tree and its layers, so they go one at a time; two profiles' builds run side
+    by side (mmdebstrap waits on the archive and the disk for much of its time, and the
+    suite needs both profiles at once: docs/image.md, "Builds side by side"). The wheels
+    layer, which every profile uses, has a lock of its own, taken inside a profile's."""
+    with open(os.path.join(BUILD, f".lock-{name}"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def remove(path):
     if os.path.isdir(path) and not os.path.islink(path):
         shutil.rmtree(path)
@@ -463,7 +475,7 @@ def make_disk(profile, name, uid, root, raw, title):
     at = {part: start for part, start, _ in layout}
     run(["mkfs.ext4", "-q", "-L", profile["root_label"], "-d", root,
          "-E", f"offset={at['root'] * mib}", raw, f"{root_mib}M"])
-    mnt = os.path.join(WORK, "mnt")
+    mnt = os.path.join(WORK, f"mnt-{name}")
     os.makedirs(mnt, exist_ok=True)
     with mounted("-o", f"loop,offset={at['root'] * mib},sizelimit={root_mib * mib}", raw, mnt):
         run(["extlinux", "--install", os.path.join(mnt, "boot/extlinux")])
@@ -667,9 +679,7 @@ def main(argv=None):
         check_host()
         os.makedirs(CACHE, exist_ok=True)
         os.makedirs(WORK, exist_ok=True)
-        with open(os.path.join(BUILD, ".lock"), "w") as lock:
-            # one build at a time per checkout: they share build/work
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        with locked(name):
             say(f"build of the {name} image{f' ({args.version_suffix})' if args.version_suffix else ''}")
             if args.refresh_pins:
                 key, tar = rootfs_layer(recipe, name, profile, refresh=True)
@@ -678,7 +688,8 @@ def main(argv=None):
                 remove(tar)
                 return 0
             rootfs = rootfs_layer(recipe, name, profile)
-            wheels = wheels_layer()
+            with locked("wheels"):
+                wheels = wheels_layer()
             _, path, _ = disk_layer(recipe, name, profile, rootfs, wheels,
                                     args.version_suffix, args.extra_migrations,
                                     keep_raw=not args.no_raw)

@@ -7,7 +7,7 @@ guest; the suite took 51.7 min in the project's CI (docs/testing.md, "Three runs
 side"). Split in two by the `slow` mark, the slow run was the critical path: the VM
 tests (tests/compute, tests/network: 27 min) then the image tests (29 min), one after
 the other at 1.6-1.8 cores, 50.4 min in the project's CI. The image tests share nothing
-with the VM tests but the image builds (serialised by the build's own lock, and made
+with the VM tests but the image builds (under the build's lock per profile, and made
 once), so they are a run of their own, which waits for its builds while the VM tests run.
 Each run keeps its own fixtures, temporary directories and ports (tests/ports.py retries
 what another process took), and its own background builds' marks (tests/image/prebuild.py,

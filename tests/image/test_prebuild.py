@@ -73,6 +73,25 @@ def test_the_debian_12_build_runs_beside_the_others(tmp_path, monkeypatch):
     assert (tmp_path / "previous").read_text() == "built\n"
 
 
+def test_the_appliance_build_does_not_wait_behind_the_nodes(tmp_path, monkeypatch):
+    import threading
+    both = threading.Barrier(2, timeout=10)
+    built = []
+
+    def build(key):
+        built.append(key)
+        if key in (NODE, APPLIANCE):
+            both.wait()         # returns only when the other profile's build is under way
+    monkeypatch.setattr(prebuild, "build", build)
+    assert prebuild.main([str(tmp_path), "node", "node-e2e2", "appliance",
+                          "appliance-upgrade-test-m"]) == 0
+    # within a profile, the order the run needs them in
+    assert [k for k in built if k[0] == "node"] == [NODE, NODE_E2E2]
+    assert [k for k in built if k[0] == "appliance"] == [APPLIANCE, APPLIANCE_UPGRADE]
+    assert all((tmp_path / name).read_text() == "built\n"
+               for name in ("node", "node-e2e2", "appliance", "appliance-upgrade-test-m"))
+
+
 def test_each_run_of_the_suite_has_its_own_marks(tmp_path, monkeypatch):
     monkeypatch.setattr(prebuild, "_running", None)
     started = []
