@@ -171,8 +171,8 @@ def locked(name):
     """build/.lock-<name>, held for the block. A profile's builds (its suffixes too) share
     its work tree and its layers, so they go one at a time; two profiles' builds run side
     by side (the suite needs both profiles at once: docs/image.md, "Builds side by side",
-    with what that was measured to gain). The wheels
-    layer, which every profile uses, has a lock of its own, taken inside a profile's."""
+    with what that was measured to gain). The wheels layer, which every profile uses, has
+    a lock of its own, taken inside a profile's."""
     with open(os.path.join(BUILD, f".lock-{name}"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

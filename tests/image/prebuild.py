@@ -140,7 +140,11 @@ def main(argv):
     by_profile = {}
     for name in names:
         by_profile.setdefault(by_name[name][0], []).append(name)
-    threads = [threading.Thread(target=lambda group: [made(n) for n in group], args=(group,))
+
+    def made_in_order(group):
+        for name in group:
+            made(name)
+    threads = [threading.Thread(target=made_in_order, args=(group,))
                for group in by_profile.values()]
     for thread in threads:
         thread.start()
