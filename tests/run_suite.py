@@ -15,7 +15,10 @@ by APPLIANCE_SUITE_RUN), as two whole CIs beside each other already did.
 
 Each run's lines are relayed as they come, behind its name, so the CI log shows all of them
 progressing; each ends with its own failures, `--durations` and time by directory. The
-suite passes when all pass (pytest's 5, "no tests collected", counts as passing: a
+last lines repeat every run's failed tests (pytest's `FAILED`/`ERROR` summary lines, a run
+at most RECAP_LINES of them) above the `suite:` line: a CI that shows only the log's tail
+still names them, though the quick run's own summary came minutes before the image
+run's end. The suite passes when all pass (pytest's 5, "no tests collected", counts as passing: a
 selection can be empty). Stopping `make` stops every run.
 
     python -m tests.run_suite [PYTEST-ARGS...]    # extra arguments go to every run
@@ -35,21 +38,38 @@ RUNS = (("vms", ("-m", "slow", f"--ignore={IMAGE_TESTS}"), ()),
         ("image", ("-m", "slow", IMAGE_TESTS), ()),
         ("quick", ("-m", "not slow"), ("-q",)))
 PASSING = (0, 5)
+RECAP_LINES = 15
+# pytest's short summary lines (-rfE, its default): "FAILED tests/path::test - reason"; a
+# captured log line starts "ERROR    " but never so
+SUMMARY = (b"FAILED tests/", b"ERROR tests/")
 
 
 def command(selection, verbosity, extra):
     return [sys.executable, "-m", "pytest", *verbosity, "--durations=40", *selection, *extra]
 
 
-def relay(name, proc, out, lock, started, minutes):
-    """Copy one run's lines to `out` behind its name; at its end, note how long it took."""
+def relay(name, proc, out, lock, started, minutes, failed):
+    """Copy one run's lines to `out` behind its name, keeping its summary's failures in
+    `failed`; at its end, note how long it took."""
     prefix = f"{name:>5}| ".encode()
     for line in iter(proc.stdout.readline, b""):
+        if line.startswith(SUMMARY):
+            failed.setdefault(name, []).append(line)
         with lock:
             out.write(prefix + line)
             out.flush()
     proc.wait()
     minutes[name] = (time.monotonic() - started) / 60
+
+
+def recap(failed):
+    """The runs' failed tests again, behind their runs' names, at most RECAP_LINES a run."""
+    lines = []
+    for name, summary in failed.items():
+        lines += [f"{name:>5}! ".encode() + line for line in summary[:RECAP_LINES]]
+        if len(summary) > RECAP_LINES:
+            lines.append(f"{name:>5}! ... and {len(summary) - RECAP_LINES} more\n".encode())
+    return b"".join(lines)
 
 
 def verdict(codes):
@@ -64,7 +84,7 @@ def program(extra, out):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     lock = threading.Lock()
     started = time.monotonic()
-    procs, relays, minutes = [], [], {}
+    procs, relays, minutes, failed = [], [], {}, {}
 
     def stop(signum, frame):
         # pytest itself, as a Ctrl-C: it tears its fixtures down (their QEMUs, namespaces
@@ -87,7 +107,8 @@ def program(extra, out):
                                 stderr=subprocess.STDOUT, env=dict(env, APPLIANCE_SUITE_RUN=name),
                                 start_new_session=True)
         procs.append((name, proc))
-        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes),
+        t = threading.Thread(target=relay, args=(name, proc, out, lock, started, minutes,
+                                                 failed),
                              daemon=True)
         t.start()
         relays.append(t)
@@ -95,6 +116,7 @@ def program(extra, out):
     for t in relays:
         t.join()
     codes = [proc.wait() for _, proc in procs]
+    out.write(recap(failed))
     out.write(("suite: " + "; ".join(f"{name} exit {code} after {minutes[name]:.1f} min"
                                       for (name, _), code in zip(procs, codes)) + "\n").encode())
     out.flush()

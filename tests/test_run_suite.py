@@ -26,6 +26,8 @@ def test_every_run_is_relayed_and_a_failing_one_fails_the_suite(monkeypatch):
         return [sys.executable, "-c",
                 "import os; run = os.environ['APPLIANCE_SUITE_RUN']; "
                 f"print('first of', run, {name!r}); print('second of', run); "
+                "print('ERROR    appliance.x: a captured log line, not a summary'); "
+                f"print('FAILED tests/x.py::test_y - boom') if {code} else None; "
                 f"raise SystemExit({code})"]
     monkeypatch.setattr(run_suite, "command", command)
     monkeypatch.setattr(run_suite.signal, "signal", lambda *a: None)
@@ -38,6 +40,9 @@ def test_every_run_is_relayed_and_a_failing_one_fails_the_suite(monkeypatch):
     assert lines.index(f"image| first of image -m slow {IMAGE_TESTS}") < \
         lines.index("image| second of image")
     assert lines[-1].startswith("suite: ")
+    # the failed test named again at the end, where a CI's tail shows it
+    assert lines[-2] == "image! FAILED tests/x.py::test_y - boom"
+    assert not [line for line in lines if line.startswith(("  vms!", "quick!"))]
     assert "image exit 1 after" in lines[-1] and "vms exit 0 after" in lines[-1] \
         and "quick exit 0 after" in lines[-1]
 
@@ -58,3 +63,13 @@ def test_a_run_started_with_sigint_ignored_still_gets_its_keyboardinterrupt():
     assert done.returncode == 0, done.stderr
     answers = [line.split("| ")[1] for line in done.stdout.splitlines() if "| " in line]
     assert answers == ["True"] * len(run_suite.RUNS), done.stdout
+
+
+def test_a_runs_recap_is_cut_at_recap_lines():
+    summary = [f"FAILED tests/x.py::test_{i} - boom\n".encode()
+               for i in range(run_suite.RECAP_LINES + 3)]
+    lines = run_suite.recap({"quick": summary}).decode().splitlines()
+    assert lines[0] == "quick! FAILED tests/x.py::test_0 - boom"
+    assert len(lines) == run_suite.RECAP_LINES + 1
+    assert lines[-1] == "quick! ... and 3 more"
+    assert run_suite.recap({}) == b""
