@@ -36,6 +36,7 @@ from . import bench_memory, cpu_seconds, note, remove, table, temp_dir, title
 from appliance.iam.builtin import ADMIN_PROJECT
 from tests.apiserver import TOKEN_PATH, Client
 from tests.image import qemu
+from tests.image.guest import GuestShell
 
 RUNS = int(os.environ.get("BENCH_BOOT_RUNS", "2"))
 FIRMWARES = os.environ.get("BENCH_BOOT_FIRMWARE", "uefi,bios").split(",")
@@ -45,6 +46,7 @@ HEALTHY_TIMEOUT = 900
 UNITS = qemu.APPLIANCE_UNITS
 GOAL_BOOT_SECONDS, GOAL_RSS_MB = 30, 150
 PASSWORD = "bench-boot-password"
+SSH_CONNECT_ATTEMPTS = 12
 
 
 def healthy_after(vm):
@@ -64,24 +66,6 @@ def healthy_after(vm):
     raise RuntimeError(f"no healthy API after {HEALTHY_TIMEOUT} s:\n{vm.tail()}")
 
 
-def ssh_runner(vm, key, connect_seconds=60):
-    def run(command):
-        # the API can answer before sshd accepts (both wait only for first boot): ssh's
-        # own failure to connect (exit 255) is tried again for a while
-        deadline = time.monotonic() + connect_seconds
-        while True:
-            done = subprocess.run(
-                ["ssh", "-i", key, "-p", str(vm.port(22)), "-o", "BatchMode=yes",
-                 "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-                 "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
-                capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-            if done.returncode != 255 or time.monotonic() > deadline:
-                done.check_returncode()
-                return done.stdout
-            time.sleep(1)
-    return run
-
-
 def boot_once(image, work, key, n, firmware):
     with open(key + ".pub") as f:
         public = f.read().strip()
@@ -95,7 +79,13 @@ def boot_once(image, work, key, n, firmware):
         # QEMU's own CPU time up to then: what the boot costs whatever else runs beside it
         # (TCG runs one host thread per vCPU: on 2 free cores it takes at least half this)
         cpu = cpu_seconds(vm.proc.pid)
-        run = ssh_runner(vm, key)
+        # the API can answer before sshd accepts (both wait only for first boot): about a
+        # minute of refused connections is tried again
+        shell = GuestShell(vm.port(22), key, os.path.join(work, f"known_hosts{n}"), work,
+                           attempts=SSH_CONNECT_ATTEMPTS)
+
+        def run(command):
+            return shell.run(command).stdout
         analyze = run("systemd-analyze").splitlines()[0].replace("Startup finished in ", "")
         chain = run("systemd-analyze critical-chain appliance-api.service")
         time.sleep(IDLE_SECONDS)
@@ -105,6 +95,7 @@ def boot_once(image, work, key, n, firmware):
         memory = qemu.unit_memory(run, running)
         first_use = secrets_to_active(vm)
         after_use = used_then_idle(vm, run) if AFTER_USE_IDLE_SECONDS > 0 else None
+        shell.close()
         vm.shutdown(120)
     return {"firmware": firmware, "healthy": healthy, "cpu": cpu, "analyze": analyze,
             "memory": memory, "after_use": after_use,

@@ -74,23 +74,66 @@ def pinned_client(vm, workdir, expected_fingerprint):
     return Client("127.0.0.1", vm.port(443), ssl_context=ctx)
 
 
+class GuestShell:
+    """Root's shell on a guest, over SSH to its forwarded port: one connection shared by
+    every command, the host key pinned under one alias in `known_hosts` (a guest that
+    changed its key, a new root, fails). The image tests' Box and bench_boot both use it."""
+
+    def __init__(self, port, ssh_key, known_hosts, workdir, attempts=SSH_ATTEMPTS):
+        self.port, self.ssh_key, self.known_hosts = port, ssh_key, known_hosts
+        self.attempts = attempts
+        # by the forwarded port: each VM of the workdir has its own. Short: ssh binds the
+        # path plus 17 characters, and a socket's path holds at most 107
+        self.control_path = os.path.join(workdir, f"ssh-{port}")
+
+    def run(self, command, check=True, timeout=120):
+        """Run `command` as root on the guest. ssh's own failure to connect (exit 255
+        before the key exchange: sshd not up yet, or a TCG guest on a loaded host
+        answering late) is tried again up to `attempts` times; anything later (a refused
+        key, a changed host key, a connection closed once the command may have run, as by
+        a reboot) is not."""
+        for attempt in range(self.attempts):
+            res = subprocess.run(self._argv() + [command], capture_output=True, text=True,
+                                 timeout=timeout, stdin=subprocess.DEVNULL)
+            if res.returncode != 255 or not any(word in res.stderr for word in PRE_LOGIN):
+                break
+            print(f"ssh to the guest failed to connect ({res.stderr.strip()[-200:]}); "
+                  f"again in {SSH_RETRY_SECONDS} s", file=sys.stderr)
+            time.sleep(SSH_RETRY_SECONDS)
+        if check:
+            assert res.returncode == 0, f"{command!r}: {res.returncode}\n{res.stderr}"
+        return res
+
+    def close(self):
+        """End the shared connection (a new boot of the same VM must not reuse it)."""
+        subprocess.run(self._argv("-O", "exit"), capture_output=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+
+    def _argv(self, *options):
+        return ["ssh", *options, "-i", self.ssh_key, "-p", str(self.port),
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
+                "-o", "HostKeyAlias=appliance-under-test",
+                "-o", f"UserKnownHostsFile={self.known_hosts}",
+                "-o", "StrictHostKeyChecking=accept-new",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
+                "-o", f"ControlPersist={CONTROL_PERSIST}",
+                "-o", f"ServerAliveInterval={SERVER_ALIVE}", "root@127.0.0.1"]
+
+
 class Box:
     """A booted appliance: its VM, the fingerprint from its console, a pinned client."""
 
     def __init__(self, vm, workdir, ssh_key, known_hosts, since=0):
         self.vm, self.workdir, self.ssh_key, self.known_hosts = vm, workdir, ssh_key, known_hosts
-        # by the forwarded port: each VM of the workdir has its own. Short: ssh binds the
-        # path plus 17 characters, and a socket's path holds at most 107
-        self.control_path = os.path.join(workdir, f"ssh-{vm.port(22)}")
+        self.shell = GuestShell(vm.port(22), ssh_key, known_hosts, workdir)
         self.banner_seconds = vm.wait_for("TLS certificate:", BANNER_SECONDS,
                                           since=since)
         time.sleep(1)       # the banner's line may still be on its way to the log
         self.fingerprint = FINGERPRINT.search(vm.serial(since)).group(1)
         self.healthy_seconds = self.wait_healthy()
         self.client = pinned_client(vm, workdir, self.fingerprint)
-        # a new boot of the same VM (a reboot) must not reuse the last boot's connection
-        subprocess.run(self._ssh_argv("-O", "exit"), capture_output=True, timeout=30,
-                       stdin=subprocess.DEVNULL)
+        # a reboot of the same VM must not reuse the last boot's connection
+        self.shell.close()
 
     def wait_healthy(self):
         """Seconds from QEMU's start to the first 200 of /v1/health over HTTPS."""
@@ -110,36 +153,8 @@ class Box:
             time.sleep(1)
 
     def ssh(self, command, check=True, timeout=120):
-        """Run `command` as root on the guest. The host key is pinned under one alias in a
-        known_hosts of this test: a box that changed its key (new root, new port) fails.
-        ssh's own failure to connect (exit 255 before the key exchange: a TCG guest on a
-        loaded host answering late) is tried again a few times; anything later (a refused
-        key, a changed host key, a connection closed once the command may have run, as by
-        a reboot) is not."""
-        for attempt in range(SSH_ATTEMPTS):
-            res = self._ssh(command, timeout)
-            if res.returncode != 255 or not any(word in res.stderr for word in PRE_LOGIN):
-                break
-            print(f"ssh to the guest failed to connect ({res.stderr.strip()[-200:]}); "
-                  f"again in {SSH_RETRY_SECONDS} s", file=sys.stderr)
-            time.sleep(SSH_RETRY_SECONDS)
-        if check:
-            assert res.returncode == 0, f"{command!r}: {res.returncode}\n{res.stderr}"
-        return res
-
-    def _ssh(self, command, timeout):
-        return subprocess.run(self._ssh_argv() + [command], capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
-
-    def _ssh_argv(self, *options):
-        return ["ssh", *options, "-i", self.ssh_key, "-p", str(self.vm.port(22)),
-                "-o", "BatchMode=yes", "-o", "ConnectTimeout=20", "-o", "LogLevel=ERROR",
-                "-o", "HostKeyAlias=appliance-under-test",
-                "-o", f"UserKnownHostsFile={self.known_hosts}",
-                "-o", "StrictHostKeyChecking=accept-new",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={self.control_path}",
-                "-o", f"ControlPersist={CONTROL_PERSIST}",
-                "-o", f"ServerAliveInterval={SERVER_ALIVE}", "root@127.0.0.1"]
+        """Run `command` as root on the guest (GuestShell.run)."""
+        return self.shell.run(command, check=check, timeout=timeout)
 
     def admin(self, password=PASSWORD):
         resp = self.client.post(TOKEN_PATH, {"grant_type": "password", "username": "admin",
