@@ -125,11 +125,16 @@ class Box:
 
     def __init__(self, vm, workdir, ssh_key, known_hosts, since=0):
         self.vm, self.workdir, self.ssh_key, self.known_hosts = vm, workdir, ssh_key, known_hosts
-        self.shell = GuestShell(vm.port(22), ssh_key, known_hosts, workdir)
+        # a kernel panic under TCG (qemu.GuestPanicked) is the emulator's, not the boot's:
+        # the guest is started once more, from its console's start
+        started_at = vm.started_at
         self.banner_seconds = vm.wait_for("TLS certificate:", BANNER_SECONDS,
-                                          since=since)
+                                          since=since, restarts_after_panic=1)
+        console_start = since if vm.started_at == started_at else 0   # started again
         time.sleep(1)       # the banner's line may still be on its way to the log
-        self.fingerprint = FINGERPRINT.search(vm.serial(since)).group(1)
+        self.fingerprint = FINGERPRINT.search(vm.serial(console_start)).group(1)
+        # after the wait: a restart takes new host ports
+        self.shell = GuestShell(vm.port(22), ssh_key, known_hosts, workdir)
         self.healthy_seconds = self.wait_healthy()
         self.client = pinned_client(vm, workdir, self.fingerprint)
         # a reboot of the same VM must not reuse the last boot's connection
