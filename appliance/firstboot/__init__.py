@@ -20,6 +20,7 @@ from state import Store, wake
 
 from . import backup_timer, banner, nginx, ondemand, register, sources, ssh, tls
 from .paths import Paths
+from .steps import Steps
 
 log = logging.getLogger("appliance.firstboot")
 
@@ -115,6 +116,7 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     """Do the whole first boot. `owner` = (uid, gid) of the state directory's owner
     (default: the appliance user when it exists); `systemctl(*args)` reloads and starts
     units (the backup timer, the on-demand daemons with work; a fake in tests). Returns the banner's text."""
+    steps = Steps()
     paths = paths or Paths()
     state_dir = settings["state_dir"]
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
@@ -131,9 +133,11 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
         password_origin = admin_password(store, given, settings)
     finally:
         store.close()
+    steps.done("password")
     ssh.host_keys(os.path.join(state_dir, "ssh"), paths.etc_ssh)
     count = ssh.authorized_keys(os.path.join(state_dir, "ssh"), paths.root_ssh, given.ssh_keys)
     log.info("root's authorized SSH keys: %d", count)
+    steps.done("ssh")
     address = banner.primary_address()
     addresses = banner.addresses(address)
     cert_path, key_path, cert = tls.ensure(os.path.join(state_dir, "tls"),
@@ -141,13 +145,16 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     upstream = f"{settings['api_host']}:{settings['api_port']}"
     max_body = max(settings["max_body_bytes"], settings["max_upload_bytes"])
     nginx.write(paths.nginx_sites, nginx.site(cert_path, key_path, upstream, max_body))
+    steps.done("tls")
     password_line = bootstrap(settings)
+    steps.done("bootstrap")
     store = Store(state_dir)
     try:
         # the certificate, readable by the daemons (tls/ is root's): VM seeds pin it
         with open(cert_path, "rb") as f:
             store.write_private(API_CA_FILE, f.read())
         register_node(store, paths, settings)
+        steps.done("node")
         # after first boot's last write; nothing else writes before the mark
         ondemand.prepare(store)
         with_work = ondemand.wanted(store)
@@ -159,6 +166,7 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     if not ondemand.watch(systemctl):
         with_work = list(ondemand.ON_DEMAND)
     mark_done(paths.done_mark)
+    steps.done("mark")
     backup_timer.apply(settings, paths.systemd_runtime, systemctl)
     ondemand.start(with_work, systemctl)
     if password_origin:
@@ -166,4 +174,6 @@ def run(settings, paths=None, owner=None, systemctl=backup_timer.systemctl):
     text = banner.text(addresses, tls.pin(cert), password_line,
                        banner.version(paths.build_info))
     banner.show(paths, text)
+    steps.done("after-mark")
+    log.info("%s", steps.line())
     return text

@@ -5,6 +5,7 @@ import hashlib
 import http.client
 import json
 import os
+import re
 import socket
 import ssl
 import stat
@@ -446,3 +447,17 @@ def test_a_bad_upstream_is_refused(tmp_path, upstream):
 def test_a_path_nginx_would_misread_is_refused():
     with pytest.raises(ValueError):
         nginx.site('/state/"x.pem', "/k.pem", "127.0.0.1:1", 1)
+
+
+def test_the_last_line_says_how_long_each_step_took(tmp_path, caplog):
+    caplog.set_level("INFO", logger="appliance.firstboot")
+    boot(tmp_path, make_paths(tmp_path, fw={"opt/appliance/admin-password": b"pw-123456789"}))
+    line = caplog.records[-1].getMessage()
+    took = re.fullmatch(r"first boot took (\d+\.\d) s: (.*)", line)
+    assert took, line
+    steps = dict(step.rsplit(" ", 1) for step in took.group(2).split(", "))
+    assert list(steps) == ["code", "password", "ssh", "tls", "bootstrap", "node", "mark",
+                           "after-mark"]
+    # the code's time is this process's age: the test session's, minutes here, not 0
+    assert float(steps["code"]) > 0
+    assert abs(sum(map(float, steps.values())) - float(took.group(1))) < 0.1 * len(steps)
