@@ -168,11 +168,12 @@ PANIC = "Kernel panic - not syncing"
 
 class GuestPanicked(RuntimeError):
     """The guest's kernel panicked. Seen under TCG, on the Debian 12 host's QEMU 7.2 with
-    the Debian 13 guests' 6.12 kernel, about once in ten suite runs and at any load: a
-    stray `int3` in text just patched by the kernel (sched_clock_cpu, 3 s into a boot of
-    the appliance image), a double fault right after a cmpxchg16b in kmalloc (a node's
-    sshd). Neither is the image's doing: the same boots pass on every other run. Before
-    this was looked for, such a boot was waited on until its banner's timeout (900 s)."""
+    the Debian 13 guests' 6.12 kernel, twice in one suite run of some twenty (2026-11-27),
+    at load 1 and at load 14: a stray `int3` in text just patched by the kernel
+    (sched_clock_cpu, 3 s into a boot of the appliance image), a double fault right after
+    a cmpxchg16b in kmalloc (a node's sshd). Neither is the image's doing: the same boots
+    pass on every other run. Before this was looked for, such a boot was waited on until
+    its banner's timeout (900 s)."""
 
 
 class VM:
