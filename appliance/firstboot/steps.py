@@ -5,14 +5,14 @@ so this line is where a slow boot's time is found, in every boot's journal."""
 import os
 import time
 
+from appliance.processes import start_time
+
 
 def process_age():
     """Seconds since this process started: the interpreter's start and the imports that
-    ran before any step (from /proc/self/stat's start time, in clock ticks since boot)."""
-    with open("/proc/self/stat") as f:
-        # the fields after the command's closing parenthesis; the start time is field 22
-        start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
-    return time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    ran before any step (its start time is in clock ticks since boot)."""
+    return (time.clock_gettime(time.CLOCK_BOOTTIME)
+            - start_time(os.getpid()) / os.sysconf("SC_CLK_TCK"))
 
 
 class Steps:
