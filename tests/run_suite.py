@@ -17,9 +17,9 @@ Each run's lines are relayed as they come, behind its name, so the CI log shows 
 progressing; each ends with its own failures, `--durations` and time by directory. The
 last lines repeat every run's failed tests (pytest's `FAILED`/`ERROR` summary lines, a run
 at most RECAP_LINES of them) above the `suite:` line: a CI that shows only the log's tail
-still names them, though the quick run's own summary came minutes before the image
-run's end. The suite passes when all pass (pytest's 5, "no tests collected", counts as passing: a
-selection can be empty). Stopping `make` stops every run.
+still names them, though the quick run's own summary came minutes before the image run's
+end. The suite passes when all pass (pytest's 5, "no tests collected", counts as
+passing: a selection can be empty). Stopping `make` stops every run.
 
     python -m tests.run_suite [PYTEST-ARGS...]    # extra arguments go to every run
 """
