@@ -88,6 +88,11 @@ def wait_for(path, log, interval=0.1):
     timeout bounds it, and a first boot that failed leaves the API failed, not serving
     an unprepared state."""
     preload()
+    # the imports' objects live as long as the process: frozen now, while the API only
+    # waits, so that the full collection after create_app walks only what came since
+    # (under TCG that collection is on the boot's way to serving: docs/boot.md)
+    gc.collect()
+    gc.freeze()
     if not _exists(path):
         log.info("code loaded; waiting for %s", path)
         while not _exists(path):

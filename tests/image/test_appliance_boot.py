@@ -309,6 +309,33 @@ def test_the_first_boot_of_the_root_remakes_nothing_the_build_made(box):
         assert shown["ConditionResult"] == "no", f"{unit} ran at the first boot"
 
 
+def test_the_boot_leaves_out_or_puts_after_the_api_what_serves_no_one_before_it(box):
+    """The boot's cuts under TCG (docs/boot.md, "Less work before the API"), as the guest
+    has them: libvirt's daemons ordered after the API; the generators, units and modules
+    that would find nothing masked or left out; modules stored uncompressed; no BPF LSM,
+    so systemd attaches no BPF program at its start; no hardware database in the
+    initramfs."""
+    with open(os.path.join(ROOT, "image-build", "recipe.json")) as f:
+        recipe = json.load(f)
+    for unit in ("libvirtd.service", "virtlogd.service", "systemd-machined.service"):
+        assert "appliance-api.service" in box.show(unit, "After")["After"].split(), unit
+    links = box.ssh("for g in /etc/systemd/system-generators/*; do "
+                    "echo \"${g##*/} $(readlink $g)\"; done").stdout.split("\n")
+    assert {line.split()[0] for line in links if line.endswith(" /dev/null")} \
+        >= set(recipe["mask_generators"])
+    for unit in ("systemd-network-generator.service", "systemd-udev-load-credentials.service"):
+        assert box.ssh(f"systemctl is-enabled {unit}", check=False).stdout.strip() == "masked"
+    assert box.show("systemd-modules-load.service", "ConditionResult")["ConditionResult"] == "no"
+    modules = box.ssh("find /usr/lib/modules -name '*.ko*' | sed 's/.*[.]ko/.ko/' "
+                      "| sort | uniq -c").stdout.split()
+    assert modules[1::2] == [".ko"] and int(modules[0]) > 500, modules
+    lsm = box.ssh("cat /sys/kernel/security/lsm").stdout.strip().split(",")
+    assert "bpf" not in lsm and {"apparmor", "landlock", "yama"} <= set(lsm), lsm
+    initramfs = box.ssh("lsinitramfs /boot/initrd.img-$(uname -r)").stdout.split()
+    assert not [path for path in initramfs if path.endswith("hwdb.bin")]
+    assert any(path.endswith("/virtio_blk.ko") for path in initramfs)
+
+
 def test_every_unit_is_active_and_hardened(box, made):
     res = box.ssh("systemctl is-active " + " ".join(UNITS), check=False)
     assert res.stdout.split() == ["active"] * len(UNITS), res.stdout
