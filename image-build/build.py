@@ -440,8 +440,9 @@ def decompress_modules(root):
     rebuild modules.dep for the new names. Under TCG each load of an xz module took ~0.1 s
     more than the same module uncompressed (185-233 ms against 88-93 ms for dm_mod), and a
     boot loads some 25 (udev's coldplug, systemd's own, the initramfs'), mostly on the way
-    to the state picker. The signature is part of the module and stays. Costs ~70 MB more
-    of the root, not of the compressed qcow2 (docs/image.md, "Boot time")."""
+    to the state picker. The signature is part of the module and stays. Costs ~90 MB more
+    of the root (25 to 118 MiB of modules), not of the compressed qcow2 (docs/boot.md,
+    "Less work before the API")."""
     versions = []
     for top in glob.glob(os.path.join(root, "usr/lib/modules/*")):
         versions.append(os.path.basename(top))
