@@ -12,7 +12,6 @@ Goals (issue 12): compressed appliance image < 400 MB, the node image as small a
 """
 
 import glob
-import json
 import os
 import subprocess
 import sys
