@@ -221,7 +221,10 @@ def test_install_with_one_click_watch_it_then_upgrade_and_uninstall(
     eventually(lambda: page.locator(".badge", has_text="installed").count() == 0
                and status_text(page, "#element-status") == "AVAILABLE",
                INSTALL_S, "the uninstall to finish on the page")
-    assert page.get_by_role("button", name="Install", exact=True).is_visible()
+    # the status and the button are drawn by separate updates: waited for, not read at once
+    # (a quick run on 2026-11-28 read the button before it was drawn)
+    eventually(lambda: page.get_by_role("button", name="Install", exact=True).is_visible(),
+               INSTALL_S, "the Install button back on the page")
     gone = admin.get(f"{E}/{catalog.app['uuid']}").json
     assert gone["installation_state"] == "UNINSTALLED" and gone["status"] == "AVAILABLE"
     shot(page, "market-uninstalled")
