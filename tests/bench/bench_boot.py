@@ -26,6 +26,7 @@ wakes it (its "its timer wakes it at ..." line; the waker, appliance-wake, is co
 when it runs: docs/on-demand-daemons.md). Goal: <= 150 MB RSS in total.
 """
 
+import contextlib
 import http.client
 import os
 import ssl
@@ -72,13 +73,23 @@ def boot_counted(image, work, key, n, firmware):
     says so rather than dying or counting it."""
     try:
         return boot_once(image, work, key, n, firmware)
-    except Exception:
-        with open(os.path.join(work, f"boot{n}-serial.log"), errors="replace") as f:
-            if qemu.PANIC not in f.read():
-                raise
-    note(f"run {n + 1} ({firmware}): the guest's kernel panicked under TCG "
-         f"(qemu.GuestPanicked); booted again, from a fresh disk")
+    except qemu.GuestPanicked:
+        note(f"run {n + 1} ({firmware}): the guest's kernel panicked under TCG "
+             f"(qemu.GuestPanicked); booted again, from a fresh disk")
     return boot_once(image, work, key, f"{n}again", firmware)
+
+
+@contextlib.contextmanager
+def panic_named(vm):
+    """A failure while `vm` runs (an SSH that never connects, a request that times out)
+    is raised as qemu.GuestPanicked when the guest's console shows a kernel panic."""
+    try:
+        yield
+    except Exception as exc:
+        if qemu.PANIC in vm.serial():
+            raise qemu.GuestPanicked(f"the guest's kernel panicked; console tail:\n"
+                                     f"{vm.tail()}") from exc
+        raise
 
 
 def boot_once(image, work, key, n, firmware):
@@ -88,7 +99,7 @@ def boot_once(image, work, key, n, firmware):
     vm = qemu.VM(image.raw, work, tcp=[443, 22], extra_disks=[state], name=f"boot{n}",
                  firmware=firmware, fw_cfg={"opt/appliance/admin-password": PASSWORD,
                          "opt/appliance/ssh-key": public})
-    with vm:
+    with vm, panic_named(vm):
         load_start = os.getloadavg()[0]
         healthy = healthy_after(vm)
         # QEMU's own CPU time up to then: what the boot costs whatever else runs beside it
