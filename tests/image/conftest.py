@@ -60,6 +60,18 @@ def pytest_runtest_setup(item):
     faulthandler.cancel_dump_traceback_later()
 
 
+@pytest.fixture(autouse=True)
+def shared_boot_alive(request):
+    """A test on the shared boot fails at once, with the reason, when that guest is gone:
+    a kernel panic under TCG after the boot (ciAA, 2026-11-28, on the host's QEMU 7.2)
+    otherwise left each later test to wait out its own timeouts, and the run hung."""
+    if "box" in request.fixturenames:
+        why = request.getfixturevalue("box").vm.gone()
+        if why:
+            pytest.fail(f"the shared boot (`box`) is gone before this test: {why}",
+                        pytrace=False)
+
+
 @pytest.fixture(scope="package")
 def workdir(tmp_path_factory, request):
     # the boots' overlays and the state disk

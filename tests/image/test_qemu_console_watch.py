@@ -108,3 +108,19 @@ def test_an_exit_at_a_power_off_or_an_unasked_reset_is_not_restarted(tmp_path, a
     with pytest.raises(RuntimeError, match="QEMU exited before"):
         vm.wait_for("TLS certificate:", timeout=30)
     assert vm.starts == 1
+
+
+def test_gone_is_none_while_the_guest_runs_and_says_why_when_it_is_not(tmp_path):
+    """What the image suite's shared_boot_alive fixture asks before each test on the
+    shared boot: a panic between two tests, or a QEMU that exited, ends the run's waiting."""
+    running = Booting(tmp_path / "a", ["login: "]).start()
+    panicked = Booting(tmp_path / "b", ["login: \n" + PANICKED]).start()
+    exited = Booting(tmp_path / "c", ["login: "], exits={0}).start()
+    try:
+        assert running.gone() is None
+        assert panicked.gone().startswith("the guest's kernel panicked")
+        assert "Fatal exception in interrupt" in panicked.gone()
+        assert exited.gone().startswith("QEMU exited")
+    finally:
+        for vm in (running, panicked, exited):
+            vm.kill()
