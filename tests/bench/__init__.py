@@ -210,7 +210,19 @@ def daemon_ready(service):
 
 
 def api_service(settings):
-    return Service("api", settings, api_ready)
+    """The API on settings["api_port"]. A port found free can be taken before the API binds
+    it (a test suite beside the bench did, 2026-11-28): then the API is started on another
+    (written into `settings`, which the callers read afterwards), at most twice more."""
+    from tests.apiserver import free_port
+    for attempt in range(3):
+        try:
+            return Service("api", settings, api_ready)
+        except RuntimeError as e:
+            if "Address already in use" not in str(e) or attempt == 2:
+                raise
+            note(f"(port {settings['api_port']} was taken before the API bound it; "
+                 "another one)")
+            settings["api_port"] = free_port()
 
 
 @contextlib.contextmanager
