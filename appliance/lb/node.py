@@ -527,21 +527,11 @@ class Driver:
                 return self.start()
         deadline = time.monotonic() + RELOAD_SECONDS
         while time.monotonic() < deadline:
-            text = _read_from(self.error_log, offset)
-            at = text.find("reconfiguring")
-            if at >= 0:
-                after = text[at:]
-                bad = [ln for ln in after.splitlines()
-                       if re.search(r"\[(emerg|alert|crit)\]", ln)]
-                if bad:
-                    raise Failed("nginx refused the reload: " + nginx_message(after), after)
-                # applied when every old worker has stopped accepting (it logs so, or
-                # is gone): from then on every new connection gets the new config
-                if "start worker process" in after and all(
-                        not os.path.exists(f"/proc/{w}") or re.search(
-                            rf"\b{w}#\d+: gracefully shutting down", after)
-                        for w in old):
-                    return None
+            said = reload_said(_read_from(self.error_log, offset), old)
+            if said == "applied":
+                return None
+            if said is not None:
+                raise Failed("nginx refused the reload: " + nginx_message(said), said)
             time.sleep(0.02)
         raise Failed(f"nginx did not confirm the reload within {RELOAD_SECONDS:.0f} s "
                      f"(see {self.error_log})")
@@ -664,6 +654,37 @@ def _untar(tar, dest, url):
             else:
                 raise Failed(f"local_dir_download {url}: {member.name!r} is not a file "
                              "or directory (links are refused)")
+
+
+# ---- the reload, as nginx's error log tells it ------------------------------------------------
+
+# the master's loop taking the new configuration up. Its signal handler's line ("signal 1
+# (SIGHUP) received from N, reconfiguring") comes first, and can come before the first
+# workers of a start still under way: their "start worker process" lines are then the
+# old configuration's, not the reload's (a quick run at load 15 got "connection refused"
+# on the port the reload added, 2026-11-28).
+RECONFIGURING = re.compile(r"^.*#\d+: reconfiguring$", re.M)
+STARTED = re.compile(r"start worker process (\d+)")
+
+
+def reload_said(text, old, alive=lambda pid: os.path.exists(f"/proc/{pid}")):
+    """What the error log since a SIGHUP (`text`) says of it: None while it is under way,
+    "applied" once new workers run and every old one (`old`, the master's children at the
+    SIGHUP, and any started before the master took the reload up) has stopped accepting
+    (it says so, or is gone): from then on every new connection gets the new
+    configuration. nginx's words from the reload on when it refused it (an [emerg])."""
+    taken = RECONFIGURING.search(text)
+    if taken is None:
+        return None
+    after = text[taken.start():]
+    if re.search(r"\[(emerg|alert|crit)\]", after):
+        return after
+    old = set(old) | {int(w) for w in STARTED.findall(text[:taken.start()])}
+    if STARTED.search(after) and all(
+            not alive(w) or re.search(rf"\b{w}#\d+: gracefully shutting down", after)
+            for w in old):
+        return "applied"
+    return None
 
 
 # ---- files --------------------------------------------------------------------------------
