@@ -34,7 +34,7 @@ from appliance.network import vxlan_hook
 from appliance.firstboot import nginx as nginx_site
 from appliance.sqldb.versions import NODE_IMAGE_MAJOR
 from daemons import ON_DEMAND
-from tests.api.test_flood import (BOUND_SECONDS, FLOOD, TRICKLE_SECONDS, Flood,
+from tests.api.test_flood import (FLOOD, TRICKLE_SECONDS, Flood,
                                   closed_by_server, own_descriptors)
 from tests.firstboot.test_nginx_flood import image_worker_limits
 from tests.apiserver import TOKEN_PATH
@@ -61,6 +61,13 @@ PATH_UNITS = [f"{u}.path" for u in ON_DEMAND_UNITS]
 UNITS = ["appliance-firstboot", *[u for u in DAEMON_UNITS if u not in ON_DEMAND_UNITS],
          *PATH_UNITS, "nginx", "ssh"]
 FIRST_USE_SECONDS = 120         # a path unit's start of a daemon: a Python start under TCG
+# What the flood may add to a GET under TCG. The failures the flood test guards against
+# keep a request waiting for one of the flood's deadlines (nginx's 10 s header timeout,
+# the API's 10 s idle one: 31-60 s before the rules of docs/security.md); half of that
+# still tells those apart, while the emulated CPUs share a host whose other work also
+# slows each answer (2.0 s in ciAE, with a CPU hog beside it). The issue's second is
+# held where the CPU is real: tests/api/test_flood.py, tests/firstboot/test_nginx_flood.py.
+TCG_FLOOD_BOUND_SECONDS = 5.0
 RESTART_BOUND_SECONDS = 60      # "back within seconds": RestartSec=1 + a Python start on TCG, on a busy host
 API_BACK_SECONDS = 300          # the API's start under TCG (see the SIGKILL test)
 LIBVIRT_FIRST_SECONDS = 900     # libvirtd's first start probes QEMU (see the libvirt test)
@@ -652,11 +659,12 @@ def test_idle_memory_of_the_appliance_processes(box):
 def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
     """Issue 25's goal in the image: while one address holds 1,000 TLS connections that
     trickle a header line every 5 s and 1,000 idle keep-alive ones (through the image's
-    nginx on the forwarded 443), an authenticated GET is answered within a second.
+    nginx on the forwarded 443), an authenticated GET is answered, not kept waiting for
+    the flood's deadlines.
 
     Under TCG the GET alone takes what the emulated CPU makes of it, so what is bounded
     is what the flood adds: the worst flooded answer against the worst of the same GETs
-    just before, plus the issue's second. Every host connection reaches the guest from
+    just before, plus TCG_FLOOD_BOUND_SECONDS (why not the issue's second: there). Every host connection reaches the guest from
     slirp's one address (10.0.2.2): the GET shares the flood's address, so a 429 with
     Retry-After (nginx's rate per address) also counts as answered; the second address
     is shown on the host (tests/firstboot/test_nginx_flood.py)."""
@@ -692,7 +700,7 @@ def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
               f"(unflooded worst {baseline * 1000:.0f} ms), statuses "
               f"{sorted({status for status, _ in flooded})}, flood answered "
               f"{flood.answered}/{FLOOD}")
-        assert worst < baseline + BOUND_SECONDS, flooded
+        assert worst < baseline + TCG_FLOOD_BOUND_SECONDS, flooded
         flood.stop_trickling()
         held = [s for s in flood.trickling if not closed_by_server(s, 0.01)]
         assert not held, f"{len(held)} trickling connections still open past nginx's deadline"
