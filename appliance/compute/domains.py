@@ -114,7 +114,11 @@ def plan_node(node, attached, held, prefix, remembered=None, was_running=False,
     # a new domain has nothing to reboot: the request it was born after is honoured
     in_xml = reboot if not defined else honoured
     if defined and running:
-        actions.append(Action("hotplug"))
+        if accel is not None:
+            # live device changes on QEMU only; elsewhere (libvirt's test driver: 11's
+            # attaches live but refuses the config flag and has no detach, half a
+            # change) the definition carries them to the next start
+            actions.append(Action("hotplug"))
         if domain_xml.shape_of(held.live_xml) != (int(node["cores"]), int(node["ram"])):
             actions.append(Action("restart_for_shape", in_xml))
             running = False
@@ -322,13 +326,8 @@ def power_off(rec, node, dom):
 
 
 def hotplug(dom, live_xml, disks):
-    """Attach the volumes added and detach the ones removed, live and in the config.
-    Live on QEMU only: on other drivers (libvirt's test driver) the defineXML that follows
-    puts the change in the config, for the next start. libvirt 11's test driver attaches
-    live but refuses the config flag and has no detach, which would make half a change."""
-    if dom.connect().getType() != "QEMU":
-        log.info("live device change not supported here; it applies at the next start")
-        return
+    """Attach the volumes added and detach the ones removed, live and in the config
+    (planned on QEMU only: plan_node)."""
     have = domain_xml.disks_of(live_xml)
     want = {d["dev"]: d for d in disks}
     flags = libvirt.VIR_DOMAIN_AFFECT_LIVE | libvirt.VIR_DOMAIN_AFFECT_CONFIG
@@ -345,7 +344,7 @@ def hotplug(dom, live_xml, disks):
 
 
 def _live(call, xml, flags):
-    """A live device change; where the driver has none (the test driver), the
+    """A live device change; where the hypervisor says it has none for this device, the
     defineXML that follows still puts it in the config, for the next start."""
     try:
         call(xml, flags)

@@ -104,14 +104,23 @@ def test_a_missing_seed_file_is_not_in_place():
 def test_a_new_revision_redefines_and_hotplugs_a_running_domain():
     vol = {"uuid": "99999999-0000-0000-0000-000000000001"}
     actions = plan_node(node(revision=8), [vol], held(), PREFIX,
-                        fingerprint(node(), [], True))
+                        fingerprint(node(), [], True), accel="tcg")
     assert verbs(actions) == ["step", "images", "step", "disks", "step", "seed", "step",
                               "hotplug", "define", "step", "step", "active"]
     assert Action("define", None) in actions
 
 
+def test_a_driver_other_than_qemu_gets_the_change_by_its_definition_alone():
+    """libvirt 11's test driver (accel None) attaches live without the config flag and has
+    no detach: the redefinition carries the change to the next start."""
+    vol = {"uuid": "99999999-0000-0000-0000-000000000001"}
+    actions = plan_node(node(revision=8), [vol], held(), PREFIX,
+                        fingerprint(node(), [], True), accel=None)
+    assert "hotplug" not in verbs(actions) and Action("define", None) in actions
+
+
 def test_power_off_comes_first_and_the_domain_stays_defined():
-    actions = plan_node(node(power_state="off"), [], held(), PREFIX)
+    actions = plan_node(node(power_state="off"), [], held(), PREFIX, accel="tcg")
     assert actions[0] == Action("power_off")
     assert "hotplug" not in verbs(actions) and "start" not in verbs(actions)
     assert actions[-1] == Action("active", False)
@@ -119,7 +128,7 @@ def test_power_off_comes_first_and_the_domain_stays_defined():
 
 def test_an_image_change_replaces_the_root_disk_and_starts_again():
     actions = plan_node(node(disk_spec={"kind": "root_disk", "image": "http://x/new.raw"}),
-                        [], held(), PREFIX)
+                        [], held(), PREFIX, accel="tcg")
     assert actions[0] == Action("status", "IN_PROGRESS")
     assert Action("replace_root", "http://x/new.raw") in actions
     assert "hotplug" not in verbs(actions)      # the domain was stopped for it
@@ -128,7 +137,7 @@ def test_an_image_change_replaces_the_root_disk_and_starts_again():
 
 
 def test_a_shape_change_restarts_the_domain_with_the_new_definition():
-    actions = plan_node(node(cores=2), [], held(), PREFIX)
+    actions = plan_node(node(cores=2), [], held(), PREFIX, accel="tcg")
     assert verbs(actions)[verbs(actions).index("hotplug"):] == [
         "hotplug", "restart_for_shape", "define", "step", "start", "step", "active"]
     assert "status" not in verbs(actions)       # the image is the same: no IN_PROGRESS
