@@ -86,9 +86,9 @@ def panic_named(vm):
     try:
         yield
     except Exception as exc:
-        if qemu.PANIC in vm.serial():
-            raise qemu.GuestPanicked(f"the guest's kernel panicked; console tail:\n"
-                                     f"{vm.tail()}") from exc
+        panicked = vm.panicked()
+        if panicked:
+            raise qemu.GuestPanicked(panicked) from exc
         raise
 
 

@@ -405,12 +405,20 @@ class VM:
                                    f"console tail:\n{self.tail()}")
             time.sleep(0.5)
 
+    def panicked(self):
+        """When the console shows a kernel panic: saying so, with the console's tail;
+        else None."""
+        if PANIC in self.serial():
+            return f"the guest's kernel panicked; console tail:\n{self.tail()}"
+        return None
+
     def gone(self):
         """Why the guest can no longer serve a test (its kernel panicked, or QEMU exited),
         with the console's tail; None while it runs. A wait_for sees a panic that comes
         during the wait; this sees one that came between waits, e.g. between two tests."""
-        if PANIC in self.serial():
-            return f"the guest's kernel panicked; console tail:\n{self.tail()}"
+        panicked = self.panicked()
+        if panicked:
+            return panicked
         if not self.running():
             return (f"QEMU exited: {self.qemu_output()}\nconsole tail:\n{self.tail()}")
         return None

@@ -664,8 +664,8 @@ def test_a_flood_through_nginx_leaves_a_normal_get_answered(box):
 
     Under TCG the GET alone takes what the emulated CPU makes of it, so what is bounded
     is what the flood adds: the worst flooded answer against the worst of the same GETs
-    just before, plus TCG_FLOOD_BOUND_SECONDS (why not the issue's second: there). Every host connection reaches the guest from
-    slirp's one address (10.0.2.2): the GET shares the flood's address, so a 429 with
+    just before, plus TCG_FLOOD_BOUND_SECONDS (why not the issue's second: there).
+    Every host connection reaches the guest from slirp's one address (10.0.2.2): the GET shares the flood's address, so a 429 with
     Retry-After (nginx's rate per address) also counts as answered; the second address
     is shown on the host (tests/firstboot/test_nginx_flood.py)."""
     admin = box.admin()
