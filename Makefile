@@ -25,10 +25,14 @@ DEBIAN_PACKAGES := dnsutils curl postgresql-client nginx libnginx-mod-stream pos
 # On Debian 12 these come from bookworm-backports (the suite is added to apt's sources
 # when missing): Debian 12's QEMU 7.2 and libvirt 9.0 are below the spec's minimum (QEMU
 # 8.2, libvirt 10.0), and QEMU 7.2's TCG panics one guest boot in about fifteen (a
-# translation race QEMU 8.1 fixed) and boots the image ~25% slower (docs/testing.md)
+# translation race QEMU 8.1 fixed) and boots the image ~25% slower (docs/testing.md).
+# Each package that another one here needs at its exact version is named too: apt takes
+# the rest from bookworm, so on a machine without libvirt, libvirt-daemon-system 11.3 and
+# bookworm's libvirt-daemon-config-nwfilter 9.0 were "held broken packages"
 BACKPORTS := bookworm-backports
 BACKPORTS_PACKAGES := qemu-system-x86 qemu-system-common qemu-system-data qemu-utils seabios \
-	libvirt0 libvirt-dev libvirt-daemon libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients
+	libvirt0 libvirt-dev libvirt-daemon libvirt-daemon-system libvirt-daemon-driver-qemu libvirt-clients \
+	libvirt-daemon-config-nwfilter
 PROFILE ?= appliance
 
 export APPLIANCE_STATE_DIR ?= $(CURDIR)/var
