@@ -17,8 +17,8 @@ fresh temporary state directory on free loopback ports, then (issue 32's scenari
    times 1 s apart: RSS and PSS per process and their sums (PSS splits each shared page
    among every process that maps it, the appliance's or not: the sum is what the
    appliance costs only when nothing else maps the same files; other processes of this
-   venv or interpreter beside it, a CI or a BENCH_MEMORY_BEFORE tree, lower it by up to
-   ~20 MB: docs/supervisor.md, "PSS counts who else maps the files");
+   venv or interpreter beside it, a CI or a BENCH_MEMORY_BEFORE tree, lower it:
+   docs/supervisor.md, "PSS counts who else maps the files");
 4. times the first use of an idle capability: from a secret's POST to its ACTIVE (the
    delivery daemon has had nothing to do for IDLE seconds), polled every 10 ms;
 5. drives REQUESTS requests at the API from CLIENTS keep-alive connections (a mix of
